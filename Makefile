@@ -1,0 +1,29 @@
+# The two commands of README.md: `make run` and `make test`. Both set up what they
+# need (scripts/setup.sh), configure and build into build/.
+BUILD ?= build
+PREFIX ?= /usr/local
+CONFIG ?= configs/tiny-gpt.toml
+JOBS ?= $(shell nproc)
+
+.PHONY: setup configure build run test install clean
+
+setup:
+	@bash scripts/setup.sh
+
+configure: setup
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo > $(BUILD).configure.log 2>&1 || (cat $(BUILD).configure.log; exit 1)
+
+build: configure
+	@cmake --build $(BUILD) --parallel $(JOBS)
+
+run: build
+	$(BUILD)/troupe run $(CONFIG)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure --parallel 2
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+clean:
+	rm -rf $(BUILD) $(BUILD).configure.log

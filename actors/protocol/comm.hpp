@@ -1,0 +1,64 @@
+// Messages of the comm agent: collectives requested by other actors of this rank.
+// Every request names the actor that hears the outcome (reply_to) and a tag the
+// requester chooses to recognise it; tensor bytes travel as buffer handles.
+#pragma once
+
+#include <caf/actor.hpp>
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "memory/host_buffer.hpp"
+#include "transport/collective.hpp"
+
+namespace troupe {
+
+/// `count` floats starting `offset` floats into a shared host buffer.
+struct FloatSpan {
+  std::shared_ptr<HostBuffer> owner;
+  std::size_t offset = 0;
+  std::size_t count = 0;
+  float* data() const { return owner->as<float>() + offset; }
+};
+
+/// Reduce `buffer` in place across all ranks; answered with collective_done.
+struct all_reduce_request {
+  uint64_t tag = 0;
+  FloatSpan buffer;
+  ReduceOp op = ReduceOp::average;
+  caf::actor reply_to;
+};
+
+/// Completes when every rank has entered; answered with collective_done.
+struct barrier_request {
+  uint64_t tag = 0;
+  caf::actor reply_to;
+};
+
+/// Outcome of a collective: error is empty on success.
+struct collective_done {
+  uint64_t tag = 0;
+  std::string error;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, collective_done& x) {
+  return f(caf::meta::type_name("collective_done"), x.tag, x.error);
+}
+
+/// Stop the job on every rank, saying why.
+struct abort_request {
+  std::string reason;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, abort_request& x) {
+  return f(caf::meta::type_name("abort_request"), x.reason);
+}
+
+}  // namespace troupe
+
+// Requests hold buffer handles and actor handles: in-process only, never serialized.
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::all_reduce_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::barrier_request)

@@ -1,0 +1,35 @@
+// Messages of the data loader: micro-batches prepared ahead of use.
+#pragma once
+
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include <cstdint>
+#include <memory>
+
+namespace troupe {
+
+/// A micro-batch's tensors; defined with LibTorch in actors/micro_batch.hpp so that
+/// only the actors that touch tensors pay for LibTorch's headers.
+struct MicroBatch;
+using MicroBatchPtr = std::shared_ptr<const MicroBatch>;
+
+/// Asks for the micro-batch `micro` of global step `step`; answered with micro_batch_ready.
+struct fetch_micro_batch {
+  int64_t step = 0;
+  int64_t micro = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, fetch_micro_batch& x) {
+  return f(caf::meta::type_name("fetch_micro_batch"), x.step, x.micro);
+}
+
+struct micro_batch_ready {
+  int64_t step = 0;
+  int64_t micro = 0;
+  MicroBatchPtr batch;
+};
+
+}  // namespace troupe
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::micro_batch_ready)

@@ -1,0 +1,40 @@
+// Messages of the step driver (engine actor): the embedding API asks it for steps.
+#pragma once
+
+#include <caf/meta/type_name.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace troupe {
+
+/// Train one global batch; answered with step_report (or an error).
+struct train_step {
+  int64_t step = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, train_step& x) {
+  return f(caf::meta::type_name("train_step"), x.step);
+}
+
+/// What one step did, as every rank sees it (loss is the global-batch mean).
+struct step_report {
+  int64_t step = 0;
+  double loss = 0;
+  double step_ms = 0;
+  int64_t tokens = 0;  ///< tokens of the global batch
+  std::string error;   ///< empty when the step succeeded
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_report& x) {
+  return f(caf::meta::type_name("step_report"), x.step, x.loss, x.step_ms, x.tokens, x.error);
+}
+
+/// Every rank waits here at the end of training; answered with collective_done.
+struct finish_training {};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, finish_training&) {
+  return f(caf::meta::type_name("finish_training"));
+}
+
+}  // namespace troupe

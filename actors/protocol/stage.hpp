@@ -1,0 +1,73 @@
+// Messages of the stage actor (one pipeline stage: the model's layers and its compute
+// stream) and what it reports to the step driver.
+#pragma once
+
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "actors/protocol/data.hpp"
+
+namespace troupe {
+
+/// Forward and backward of one micro-batch; the last of a step starts gradient reduction.
+struct run_micro_batch {
+  int64_t step = 0;
+  int64_t micro = 0;
+  int64_t micro_count = 1;
+  MicroBatchPtr batch;
+};
+
+/// The stage finished a micro-batch's backward.
+struct micro_batch_done {
+  int64_t step = 0;
+  int64_t micro = 0;
+  int64_t tokens = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, micro_batch_done& x) {
+  return f(caf::meta::type_name("micro_batch_done"), x.step, x.micro, x.tokens);
+}
+
+/// Every gradient bucket of `step` is averaged across ranks; loss is the global mean.
+struct gradients_ready {
+  int64_t step = 0;
+  double loss = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, gradients_ready& x) {
+  return f(caf::meta::type_name("gradients_ready"), x.step, x.loss);
+}
+
+/// Run the optimizer on the reduced gradients; answered with step_applied.
+struct apply_step {
+  int64_t step = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, apply_step& x) {
+  return f(caf::meta::type_name("apply_step"), x.step);
+}
+
+struct step_applied {
+  int64_t step = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_applied& x) {
+  return f(caf::meta::type_name("step_applied"), x.step);
+}
+
+/// Anything that stops the stage from going on (an exception in compute, a failed
+/// collective); the step driver turns it into the error of the step.
+struct stage_failed {
+  std::string error;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stage_failed& x) {
+  return f(caf::meta::type_name("stage_failed"), x.error);
+}
+
+}  // namespace troupe
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::run_micro_batch)

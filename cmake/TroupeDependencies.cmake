@@ -1,0 +1,12 @@
+# Finds every dependency troupe builds against (all from Debian 12's packages).
+find_package(Threads REQUIRED)
+find_package(ucx REQUIRED)
+find_package(fmt REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(tomlplusplus REQUIRED)
+find_package(nlohmann_json REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(Torch REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)
+include(FindCAF)

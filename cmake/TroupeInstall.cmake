@@ -1,0 +1,25 @@
+# `make install`: the libraries, the troupe program, the headers and a CMake package,
+# so that an outside project can find_package(troupe) and link troupe::troupe.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(TROUPE_LIBRARIES troupe_base troupe_kernels troupe_memory troupe_transport troupe_actors troupe_runtime)
+install(TARGETS ${TROUPE_LIBRARIES} EXPORT troupeTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(TARGETS troupe RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+# The public header is include/troupe/troupe.hpp; the layer headers it includes go
+# under include/troupe/internal, keeping their folder names.
+install(FILES ${PROJECT_SOURCE_DIR}/include/troupe/troupe.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe)
+foreach(layer base kernels memory transport actors runtime)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${layer}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe/internal/${layer}
+    FILES_MATCHING PATTERN "*.hpp")
+endforeach()
+
+install(EXPORT troupeTargets NAMESPACE troupe:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/troupe)
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/troupeConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/troupeConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/troupe)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/troupeConfigVersion.cmake COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/troupeConfig.cmake ${PROJECT_BINARY_DIR}/troupeConfigVersion.cmake
+  ${PROJECT_SOURCE_DIR}/cmake/FindCAF.cmake DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/troupe)

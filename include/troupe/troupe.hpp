@@ -1,0 +1,78 @@
+// troupe's embedding API: a C++ trainer joins the cluster, hands over its model as a
+// sequence of LibTorch layers with its loss and data, and trains.
+//
+//   auto config = troupe::load_config_file("job.toml", {});
+//   torch::manual_seed(config->train.seed);               // same weights on every rank
+//   auto engine = troupe::Engine::make(*config, {layers, loss, data});
+//   for (int i = 0; i < steps; ++i) { auto r = (*engine)->train_batch(); ... }
+//   (*engine)->finish();
+//
+// Each process is one rank. Its rank and world size come from the environment of
+// whichever launcher started it (`troupe launch`, `troupe run`, torchrun, SLURM,
+// Open MPI), or from TROUPE_RANK/TROUPE_WORLD_SIZE; a world of one needs none.
+// Thread safety: an Engine is driven from one thread; calls block until done, and
+// every wait is bounded by the cluster's timeouts.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "actors/micro_batch.hpp"
+#include "base/result.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/config/load.hpp"
+#include "runtime/config/resolve.hpp"
+#include "runtime/launch/environment.hpp"
+
+namespace troupe {
+
+/// What the trainer hands over: layers run in order, the loss of the last layer's
+/// output against the target, and the data (global samples → a micro-batch).
+struct Trainable {
+  torch::nn::Sequential layers;
+  LossFunction loss;
+  MicroBatchSource data;
+  /// Optional: builds the optimizer; by default the one in [optimizer].
+  OptimizerFactory make_optimizer;
+};
+
+/// One optimizer step, as every rank sees it.
+struct StepResult {
+  int64_t step = 0;          ///< counts from 1
+  double loss = 0;           ///< mean loss over the global batch
+  double step_ms = 0;
+  int64_t tokens = 0;        ///< target elements in the global batch
+  double tokens_per_s = 0;
+};
+
+class Engine {
+ public:
+  /// Joins the cluster described by `config` (validated here), broadcasts rank 0's
+  /// parameters so every rank starts equal, and starts this rank's actors.
+  /// `rank` overrides what the environment says (tests, custom launchers).
+  static Result<std::unique_ptr<Engine>> make(JobConfig config, Trainable trainable,
+                                              std::optional<RankEnvironment> rank = std::nullopt);
+  /// Leaves the cluster; finish() first for an orderly end.
+  ~Engine();
+
+  /// Trains one global batch: every rank calls it the same number of times.
+  Result<StepResult> train_batch();
+  /// Waits for every rank to finish and writes the trace when [trace] path is set.
+  Status finish();
+
+  int64_t rank() const;
+  int64_t world_size() const;
+  const JobConfig& config() const;
+  /// The model's parameters, flattened in order (for checks against a reference).
+  torch::Tensor flat_parameters() const;
+
+  class Impl;
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace troupe

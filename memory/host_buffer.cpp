@@ -1,0 +1,32 @@
+#include "memory/host_buffer.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <utility>
+
+namespace troupe {
+
+HostBuffer::HostBuffer(std::size_t bytes) : bytes_(bytes) {
+  if (bytes == 0) return;
+  std::size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+  data_ = static_cast<std::byte*>(std::aligned_alloc(alignment, rounded));
+  if (data_ == nullptr) throw std::bad_alloc();
+  std::memset(data_, 0, rounded);
+}
+
+HostBuffer::~HostBuffer() { std::free(data_); }
+
+HostBuffer::HostBuffer(HostBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
+  if (this != &other) {
+    std::free(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+}  // namespace troupe

@@ -1,0 +1,122 @@
+// `troupe`: the command line. Every subcommand is a thin client of the runtime:
+//   troupe run FILE      start world_size ranks of the job on this machine
+//   troupe rank FILE     run one rank (under any launcher)
+//   troupe check FILE    validate the job and print it resolved
+//   troupe launch --ranks N -- PROGRAM ARGS...   start N ranks of any program
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "runtime/config/load.hpp"
+#include "runtime/config/render.hpp"
+#include "runtime/coordinator.hpp"
+#include "runtime/gpt_job.hpp"
+#include "runtime/launch/launcher.hpp"
+
+namespace troupe {
+namespace {
+
+constexpr int usage_exit_code = 2;
+
+struct JobArguments {
+  std::string file;
+  std::vector<std::string> overrides;
+  JobOutputs outputs;
+  bool reference = false;
+};
+
+void add_job_arguments(CLI::App* command, JobArguments& a) {
+  command->add_option("FILE", a.file, "job configuration (TOML)")->required();
+  command->add_option("--set", a.overrides, "override a key: section.key=value (repeatable)");
+  command->add_option("--metrics", a.outputs.metrics_path, "write one JSON line per step to PATH");
+  command->add_option("--parameters-out", a.outputs.parameters_path,
+                      "write the final parameters to PATH as raw float32");
+}
+
+std::string self_path() {
+  char buffer[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buffer, sizeof buffer - 1);
+  return n > 0 ? std::string(buffer, static_cast<std::size_t>(n)) : "troupe";
+}
+
+Result<JobConfig> load(const JobArguments& a) { return load_config_file(a.file, a.overrides); }
+
+int report_config_error(const Error& e) {
+  std::fprintf(stderr, "troupe: %s\n", e.message.c_str());
+  return usage_exit_code;
+}
+
+// Starts world_size copies of `troupe rank` with the same arguments.
+int run_cluster(const JobConfig& job, const JobArguments& a) {
+  if (job.cluster.world_size > 1) {
+    auto address = parse_host_port(job.cluster.coordinator, "[cluster] coordinator");
+    if (!address) return report_config_error(address.error());
+    auto free = check_port_free(*address);
+    if (!free) return report_config_error(free.error());
+  }
+  LaunchOptions launch;
+  launch.ranks = job.cluster.world_size;
+  launch.argv = {self_path(), "rank", a.file};
+  for (const auto& o : a.overrides) launch.argv.insert(launch.argv.end(), {"--set", o});
+  if (!a.outputs.metrics_path.empty()) launch.argv.insert(launch.argv.end(), {"--metrics", a.outputs.metrics_path});
+  if (!a.outputs.parameters_path.empty())
+    launch.argv.insert(launch.argv.end(), {"--parameters-out", a.outputs.parameters_path});
+  launch.extra_env = {{"TROUPE_PROGRESS", "relay"}};
+  return launch_ranks(launch);
+}
+
+}  // namespace
+}  // namespace troupe
+
+int main(int argc, char** argv) {
+  using namespace troupe;
+  CLI::App app{"troupe: DeepSpeed-style training as an actor system over UCX"};
+  app.require_subcommand(1);
+
+  JobArguments run_args;
+  auto* run = app.add_subcommand("run", "train the job: start its ranks on this machine");
+  add_job_arguments(run, run_args);
+  run->add_flag("--reference", run_args.reference, "train in one process with plain LibTorch (no actors)");
+
+  JobArguments rank_args;
+  auto* rank = app.add_subcommand("rank", "run one rank of the job (rank and world size from the environment)");
+  add_job_arguments(rank, rank_args);
+
+  JobArguments check_args;
+  auto* check = app.add_subcommand("check", "validate the job and print the resolved configuration");
+  check->add_option("FILE", check_args.file, "job configuration (TOML)")->required();
+  check->add_option("--set", check_args.overrides, "override a key: section.key=value (repeatable)");
+
+  int64_t launch_ranks_count = 1;
+  std::vector<std::string> program;
+  auto* launch = app.add_subcommand("launch", "start N ranks of any program (e.g. a trainer embedding troupe)");
+  launch->add_option("--ranks,-n", launch_ranks_count, "number of ranks")->required()->check(CLI::Range(1, 1024));
+  launch->add_option("PROGRAM", program, "program and its arguments (after --)")->required();
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (*check) {
+    auto job = load(check_args);
+    if (!job) return report_config_error(job.error());
+    std::printf("%s", render_config(*job).c_str());
+    return 0;
+  }
+  if (*launch) {
+    LaunchOptions options;
+    options.ranks = launch_ranks_count;
+    options.argv = program;
+    options.extra_env = {{"TROUPE_PROGRESS", "relay"}};
+    return launch_ranks(options);
+  }
+  JobArguments& a = *run ? run_args : rank_args;
+  auto job = load(a);
+  if (!job) return report_config_error(job.error());
+  if (*rank) return run_gpt_rank(*job, a.outputs);
+  if (a.reference) return run_gpt_reference(*job, a.outputs);
+  return run_cluster(*job, a);
+}

@@ -1,0 +1,72 @@
+#include "runtime/config/render.hpp"
+
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "runtime/config/schema.hpp"
+#include "runtime/config/toml_text.hpp"
+
+namespace troupe {
+namespace {
+
+struct ValueText {
+  std::string operator()(const int64_t* value) const { return fmt::format("{}", *value); }
+  std::string operator()(const double* value) const { return toml_float(*value); }
+  std::string operator()(const bool* value) const { return *value ? "true" : "false"; }
+  std::string operator()(const std::string* value) const { return toml_string(*value); }
+  std::string operator()(const OptimizerType* value) const {
+    return toml_string(optimizer_type_name(*value));
+  }
+  std::string operator()(BetasRef betas) const {
+    return fmt::format("[{}, {}]", toml_float(*betas.beta1), toml_float(*betas.beta2));
+  }
+};
+
+// The relation that produced a derived key, shown above it.
+std::optional<std::string> derived_note(const JobConfig& config, const KeySpec& spec) {
+  const std::string name = fmt::format("{}.{}", spec.section, spec.key);
+  if (name == "cluster.world_size") {
+    return fmt::format("world_size = dp {} × pp {} × tp {}", config.parallel.dp,
+                       config.parallel.pp, config.parallel.tp);
+  }
+  if (name == "batch.global_batch_size") {
+    return fmt::format("global = micro {} × accumulation {} × dp {}",
+                       config.batch.micro_batch_size, config.batch.gradient_accumulation_steps,
+                       config.parallel.dp);
+  }
+  int64_t four_d_model = 0;
+  if (name == "model.d_ff" && !__builtin_mul_overflow(config.model.d_model, 4, &four_d_model) &&
+      config.model.d_ff == four_d_model) {
+    return fmt::format("d_ff = 4 × d_model {}", config.model.d_model);
+  }
+  return std::nullopt;
+}
+
+std::string one_line(std::string text) {
+  for (char& c : text) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string render_config(const JobConfig& config) {
+  JobConfig copy = config;  // the schema hands out mutable field pointers
+  std::string out = fmt::format(
+      "# troupe job configuration resolved from {}; every key is listed (docs/CONFIG.md).\n",
+      one_line(config.source));
+  std::string_view section;
+  for (const KeySpec& spec : key_specs()) {
+    if (spec.section != section) {
+      section = spec.section;
+      out += fmt::format("\n[{}]\n", section);
+    }
+    if (auto note = derived_note(copy, spec)) out += fmt::format("# derived: {}\n", *note);
+    out += fmt::format("{} = {}\n", spec.key, std::visit(ValueText{}, spec.field(copy)));
+  }
+  return out;
+}
+
+}  // namespace troupe

@@ -1,0 +1,29 @@
+// Resolving a job: derive the values left at 0 and validate every key and every relation
+// between keys, before any rank starts.
+//
+// Derivations: world_size and dp from each other (world_size = dp × pp × tp); the batch
+// triple by DeepSpeed's rule global = micro × accumulation × dp; d_ff = 4 × d_model.
+// Validation covers ranges (positive sizes, 0 <= beta < 1, ...), host:port syntax, and
+// the data file (it must exist and hold more than seq_len + 1 bytes). The first problem
+// found is returned as one sentence.
+// Thread safety: pure functions, except that data.path is examined on disk.
+// Invariants: a resolved config resolves to itself.
+#pragma once
+
+#include "base/result.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/config/origins.hpp"
+
+namespace troupe {
+
+/// Derives and validates a config built in code (by an embedding trainer). Messages name
+/// `raw.source` and the [section] key, since no file positions are known:
+/// "<struct>: [batch] micro_batch_size must be a positive integer, got -1".
+Result<JobConfig> resolve_config(JobConfig raw);
+
+/// As above, with messages that start at the recorded origin of the offending key (a
+/// file position or a --set override); keys without one fall back to origins.source.
+/// Used by the TOML loader.
+Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins);
+
+}  // namespace troupe

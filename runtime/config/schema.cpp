@@ -1,0 +1,181 @@
+#include "runtime/config/schema.hpp"
+
+#include <fmt/format.h>
+
+#include "base/check.hpp"
+#include "runtime/config/suggest.hpp"
+
+namespace troupe {
+namespace {
+
+std::vector<KeySpec> make_key_specs() {
+  using C = JobConfig;
+  return {
+      {"cluster", "world_size", "a non-negative integer (0 = dp × pp × tp)",
+       [](C& c) -> FieldRef { return &c.cluster.world_size; }},
+      {"cluster", "coordinator", "a host:port string with a port from 1 to 65535",
+       [](C& c) -> FieldRef { return &c.cluster.coordinator; }},
+      {"cluster", "token", "a non-empty string",
+       [](C& c) -> FieldRef { return &c.cluster.token; }},
+      {"cluster", "bootstrap_timeout_s", "a positive number of seconds",
+       [](C& c) -> FieldRef { return &c.cluster.bootstrap_timeout_s; }},
+      {"cluster", "peer_timeout_s", "a positive number of seconds",
+       [](C& c) -> FieldRef { return &c.cluster.peer_timeout_s; }},
+      {"cluster", "collective_timeout_s", "a positive number of seconds",
+       [](C& c) -> FieldRef { return &c.cluster.collective_timeout_s; }},
+
+      {"parallel", "dp", "a non-negative integer (0 = world_size / (pp × tp))",
+       [](C& c) -> FieldRef { return &c.parallel.dp; }},
+      {"parallel", "pp", "the integer 1 (pipeline parallelism is not available yet)",
+       [](C& c) -> FieldRef { return &c.parallel.pp; }},
+      {"parallel", "tp", "the integer 1 (tensor parallelism is not available yet)",
+       [](C& c) -> FieldRef { return &c.parallel.tp; }},
+      {"parallel", "reduce_bucket_bytes", "a positive integer",
+       [](C& c) -> FieldRef { return &c.parallel.reduce_bucket_bytes; }},
+
+      {"batch", "micro_batch_size", "a positive integer",
+       [](C& c) -> FieldRef { return &c.batch.micro_batch_size; }},
+      {"batch", "gradient_accumulation_steps", "a positive integer",
+       [](C& c) -> FieldRef { return &c.batch.gradient_accumulation_steps; }},
+      {"batch", "global_batch_size", "a positive integer",
+       [](C& c) -> FieldRef { return &c.batch.global_batch_size; }},
+
+      {"optimizer", "type", R"(one of "adamw", "adam" or "sgd")",
+       [](C& c) -> FieldRef { return &c.optimizer.type; }},
+      {"optimizer", "lr", "a positive number",
+       [](C& c) -> FieldRef { return &c.optimizer.lr; }},
+      {"optimizer", "betas", "an array of two numbers [beta1, beta2], each at least 0 and below 1",
+       [](C& c) -> FieldRef { return BetasRef{&c.optimizer.beta1, &c.optimizer.beta2}; }},
+      {"optimizer", "eps", "a positive number",
+       [](C& c) -> FieldRef { return &c.optimizer.eps; }},
+      {"optimizer", "weight_decay", "a non-negative number",
+       [](C& c) -> FieldRef { return &c.optimizer.weight_decay; }},
+      {"optimizer", "momentum", "a non-negative number",
+       [](C& c) -> FieldRef { return &c.optimizer.momentum; }},
+      {"optimizer", "nesterov", "true or false",
+       [](C& c) -> FieldRef { return &c.optimizer.nesterov; }},
+
+      {"model", "type", R"("gpt")", [](C& c) -> FieldRef { return &c.model.type; }},
+      {"model", "vocab_size", "an integer of at least 256 (byte-level data)",
+       [](C& c) -> FieldRef { return &c.model.vocab_size; }},
+      {"model", "seq_len", "a positive integer",
+       [](C& c) -> FieldRef { return &c.model.seq_len; }},
+      {"model", "d_model", "a positive integer",
+       [](C& c) -> FieldRef { return &c.model.d_model; }},
+      {"model", "n_layers", "a positive integer",
+       [](C& c) -> FieldRef { return &c.model.n_layers; }},
+      {"model", "n_heads", "a positive integer",
+       [](C& c) -> FieldRef { return &c.model.n_heads; }},
+      {"model", "d_ff", "a non-negative integer (0 = 4 × d_model)",
+       [](C& c) -> FieldRef { return &c.model.d_ff; }},
+
+      {"data", "path", "a path to a readable file, or empty for a synthetic corpus",
+       [](C& c) -> FieldRef { return &c.data.path; }},
+      {"data", "synthetic_bytes", "an integer greater than seq_len + 1",
+       [](C& c) -> FieldRef { return &c.data.synthetic_bytes; }},
+      {"data", "prefetch_micro_batches", "a positive integer",
+       [](C& c) -> FieldRef { return &c.data.prefetch_micro_batches; }},
+
+      {"train", "steps", "a positive integer", [](C& c) -> FieldRef { return &c.train.steps; }},
+      {"train", "seed", "an integer", [](C& c) -> FieldRef { return &c.train.seed; }},
+      {"train", "log_interval", "a positive integer",
+       [](C& c) -> FieldRef { return &c.train.log_interval; }},
+      {"train", "threads", "a non-negative integer (0 = automatic)",
+       [](C& c) -> FieldRef { return &c.train.threads; }},
+      {"train", "metrics_path", "a file path, or empty for no metrics",
+       [](C& c) -> FieldRef { return &c.train.metrics_path; }},
+
+      {"trace", "path", "a file path, or empty for no tracing",
+       [](C& c) -> FieldRef { return &c.trace.path; }},
+  };
+}
+
+std::string join(const std::vector<std::string>& words, std::string_view before,
+                 std::string_view after) {
+  std::string out;
+  for (const std::string& word : words) {
+    if (!out.empty()) out += ", ";
+    out += fmt::format("{}{}{}", before, word, after);
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::vector<KeySpec>& key_specs() {
+  static const std::vector<KeySpec> specs = make_key_specs();
+  return specs;
+}
+
+const std::vector<std::string>& section_names() {
+  static const std::vector<std::string> names = {"cluster", "parallel", "batch", "optimizer",
+                                                 "model",   "data",     "train", "trace"};
+  return names;
+}
+
+std::vector<std::string> key_names(std::string_view section) {
+  std::vector<std::string> names;
+  for (const KeySpec& spec : key_specs()) {
+    if (spec.section == section) names.emplace_back(spec.key);
+  }
+  return names;
+}
+
+const KeySpec* find_key(std::string_view section, std::string_view key) {
+  for (const KeySpec& spec : key_specs()) {
+    if (spec.section == section && spec.key == key) return &spec;
+  }
+  return nullptr;
+}
+
+std::string_view expect_of(std::string_view section, std::string_view key) {
+  const KeySpec* spec = find_key(section, key);
+  TROUPE_CHECK(spec != nullptr, "expect_of() of a key that is not in the schema");
+  return spec->expect;
+}
+
+std::string_view optimizer_type_name(OptimizerType type) {
+  switch (type) {
+    case OptimizerType::adamw: return "adamw";
+    case OptimizerType::adam: return "adam";
+    case OptimizerType::sgd: return "sgd";
+  }
+  TROUPE_CHECK(false, "OptimizerType out of range");
+  return "";
+}
+
+std::optional<OptimizerType> parse_optimizer_type(std::string_view name) {
+  for (OptimizerType type : {OptimizerType::adamw, OptimizerType::adam, OptimizerType::sgd}) {
+    if (optimizer_type_name(type) == name) return type;
+  }
+  return std::nullopt;
+}
+
+const std::vector<std::string>& optimizer_type_names() {
+  static const std::vector<std::string> names = {"adamw", "adam", "sgd"};
+  return names;
+}
+
+std::string unknown_section_message(std::string_view section) {
+  if (auto close = suggest(section, section_names())) {
+    return fmt::format("unknown section [{}]; did you mean [{}]?", section, *close);
+  }
+  return fmt::format("unknown section [{}]; the sections are {}", section,
+                     join(section_names(), "[", "]"));
+}
+
+std::string unknown_key_message(std::string_view section, std::string_view key) {
+  if (auto close = suggest(key, key_names(section))) {
+    return fmt::format("unknown key [{}] {}; did you mean {}?", section, key, *close);
+  }
+  for (const KeySpec& spec : key_specs()) {
+    if (spec.key == key) {
+      return fmt::format("unknown key [{}] {}; did you mean [{}] {}?", section, key,
+                         spec.section, key);
+    }
+  }
+  return fmt::format("unknown key [{}] {}; the keys of [{}] are {}", section, key, section,
+                     join(key_names(section), "", ""));
+}
+
+}  // namespace troupe

@@ -1,0 +1,53 @@
+#include "runtime/coordinator.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace troupe {
+
+Result<HostPort> parse_host_port(const std::string& text, const std::string& what) {
+  auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
+    return make_error(fmt::format("{} \"{}\" is not HOST:PORT", what, text));
+  std::string host = text.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  std::string port_text = text.substr(colon + 1);
+  char* end = nullptr;
+  long port = std::strtol(port_text.c_str(), &end, 10);
+  if (*end != '\0' || port < 1 || port > 65535)
+    return make_error(fmt::format("{} \"{}\": port must be 1-65535", what, text));
+  return HostPort{host, static_cast<uint16_t>(port)};
+}
+
+Status check_port_free(const HostPort& address) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(address.host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr)
+    return make_error(fmt::format("cannot resolve coordinator host {}", address.host));
+  sockaddr_in addr;
+  std::memcpy(&addr, found->ai_addr, sizeof addr);
+  freeaddrinfo(found);
+  addr.sin_port = htons(address.port);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return make_error("cannot create a socket to check the coordinator port");
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  int rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  int err = errno;
+  close(fd);
+  if (rc == 0) return {};
+  return make_error(fmt::format("coordinator {}:{} cannot be used: {}{}", address.host, address.port,
+                                std::strerror(err),
+                                err == EADDRINUSE ? "; choose a free port with --set cluster.coordinator=HOST:PORT" : ""));
+}
+
+}  // namespace troupe

@@ -1,0 +1,213 @@
+// Engine: one rank's runtime — transport, actor system and actors — behind the
+// embedding API of include/troupe/troupe.hpp.
+#include <caf/all.hpp>
+#include <torch/torch.h>
+
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "actors/comm_agent.hpp"
+#include "actors/data_loader.hpp"
+#include "actors/protocol/comm.hpp"
+#include "actors/protocol/engine.hpp"
+#include "actors/stage.hpp"
+#include "actors/step_driver.hpp"
+#include "runtime/coordinator.hpp"
+#include "runtime/model/optimizer.hpp"
+#include "runtime/trace_merge.hpp"
+#include "troupe/troupe.hpp"
+
+namespace troupe {
+namespace {
+
+// Which rank this process is: given, from a launcher's environment, or alone.
+Result<RankEnvironment> find_rank(const JobConfig& config, std::optional<RankEnvironment> given) {
+  if (!given) {
+    auto detected = detect_rank_environment(process_environment());
+    if (!detected) return detected.error();
+    given = *detected;
+  }
+  if (!given) {
+    if (config.cluster.world_size != 1)
+      return make_error(fmt::format("{}: [cluster] world_size is {} but this process was given no rank; start the "
+                                    "ranks with `troupe run`, `troupe launch` or another launcher, or set "
+                                    "TROUPE_RANK and TROUPE_WORLD_SIZE",
+                                    config.source, config.cluster.world_size));
+    return RankEnvironment{0, 1, 0, 1, "", "single process"};
+  }
+  if (given->world_size != config.cluster.world_size)
+    return make_error(fmt::format("{} says the world has {} ranks but {} sets [cluster] world_size = {}",
+                                  given->source, given->world_size, config.source, config.cluster.world_size));
+  return *given;
+}
+
+Result<TransportOptions> transport_options(const JobConfig& config, const RankEnvironment& rank) {
+  const std::string& text = rank.coordinator.empty() ? config.cluster.coordinator : rank.coordinator;
+  auto address = parse_host_port(text, rank.coordinator.empty() ? "[cluster] coordinator" : rank.source);
+  if (!address) return address.error();
+  TransportOptions o;
+  o.rank = rank.rank;
+  o.world_size = rank.world_size;
+  o.coordinator_host = address->host;
+  o.coordinator_port = address->port;
+  o.token = config.cluster.token;
+  o.bootstrap_timeout_s = config.cluster.bootstrap_timeout_s;
+  o.peer_timeout_s = config.cluster.peer_timeout_s;
+  o.collective_timeout_s = config.cluster.collective_timeout_s;
+  return o;
+}
+
+int64_t compute_threads(const JobConfig& config, const RankEnvironment& rank) {
+  if (config.train.threads > 0) return config.train.threads;
+  int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  return std::max<int64_t>(1, cores / std::max<int64_t>(1, rank.local_world_size));
+}
+
+// Every rank starts from rank 0's parameters, whatever its own initialisation did.
+Status broadcast_parameters(Transport& transport, torch::nn::Sequential& layers) {
+  torch::NoGradGuard no_grad;
+  auto parameters = layers->parameters();
+  if (parameters.empty() || transport.world_size() == 1) return {};
+  torch::Tensor flat = torch::cat([&] {
+    std::vector<torch::Tensor> views;
+    for (auto& p : parameters) views.push_back(p.detach().reshape({-1}).to(torch::kFloat32));
+    return views;
+  }()).contiguous();
+  TROUPE_TRY(transport.broadcast_sync(flat.data_ptr<float>(), static_cast<std::size_t>(flat.numel()), 0));
+  int64_t offset = 0;
+  for (auto& p : parameters) {
+    p.copy_(flat.narrow(0, offset, p.numel()).view(p.sizes()));
+    offset += p.numel();
+  }
+  return {};
+}
+
+}  // namespace
+
+class Engine::Impl {
+ public:
+  JobConfig config;
+  RankEnvironment rank;
+  torch::nn::Sequential layers;
+  std::unique_ptr<Tracer> tracer;
+  caf::actor_system_config actor_config;
+  std::unique_ptr<caf::actor_system> system;
+  caf::actor comm, loader, stage, driver;
+  int64_t steps_done = 0;
+  bool failed = false;
+  bool finished = false;
+
+  ~Impl() {
+    for (auto* a : {&driver, &stage, &loader, &comm})
+      if (*a) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+    system.reset();  // waits for the actors; the comm agent closes the transport
+  }
+
+  double step_timeout_s() const { return 2 * config.cluster.collective_timeout_s + 60; }
+
+  void start_actors(std::shared_ptr<Transport> transport, Trainable& t) {
+    actor_config.set("scheduler.policy", caf::atom("sharing"));  // no spinning workers next to compute
+    actor_config.set("scheduler.max-threads", 2);
+    system = std::make_unique<caf::actor_system>(actor_config);
+    Tracer* tr = tracer.get();
+    comm = spawn_comm_agent(*system, std::move(transport), tr);
+    const auto& b = config.batch;
+    loader = spawn_data_loader(*system, DataLoaderOptions{std::move(t.data), b.micro_batch_size,
+                                                          b.gradient_accumulation_steps, config.parallel.dp,
+                                                          rank.rank, config.data.prefetch_micro_batches, tr});
+    OptimizerFactory optimizer = t.make_optimizer;
+    if (!optimizer)
+      optimizer = [o = config.optimizer](std::vector<torch::Tensor> p) { return make_optimizer(o, std::move(p)); };
+    stage = spawn_stage(*system, StageOptions{layers, std::move(t.loss), std::move(optimizer),
+                                              config.parallel.reduce_bucket_bytes, comm, tr});
+    driver = spawn_step_driver(*system, StepDriverOptions{stage, loader, comm, b.gradient_accumulation_steps,
+                                                          config.parallel.dp, config.cluster.collective_timeout_s, tr});
+  }
+
+  Error fail(const std::string& what) {
+    failed = true;
+    caf::anon_send(comm, abort_request{what});
+    return make_error(fmt::format("rank {}: {}", rank.rank, what));
+  }
+};
+
+Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainable,
+                                             std::optional<RankEnvironment> rank) {
+  auto resolved = resolve_config(std::move(config));
+  if (!resolved) return resolved.error();
+  auto impl = std::make_unique<Impl>();
+  impl->config = std::move(*resolved);
+  auto found = find_rank(impl->config, std::move(rank));
+  if (!found) return found.error();
+  impl->rank = *found;
+  if (!trainable.layers || !trainable.loss || !trainable.data)
+    return make_error("Engine::make needs layers, a loss function and a data source");
+  impl->layers = trainable.layers;
+  torch::set_num_threads(static_cast<int>(compute_threads(impl->config, impl->rank)));
+  if (!impl->config.trace.path.empty()) impl->tracer = std::make_unique<Tracer>(impl->rank.rank);
+
+  auto options = transport_options(impl->config, impl->rank);
+  if (!options) return options.error();
+  auto transport = Transport::make(*options);
+  if (!transport) return make_error(fmt::format("rank {}: {}", impl->rank.rank, transport.error().message));
+  std::shared_ptr<Transport> shared = std::move(*transport);
+  auto equal = broadcast_parameters(*shared, impl->layers);
+  if (!equal) return make_error(fmt::format("rank {}: broadcasting parameters: {}", impl->rank.rank, equal.error().message));
+  impl->start_actors(std::move(shared), trainable);
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+int64_t Engine::rank() const { return impl_->rank.rank; }
+int64_t Engine::world_size() const { return impl_->rank.world_size; }
+const JobConfig& Engine::config() const { return impl_->config; }
+
+torch::Tensor Engine::flat_parameters() const {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> flat;
+  for (auto& p : impl_->layers->parameters()) flat.push_back(p.detach().reshape({-1}));
+  return flat.empty() ? torch::empty({0}) : torch::cat(flat);
+}
+
+Result<StepResult> Engine::train_batch() {
+  Impl& m = *impl_;
+  if (m.failed) return make_error(fmt::format("rank {}: the engine has failed; no further steps", m.rank.rank));
+  caf::scoped_actor self{*m.system};
+  step_report report;
+  std::string error;
+  auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(m.step_timeout_s()));
+  self->request(m.driver, timeout, train_step{m.steps_done})
+      .receive([&](step_report& r) { report = std::move(r); },
+               [&](caf::error& e) { error = m.system->render(e); });
+  if (error.empty()) error = report.error;
+  if (!error.empty()) return m.fail(fmt::format("step {} failed: {}", m.steps_done + 1, error));
+  ++m.steps_done;
+  double tokens_per_s = report.step_ms > 0 ? report.tokens / (report.step_ms / 1000.0) : 0;
+  return StepResult{m.steps_done, report.loss, report.step_ms, report.tokens, tokens_per_s};
+}
+
+Status Engine::finish() {
+  Impl& m = *impl_;
+  if (m.finished) return {};
+  if (m.failed) return make_error(fmt::format("rank {}: the engine has failed", m.rank.rank));
+  m.finished = true;
+  if (m.tracer) TROUPE_TRY(m.tracer->write(rank_trace_path(m.config.trace.path, m.rank.rank)));
+  caf::scoped_actor self{*m.system};
+  std::string error;
+  auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(m.step_timeout_s()));
+  self->request(m.driver, timeout, finish_training{})
+      .receive([&](collective_done& d) { error = d.error; }, [&](caf::error& e) { error = m.system->render(e); });
+  if (!error.empty()) return m.fail("finishing: " + error);
+  if (m.tracer && m.rank.rank == 0) {
+    std::vector<std::string> parts;
+    for (int64_t r = 0; r < m.rank.world_size; ++r) parts.push_back(rank_trace_path(m.config.trace.path, r));
+    TROUPE_TRY(merge_traces(parts, m.config.trace.path));
+  }
+  return {};
+}
+
+}  // namespace troupe

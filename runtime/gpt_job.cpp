@@ -1,0 +1,135 @@
+#include "runtime/gpt_job.hpp"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "runtime/console.hpp"
+#include "runtime/data/corpus.hpp"
+#include "runtime/metrics.hpp"
+#include "runtime/model/gpt.hpp"
+#include "runtime/reference.hpp"
+#include "troupe/troupe.hpp"
+
+namespace troupe {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Status write_parameters(const std::string& path, const torch::Tensor& flat) {
+  std::ofstream out(path, std::ios::binary);
+  auto contiguous = flat.contiguous();
+  out.write(reinterpret_cast<const char*>(contiguous.data_ptr<float>()),
+            static_cast<std::streamsize>(contiguous.numel() * sizeof(float)));
+  if (!out) return make_error("cannot write parameters to " + path);
+  return {};
+}
+
+// Rank 0's view of the run: metrics file, progress line, summary.
+class Report {
+ public:
+  static Result<Report> make(const JobConfig& job, const JobOutputs& outputs, bool speaks) {
+    Report r;
+    r.job_ = &job;
+    r.speaks_ = speaks;
+    r.style_ = progress_style();
+    if (speaks && !outputs.metrics_path.empty()) {
+      auto writer = MetricsWriter::make(outputs.metrics_path);
+      if (!writer) return writer.error();
+      r.writer_.emplace(std::move(*writer));
+    }
+    return r;
+  }
+
+  Status step(const StepMetrics& m) {
+    history_.push_back(m);
+    if (!speaks_) return {};
+    if (writer_) TROUPE_TRY(writer_->write(m));
+    if (m.step % job_->train.log_interval == 0 || m.step == m.steps_total)
+      show_progress(style_, format_progress(m, seconds()));
+    return {};
+  }
+
+  void summary() {
+    if (!speaks_) return;
+    end_progress(style_);
+    std::printf("%s\n", format_summary(history_, seconds(), job_->trace.path).c_str());
+    std::fflush(stdout);
+  }
+
+ private:
+  double seconds() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+  const JobConfig* job_ = nullptr;
+  bool speaks_ = false;
+  ProgressStyle style_ = ProgressStyle::plain;
+  std::optional<MetricsWriter> writer_;
+  std::vector<StepMetrics> history_;
+  Clock::time_point start_ = Clock::now();
+};
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "troupe: %s\n", message.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int run_gpt_rank(const JobConfig& job, const JobOutputs& outputs) {
+  auto corpus = TextCorpus::make(job.data, job.train.seed, job.model.seq_len);
+  if (!corpus) return fail(corpus.error().message);
+  torch::manual_seed(static_cast<uint64_t>(job.train.seed));
+  Trainable trainable;
+  trainable.layers = make_gpt(job.model);
+  trainable.loss = lm_loss;
+  trainable.data = [corpus = *corpus, seq = job.model.seq_len, seed = job.train.seed](int64_t first, int64_t count) {
+    TokenBatch b = sample_sequences(corpus, seq, static_cast<uint64_t>(seed), first, count);
+    return MicroBatch{b.input, b.target};
+  };
+  auto engine = Engine::make(job, std::move(trainable));
+  if (!engine) return fail(engine.error().message);
+  Engine& e = **engine;
+  auto report = Report::make(job, outputs, e.rank() == 0);
+  if (!report) return fail(report.error().message);
+  for (int64_t s = 0; s < job.train.steps; ++s) {
+    auto r = e.train_batch();
+    if (!r) return fail(r.error().message);
+    auto written = report->step(StepMetrics{r->step, job.train.steps, r->loss, r->tokens_per_s, r->step_ms, r->tokens});
+    if (!written) return fail(written.error().message);
+  }
+  auto finished = e.finish();
+  if (!finished) return fail(finished.error().message);
+  report->summary();
+  if (e.rank() == 0 && !outputs.parameters_path.empty()) {
+    auto saved = write_parameters(outputs.parameters_path, e.flat_parameters());
+    if (!saved) return fail(saved.error().message);
+  }
+  return 0;
+}
+
+int run_gpt_reference(const JobConfig& job, const JobOutputs& outputs) {
+  auto report = Report::make(job, outputs, true);
+  if (!report) return fail(report.error().message);
+  Status step_status;
+  torch::Tensor parameters;
+  auto result = train_reference(
+      job,
+      [&](const StepMetrics& m) {
+        if (step_status.ok()) step_status = report->step(m);
+      },
+      outputs.parameters_path.empty() ? nullptr : &parameters);
+  if (!result) return fail(result.error().message);
+  if (!step_status) return fail(step_status.error().message);
+  report->summary();
+  if (!outputs.parameters_path.empty()) {
+    auto saved = write_parameters(outputs.parameters_path, parameters);
+    if (!saved) return fail(saved.error().message);
+  }
+  return 0;
+}
+
+}  // namespace troupe

@@ -1,0 +1,66 @@
+// Per-step training metrics: the record, the JSON-lines file, and the console lines.
+//
+// Every trainer (the reference and the distributed runtime) reports a StepMetrics per
+// optimizer step. A MetricsWriter appends one JSON object per step to a file that tools
+// can tail; format_progress and format_summary make the human-readable lines.
+// Thread safety: a MetricsWriter is owned by one thread (the one that finishes steps);
+// the format functions are pure.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/result.hpp"
+
+namespace troupe {
+
+/// What one optimizer step did. `step` counts from 1: the step just finished.
+struct StepMetrics {
+  int64_t step = 0;
+  int64_t steps_total = 0;
+  double loss = 0;           ///< mean loss over the global batch
+  double tokens_per_s = 0;   ///< tokens / step time
+  double step_ms = 0;        ///< wall time of this step
+  int64_t tokens = 0;        ///< tokens in the global batch
+};
+
+/// Appends one JSON object per step to a file, flushed after each line:
+/// {"step":..,"steps_total":..,"loss":..,"tokens_per_s":..,"step_ms":..,"tokens":..}
+class MetricsWriter {
+ public:
+  /// Creates (truncates) `path`; fails with a sentence naming the path.
+  static Result<MetricsWriter> make(const std::string& path);
+
+  /// Appends `metrics` as one line; fails if the write does not reach the file.
+  Status write(const StepMetrics& metrics);
+
+  const std::string& path() const { return path_; }
+
+ private:
+  MetricsWriter(std::string path, std::ofstream file)
+      : path_(std::move(path)), file_(std::move(file)) {}
+
+  std::string path_;
+  std::ofstream file_;
+};
+
+/// One progress line, e.g. "step 12/20  loss 3.2141  1,234 tok/s  ETA 0:07"; the ETA
+/// extrapolates `elapsed_s` (time since training began) over the remaining steps.
+std::string format_progress(const StepMetrics& metrics, double elapsed_s);
+
+/// The end-of-run line, e.g. "trained 20 steps  final loss 2.1034  1,234 tok/s  wall 12.3 s
+/// trace out/trace.json": tok/s is total tokens over total step time; the trace part only
+/// when `trace_path` is non-empty.
+std::string format_summary(const std::vector<StepMetrics>& steps, double wall_s,
+                           const std::string& trace_path = "");
+
+/// `value` with thousands separators: 1234567 -> "1,234,567".
+std::string group_thousands(int64_t value);
+
+/// A duration as "m:ss", or "h:mm:ss" from an hour up; negative counts as zero.
+std::string format_duration(double seconds);
+
+}  // namespace troupe

@@ -1,0 +1,106 @@
+#include "runtime/reference.hpp"
+
+#include <chrono>
+#include <exception>
+#include <thread>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "runtime/data/corpus.hpp"
+#include "runtime/model/gpt.hpp"
+#include "runtime/model/optimizer.hpp"
+
+namespace troupe {
+namespace {
+
+Status check_batch(const BatchConfig& batch) {
+  if (batch.micro_batch_size <= 0 || batch.global_batch_size <= 0 ||
+      batch.global_batch_size % batch.micro_batch_size != 0) {
+    return make_error(fmt::format(
+        "the reference trainer needs a resolved batch: global_batch_size ({}) must be a "
+        "positive multiple of micro_batch_size ({})",
+        batch.global_batch_size, batch.micro_batch_size));
+  }
+  return {};
+}
+
+int compute_threads(int64_t configured) {
+  if (configured > 0) return static_cast<int>(configured);
+  const unsigned cores = std::thread::hardware_concurrency();
+  return cores > 0 ? static_cast<int>(cores) : 1;
+}
+
+// Forward and backward over the global batch of `step`, accumulating gradients; returns
+// the global-batch mean loss (the sum of the per-micro-batch losses / micro-batch count).
+double accumulate_step(torch::nn::Sequential& model, const TextCorpus& corpus,
+                       const JobConfig& job, int64_t step) {
+  const int64_t global = job.batch.global_batch_size;
+  const int64_t micro = job.batch.micro_batch_size;
+  const int64_t micro_batches = global / micro;
+  const auto seed = static_cast<uint64_t>(job.train.seed);
+  double loss_sum = 0;
+  for (int64_t k = 0; k < micro_batches; ++k) {
+    const TokenBatch batch =
+        sample_sequences(corpus, job.model.seq_len, seed, step * global + k * micro, micro);
+    auto loss = lm_loss(model->forward(batch.input), batch.target) /
+                static_cast<double>(micro_batches);
+    loss.backward();
+    loss_sum += loss.item<double>();
+  }
+  return loss_sum;
+}
+
+Result<std::vector<StepMetrics>> train(const JobConfig& job,
+                                       const std::function<void(const StepMetrics&)>& on_step,
+                                       torch::Tensor* final_parameters) {
+  torch::set_num_threads(compute_threads(job.train.threads));
+  auto corpus = TextCorpus::make(job.data, job.train.seed, job.model.seq_len);
+  if (!corpus.ok()) return corpus.error();
+
+  torch::manual_seed(static_cast<uint64_t>(job.train.seed));
+  torch::nn::Sequential model = make_gpt(job.model);
+  auto optimizer = make_optimizer(job.optimizer, model->parameters());
+  optimizer->zero_grad();
+
+  std::vector<StepMetrics> history;
+  const int64_t tokens = job.batch.global_batch_size * job.model.seq_len;
+  for (int64_t step = 0; step < job.train.steps; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    const double loss = accumulate_step(model, *corpus, job, step);
+    optimizer->step();
+    optimizer->zero_grad();
+    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+
+    StepMetrics metrics;
+    metrics.step = step + 1;
+    metrics.steps_total = job.train.steps;
+    metrics.loss = loss;
+    metrics.step_ms = elapsed.count() * 1000.0;
+    metrics.tokens = tokens;
+    metrics.tokens_per_s = elapsed.count() > 0 ? static_cast<double>(tokens) / elapsed.count() : 0;
+    history.push_back(metrics);
+    if (on_step) on_step(metrics);
+  }
+  if (final_parameters != nullptr) *final_parameters = flatten_parameters(*model);
+  return history;
+}
+
+}  // namespace
+
+Result<std::vector<StepMetrics>> train_reference(
+    const JobConfig& job, const std::function<void(const StepMetrics&)>& on_step,
+    torch::Tensor* final_parameters) {
+  TROUPE_TRY(check_batch(job.batch));
+  // LibTorch reports bad shapes, bad options and allocation failures by throwing; none of
+  // that may escape this seam.
+  try {
+    return train(job, on_step, final_parameters);
+  } catch (const c10::Error& error) {
+    return make_error(fmt::format("reference training failed: {}", error.what_without_backtrace()));
+  } catch (const std::exception& error) {
+    return make_error(fmt::format("reference training failed: {}", error.what()));
+  }
+}
+
+}  // namespace troupe

@@ -1,0 +1,128 @@
+// Bad input gets one clear sentence and a non-zero exit, never a crash or a hang:
+// config errors, a busy coordinator port, a rank with the wrong token.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+#include <thread>
+
+#include "tests/integration/command.hpp"
+
+namespace troupe {
+namespace {
+
+std::string troupe_command(const std::string& args) { return std::string(TROUPE_BINARY) + " " + args; }
+
+// Writes `toml` to a fresh file and runs `troupe SUBCOMMAND file`.
+testing::CommandResult run_on(const std::string& subcommand, const std::string& toml, std::string* path = nullptr) {
+  std::string dir = testing::make_temp_dir();
+  std::string file = dir + "/job.toml";
+  testing::write_file(file, toml);
+  if (path) *path = file;
+  return testing::run_command(troupe_command(subcommand + " " + file), 60);
+}
+
+void expect_refused(const testing::CommandResult& r, const std::string& needle) {
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(r.exit_code, 128) << "crashed: " << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << "missing \"" << needle << "\" in: " << r.output;
+}
+
+TEST(BadInput, TomlSyntaxErrorNamesFileLineAndColumn) {
+  std::string path;
+  auto r = run_on("run", "[cluster]\nworld_size = 1\n[batch\nmicro_batch_size = 2\n", &path);
+  expect_refused(r, path + ":3:");
+}
+
+TEST(BadInput, WrongTypeNamesTheKeyAndWhatIsAllowed) {
+  std::string path;
+  auto r = run_on("run", "[batch]\nmicro_batch_size = \"four\"\n", &path);
+  expect_refused(r, path + ":2:");
+  expect_refused(r, "micro_batch_size");
+}
+
+TEST(BadInput, UnknownKeySuggestsTheClosestOne) {
+  auto r = run_on("check", "[batch]\nmicro_bach_size = 2\n");
+  expect_refused(r, "did you mean micro_batch_size");
+}
+
+TEST(BadInput, InconsistentBatchSizesShowTheArithmetic) {
+  auto r = run_on("run", "[parallel]\ndp = 2\n[batch]\nmicro_batch_size = 4\ngradient_accumulation_steps = 1\n"
+                         "global_batch_size = 10\n");
+  expect_refused(r, "4 × gradient_accumulation_steps 1 × dp 2 = 8");
+}
+
+TEST(BadInput, WorldSizeMustEqualDpTimesPpTimesTp) {
+  auto r = run_on("run", "[cluster]\nworld_size = 3\n[parallel]\ndp = 2\n[batch]\nmicro_batch_size = 1\n");
+  expect_refused(r, "world_size");
+  EXPECT_NE(r.output.find("dp 2"), std::string::npos) << r.output;
+}
+
+TEST(BadInput, PipelineParallelismIsRefusedForNow) {
+  auto r = run_on("check", "[parallel]\npp = 2\n[batch]\nmicro_batch_size = 1\n");
+  expect_refused(r, "pp must be 1");
+}
+
+TEST(BadInput, OverrideOfAnUnknownKeyIsRefused) {
+  auto r = testing::run_command(troupe_command(std::string("check ") + TROUPE_SOURCE_DIR +
+                                               "/configs/tiny-gpt.toml --set train.stepz=3"));
+  expect_refused(r, "did you mean steps");
+}
+
+// Holds a TCP port open for listening for the duration of a test.
+class BusyPort {
+ public:
+  explicit BusyPort(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ok_ = bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && listen(fd_, 4) == 0;
+  }
+  ~BusyPort() { close(fd_); }
+  bool ok() const { return ok_; }
+
+ private:
+  int fd_ = -1;
+  bool ok_ = false;
+};
+
+TEST(BadInput, CoordinatorPortInUseIsRefusedBeforeAnyRankStarts) {
+  BusyPort busy(29721);
+  ASSERT_TRUE(busy.ok());
+  auto r = testing::run_command(troupe_command(std::string("run ") + TROUPE_SOURCE_DIR +
+                                               "/configs/tiny-gpt.toml --set cluster.coordinator=127.0.0.1:29721"));
+  expect_refused(r, "127.0.0.1:29721");
+  expect_refused(r, "Address already in use");
+}
+
+TEST(BadInput, CoordinatorPortInUseStopsRankZeroWithAClearError) {
+  BusyPort busy(29722);
+  ASSERT_TRUE(busy.ok());
+  auto r = testing::run_command("TROUPE_RANK=0 TROUPE_WORLD_SIZE=2 " +
+                                troupe_command(std::string("rank ") + TROUPE_SOURCE_DIR +
+                                               "/configs/tiny-gpt.toml --set cluster.coordinator=127.0.0.1:29722"));
+  expect_refused(r, "cannot listen on coordinator 127.0.0.1:29722: the port is already in use");
+}
+
+TEST(BadInput, RankWithTheWrongTokenIsRefusedAndRankZeroNamesTheMissingRank) {
+  std::string config = std::string(TROUPE_SOURCE_DIR) + "/configs/tiny-gpt.toml";
+  std::string common = " --set cluster.coordinator=127.0.0.1:29723 --set cluster.bootstrap_timeout_s=8";
+  testing::CommandResult rank0;
+  std::thread coordinator([&] {
+    rank0 = testing::run_command("TROUPE_RANK=0 TROUPE_WORLD_SIZE=2 " + troupe_command("rank " + config + common), 60);
+  });
+  auto rank1 = testing::run_command("TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 " +
+                                    troupe_command("rank " + config + common + " --set cluster.token=not-the-token"), 60);
+  coordinator.join();
+  expect_refused(rank1, "refused rank 1: wrong cluster token");
+  expect_refused(rank0, "rank(s) 1 did not join within 8 s");
+  EXPECT_NE(rank0.output.find("refused a connection claiming rank 1: wrong cluster token"), std::string::npos)
+      << rank0.output;
+}
+
+}  // namespace
+}  // namespace troupe

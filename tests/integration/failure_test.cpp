@@ -1,0 +1,88 @@
+// A rank killed in the middle of training stops the whole job within 10 s, and the
+// message names the rank and how it ended.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <dirent.h>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "tests/integration/command.hpp"
+
+namespace troupe {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The pid of the process whose command line holds `marker` and whose environment has `env`.
+int find_process(const std::string& marker, const std::string& env) {
+  DIR* proc = opendir("/proc");
+  int found = -1;
+  while (dirent* e = readdir(proc)) {
+    int pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    std::string cmdline = testing::read_file("/proc/" + std::to_string(pid) + "/cmdline");
+    if (cmdline.find(marker) == std::string::npos || cmdline.find("rank") == std::string::npos) continue;
+    std::string environ = testing::read_file("/proc/" + std::to_string(pid) + "/environ");
+    if (environ.find(env + '\0') == std::string::npos && environ.find('\0' + env) == std::string::npos) continue;
+    found = pid;
+  }
+  closedir(proc);
+  return found;
+}
+
+TEST(Failure, KilledRankStopsTheJobWithinTenSecondsAndIsNamed) {
+  std::string dir = testing::make_temp_dir();
+  std::string metrics = dir + "/metrics.jsonl";
+  std::string command = std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR + "/configs/tiny-gpt.toml" +
+                        " --set train.steps=100000 --set cluster.coordinator=127.0.0.1:29741 --metrics " + metrics;
+  testing::CommandResult result;
+  Clock::time_point killed_at;
+  std::thread job([&] { result = testing::run_command(command, 120); });
+
+  // Wait until training is under way, then kill rank 1.
+  auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (testing::read_file(metrics).size() < 200 && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  int pid = find_process(metrics, "TROUPE_RANK=1");
+  ASSERT_GT(pid, 0) << "rank 1 not found";
+  killed_at = Clock::now();
+  kill(pid, SIGKILL);
+  job.join();
+  double stop_s = std::chrono::duration<double>(Clock::now() - killed_at).count();
+
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_LT(stop_s, 10.0) << result.output;
+  EXPECT_NE(result.output.find("rank 1 was killed by signal 9"), std::string::npos) << result.output;
+}
+
+TEST(Failure, RankOutsideALauncherLosesItsPeerAndNamesIt) {
+  // Without `troupe run` to stop it, rank 0 must notice on its own that rank 1 died.
+  std::string dir = testing::make_temp_dir();
+  std::string metrics = dir + "/metrics.jsonl";
+  std::string base = std::string(TROUPE_BINARY) + " rank " + TROUPE_SOURCE_DIR + "/configs/tiny-gpt.toml" +
+                     " --set train.steps=100000 --set cluster.coordinator=127.0.0.1:29742" +
+                     " --set cluster.collective_timeout_s=5 --metrics " + metrics;
+  testing::CommandResult rank0;
+  std::thread coordinator([&] { rank0 = testing::run_command("TROUPE_RANK=0 TROUPE_WORLD_SIZE=2 " + base, 120); });
+  std::thread other([&] { testing::run_command("TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 " + base + " --set train.log_interval=7", 120); });
+  auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (testing::read_file(metrics).size() < 200 && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  int pid = find_process("train.log_interval=7", "TROUPE_RANK=1");
+  ASSERT_GT(pid, 0) << "rank 1 not found";
+  auto killed_at = Clock::now();
+  kill(pid, SIGKILL);
+  other.join();
+  coordinator.join();
+  double stop_s = std::chrono::duration<double>(Clock::now() - killed_at).count();
+  EXPECT_NE(rank0.exit_code, 0) << rank0.output;
+  EXPECT_LT(rank0.exit_code, 128) << "crashed: " << rank0.output;
+  EXPECT_LT(stop_s, 10.0) << rank0.output;
+  EXPECT_NE(rank0.output.find("rank 1"), std::string::npos) << rank0.output;
+}
+
+}  // namespace
+}  // namespace troupe

@@ -1,0 +1,776 @@
+// Specifications of the TOML job configuration: loading, --set overrides, resolution
+// (derivations and validation), rendering and did-you-mean suggestions.
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "runtime/config/load.hpp"
+#include "runtime/config/render.hpp"
+#include "runtime/config/resolve.hpp"
+#include "runtime/config/suggest.hpp"
+
+namespace troupe {
+namespace {
+
+constexpr const char* kMinimal = "[batch]\nmicro_batch_size = 4\n";
+
+Result<JobConfig> load(std::string_view text, const std::vector<std::string>& overrides = {}) {
+  return load_config_string(text, "job.toml", overrides);
+}
+
+// The error message of a result that must have failed.
+std::string error_of(const Result<JobConfig>& result) {
+  EXPECT_FALSE(result.ok());
+  return result.ok() ? "<no error>" : result.error().message;
+}
+
+// A code-built config that resolves: only the micro-batch size is required.
+JobConfig minimal_struct() {
+  JobConfig config;
+  config.batch.micro_batch_size = 4;
+  return config;
+}
+
+// Writes `bytes` to a fresh file under the test temp dir and returns its path.
+std::string write_temp_file(const std::string& name, const std::string& bytes) {
+  const std::string path = ::testing::TempDir() + "troupe_config_test_" + name;
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+void expect_same(const JobConfig& a, const JobConfig& b) {
+  EXPECT_EQ(a.source, b.source);
+  EXPECT_EQ(a.cluster.world_size, b.cluster.world_size);
+  EXPECT_EQ(a.cluster.coordinator, b.cluster.coordinator);
+  EXPECT_EQ(a.cluster.token, b.cluster.token);
+  EXPECT_EQ(a.cluster.bootstrap_timeout_s, b.cluster.bootstrap_timeout_s);
+  EXPECT_EQ(a.cluster.peer_timeout_s, b.cluster.peer_timeout_s);
+  EXPECT_EQ(a.cluster.collective_timeout_s, b.cluster.collective_timeout_s);
+  EXPECT_EQ(a.parallel.dp, b.parallel.dp);
+  EXPECT_EQ(a.parallel.pp, b.parallel.pp);
+  EXPECT_EQ(a.parallel.tp, b.parallel.tp);
+  EXPECT_EQ(a.parallel.reduce_bucket_bytes, b.parallel.reduce_bucket_bytes);
+  EXPECT_EQ(a.batch.micro_batch_size, b.batch.micro_batch_size);
+  EXPECT_EQ(a.batch.gradient_accumulation_steps, b.batch.gradient_accumulation_steps);
+  EXPECT_EQ(a.batch.global_batch_size, b.batch.global_batch_size);
+  EXPECT_EQ(a.optimizer.type, b.optimizer.type);
+  EXPECT_EQ(a.optimizer.lr, b.optimizer.lr);
+  EXPECT_EQ(a.optimizer.beta1, b.optimizer.beta1);
+  EXPECT_EQ(a.optimizer.beta2, b.optimizer.beta2);
+  EXPECT_EQ(a.optimizer.eps, b.optimizer.eps);
+  EXPECT_EQ(a.optimizer.weight_decay, b.optimizer.weight_decay);
+  EXPECT_EQ(a.optimizer.momentum, b.optimizer.momentum);
+  EXPECT_EQ(a.optimizer.nesterov, b.optimizer.nesterov);
+  EXPECT_EQ(a.model.type, b.model.type);
+  EXPECT_EQ(a.model.vocab_size, b.model.vocab_size);
+  EXPECT_EQ(a.model.seq_len, b.model.seq_len);
+  EXPECT_EQ(a.model.d_model, b.model.d_model);
+  EXPECT_EQ(a.model.n_layers, b.model.n_layers);
+  EXPECT_EQ(a.model.n_heads, b.model.n_heads);
+  EXPECT_EQ(a.model.d_ff, b.model.d_ff);
+  EXPECT_EQ(a.data.path, b.data.path);
+  EXPECT_EQ(a.data.synthetic_bytes, b.data.synthetic_bytes);
+  EXPECT_EQ(a.data.prefetch_micro_batches, b.data.prefetch_micro_batches);
+  EXPECT_EQ(a.train.steps, b.train.steps);
+  EXPECT_EQ(a.train.seed, b.train.seed);
+  EXPECT_EQ(a.train.log_interval, b.train.log_interval);
+  EXPECT_EQ(a.train.threads, b.train.threads);
+  EXPECT_EQ(a.train.metrics_path, b.train.metrics_path);
+  EXPECT_EQ(a.trace.path, b.trace.path);
+}
+
+// ---- Loading: names, types and positions ----
+
+TEST(ConfigLoad, MissingSectionsAndKeysKeepTheirDefaults) {
+  Result<JobConfig> config = load(kMinimal);
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  const JobConfig defaults;
+  EXPECT_EQ(config->cluster.coordinator, defaults.cluster.coordinator);
+  EXPECT_EQ(config->optimizer.lr, defaults.optimizer.lr);
+  EXPECT_EQ(config->model.d_model, defaults.model.d_model);
+  EXPECT_EQ(config->train.steps, defaults.train.steps);
+}
+
+TEST(ConfigLoad, SourceIsTheNameGivenForTheText) {
+  Result<JobConfig> config = load(kMinimal);
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_EQ(config->source, "job.toml");
+}
+
+TEST(ConfigLoad, EveryKeyOfEverySectionIsRead) {
+  Result<JobConfig> config = load(R"(
+[cluster]
+world_size = 2
+coordinator = "node0:4000"
+token = "s3cret"
+bootstrap_timeout_s = 5
+peer_timeout_s = 2.5
+collective_timeout_s = 30
+[parallel]
+dp = 2
+pp = 1
+tp = 1
+reduce_bucket_bytes = 4096
+[batch]
+micro_batch_size = 3
+gradient_accumulation_steps = 2
+global_batch_size = 12
+[optimizer]
+type = "sgd"
+lr = 0.1
+betas = [0.8, 0.9]
+eps = 1e-6
+weight_decay = 0
+momentum = 0.9
+nesterov = true
+[model]
+type = "gpt"
+vocab_size = 300
+seq_len = 16
+d_model = 32
+n_layers = 3
+n_heads = 2
+d_ff = 100
+[data]
+path = ""
+synthetic_bytes = 1000
+prefetch_micro_batches = 3
+[train]
+steps = 7
+seed = 42
+log_interval = 2
+threads = 1
+metrics_path = "m.jsonl"
+[trace]
+path = "t.json"
+)");
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_EQ(config->cluster.coordinator, "node0:4000");
+  EXPECT_EQ(config->cluster.peer_timeout_s, 2.5);
+  EXPECT_EQ(config->parallel.reduce_bucket_bytes, 4096);
+  EXPECT_EQ(config->batch.global_batch_size, 12);
+  EXPECT_EQ(config->optimizer.type, OptimizerType::sgd);
+  EXPECT_EQ(config->optimizer.beta1, 0.8);
+  EXPECT_TRUE(config->optimizer.nesterov);
+  EXPECT_EQ(config->model.d_ff, 100);
+  EXPECT_EQ(config->data.prefetch_micro_batches, 3);
+  EXPECT_EQ(config->train.metrics_path, "m.jsonl");
+  EXPECT_EQ(config->trace.path, "t.json");
+}
+
+TEST(ConfigLoad, SyntaxErrorGivesTomlDescriptionWithFileLineColumn) {
+  EXPECT_EQ(error_of(load("[batch]\nmicro_batch_size = four\n")),
+            "job.toml:2:21: invalid TOML: error while parsing boolean: expected 'false', "
+            "saw 'fo'");
+}
+
+TEST(ConfigLoad, SyntaxErrorAtEndOfFileNamesItsPosition) {
+  EXPECT_EQ(error_of(load("[batch]\nmicro_batch_size = [1,\n")),
+            "job.toml:2:24: invalid TOML: error while parsing array: encountered end-of-file");
+}
+
+TEST(ConfigLoad, StringWhereIntegerExpectedNamesPositionKeyValueAndAllowed) {
+  EXPECT_EQ(error_of(load("[batch]\nmicro_batch_size = \"four\"\n")),
+            "job.toml:2:20: [batch] micro_batch_size must be a positive integer, got \"four\" "
+            "(a string)");
+}
+
+TEST(ConfigLoad, FloatWhereIntegerExpectedIsAnError) {
+  EXPECT_EQ(error_of(load("[batch]\nmicro_batch_size = 4.0\n")),
+            "job.toml:2:20: [batch] micro_batch_size must be a positive integer, got 4.0 "
+            "(a float)");
+}
+
+TEST(ConfigLoad, IntegerWhereFloatExpectedIsPromoted) {
+  Result<JobConfig> config = load(std::string(kMinimal) + "[optimizer]\nlr = 1\n");
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_EQ(config->optimizer.lr, 1.0);
+}
+
+TEST(ConfigLoad, BooleanKeyRejectsAString) {
+  EXPECT_EQ(error_of(load(std::string(kMinimal) + "[optimizer]\nnesterov = \"yes\"\n")),
+            "job.toml:4:12: [optimizer] nesterov must be true or false, got \"yes\" (a string)");
+}
+
+TEST(ConfigLoad, UnknownKeySuggestsTheClosestKey) {
+  EXPECT_EQ(error_of(load("[batch]\nmicro_bach_size = 4\n")),
+            "job.toml:2:1: unknown key [batch] micro_bach_size; did you mean micro_batch_size?");
+}
+
+TEST(ConfigLoad, UnknownKeyOfAnotherSectionNamesThatSection) {
+  EXPECT_EQ(error_of(load("[batch]\nlr = 0.1\n")),
+            "job.toml:2:1: unknown key [batch] lr; did you mean [optimizer] lr?");
+}
+
+TEST(ConfigLoad, UnknownKeyWithNothingCloseListsTheAllowedKeys) {
+  EXPECT_EQ(error_of(load("[batch]\nsize = 4\n")),
+            "job.toml:2:1: unknown key [batch] size; the keys of [batch] are micro_batch_size, "
+            "gradient_accumulation_steps, global_batch_size");
+}
+
+TEST(ConfigLoad, UnknownSectionSuggestsTheClosestSection) {
+  EXPECT_EQ(error_of(load("[clustr]\ntoken = \"x\"\n")),
+            "job.toml:1:2: unknown section [clustr]; did you mean [cluster]?");
+}
+
+TEST(ConfigLoad, UnknownSectionWithNothingCloseListsTheSections) {
+  EXPECT_EQ(error_of(load("[logging]\nlevel = 1\n")),
+            "job.toml:1:2: unknown section [logging]; the sections are [cluster], [parallel], "
+            "[batch], [optimizer], [model], [data], [train], [trace]");
+}
+
+TEST(ConfigLoad, KeyOutsideAnySectionNamesItsSection) {
+  EXPECT_EQ(error_of(load("steps = 4\n")),
+            "job.toml:1:1: key steps is outside any section; did you mean [train] steps?");
+}
+
+TEST(ConfigLoad, SectionWrittenAsAValueIsAnError) {
+  EXPECT_EQ(error_of(load("batch = 4\n")),
+            "job.toml:1:9: [batch] must be a section (a table), got 4 (an integer)");
+}
+
+TEST(ConfigLoad, ErrorsComeInFileOrderNotAlphabetical) {
+  EXPECT_EQ(error_of(load("[train]\nzzz = 1\naaa = 2\n")).substr(0, 15), "job.toml:2:1: u");
+}
+
+TEST(ConfigLoad, OptimizerTypeAcceptsAdamwAdamAndSgd) {
+  for (const auto& [name, type] : {std::pair{"adamw", OptimizerType::adamw},
+                                   std::pair{"adam", OptimizerType::adam},
+                                   std::pair{"sgd", OptimizerType::sgd}}) {
+    Result<JobConfig> config =
+        load(std::string(kMinimal) + "[optimizer]\ntype = \"" + name + "\"\n");
+    ASSERT_TRUE(config.ok()) << config.error().message;
+    EXPECT_EQ(config->optimizer.type, type) << name;
+  }
+}
+
+TEST(ConfigLoad, OptimizerTypeTypoSuggestsTheClosestType) {
+  EXPECT_EQ(error_of(load(std::string(kMinimal) + "[optimizer]\ntype = \"adamx\"\n")),
+            "job.toml:4:8: [optimizer] type must be one of \"adamw\", \"adam\" or \"sgd\", got "
+            "\"adamx\"; did you mean \"adamw\"?");
+}
+
+TEST(ConfigLoad, BetasArraySetsBothBetasAndPromotesIntegers) {
+  Result<JobConfig> config = load(std::string(kMinimal) + "[optimizer]\nbetas = [0, 0.95]\n");
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_EQ(config->optimizer.beta1, 0.0);
+  EXPECT_EQ(config->optimizer.beta2, 0.95);
+}
+
+TEST(ConfigLoad, BetasWithThreeElementsIsAnError) {
+  EXPECT_EQ(error_of(load(std::string(kMinimal) + "[optimizer]\nbetas = [0.9, 0.95, 0.99]\n")),
+            "job.toml:4:9: [optimizer] betas must be an array of two numbers [beta1, beta2], "
+            "each at least 0 and below 1, got [0.9, 0.95, 0.99] (an array)");
+}
+
+TEST(ConfigLoad, FileIsReadAndItsPathBecomesTheSource) {
+  const std::string path = write_temp_file("job.toml", kMinimal);
+  Result<JobConfig> config = load_config_file(path, {});
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_EQ(config->source, path);
+  EXPECT_EQ(config->batch.micro_batch_size, 4);
+}
+
+TEST(ConfigLoad, MissingFileIsAnErrorNamingThePath) {
+  EXPECT_EQ(error_of(load_config_file("/nonexistent/job.toml", {})),
+            "cannot read config file /nonexistent/job.toml: No such file or directory");
+}
+
+TEST(ConfigLoad, ErrorsInAFileNameThatFile) {
+  const std::string path = write_temp_file("bad.toml", "[batch]\nmicro_batch_size = -1\n");
+  EXPECT_EQ(error_of(load_config_file(path, {})),
+            path + ":2:20: [batch] micro_batch_size must be a positive integer, got -1");
+}
+
+// ---- Overrides ----
+
+TEST(ConfigOverride, ReplacesTheFileValue) {
+  Result<JobConfig> config = load(kMinimal, {"batch.micro_batch_size=8"});
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_EQ(config->batch.micro_batch_size, 8);
+}
+
+TEST(ConfigOverride, CreatesAMissingSection) {
+  Result<JobConfig> config = load(kMinimal, {"train.steps=3"});
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_EQ(config->train.steps, 3);
+}
+
+TEST(ConfigOverride, LaterOverrideOfTheSameKeyWins) {
+  Result<JobConfig> config = load(kMinimal, {"train.steps=3", "train.steps=5"});
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_EQ(config->train.steps, 5);
+}
+
+TEST(ConfigOverride, ValueIsParsedAsToml) {
+  Result<JobConfig> config =
+      load(kMinimal, {"optimizer.lr=1e-3", "optimizer.betas=[0.9, 0.95]",
+                      "optimizer.nesterov=true", "optimizer.momentum=0.5",
+                      "cluster.token=\"quoted\""});
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_EQ(config->optimizer.lr, 1e-3);
+  EXPECT_EQ(config->optimizer.beta2, 0.95);
+  EXPECT_TRUE(config->optimizer.nesterov);
+  EXPECT_EQ(config->cluster.token, "quoted");
+}
+
+TEST(ConfigOverride, ValueThatIsNotTomlIsABareString) {
+  Result<JobConfig> config =
+      load(kMinimal, {"cluster.token=abc", "cluster.coordinator=node7:2000"});
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_EQ(config->cluster.token, "abc");
+  EXPECT_EQ(config->cluster.coordinator, "node7:2000");
+}
+
+TEST(ConfigOverride, WrongTypeNamesTheOverrideText) {
+  EXPECT_EQ(error_of(load(kMinimal, {"batch.micro_batch_size=four"})),
+            "--set batch.micro_batch_size=four: [batch] micro_batch_size must be a positive "
+            "integer, got \"four\" (a string)");
+}
+
+TEST(ConfigOverride, UnknownKeyNamesTheOverrideAndSuggests) {
+  EXPECT_EQ(error_of(load(kMinimal, {"batch.micro_bach_size=4"})),
+            "--set batch.micro_bach_size=4: unknown key [batch] micro_bach_size; did you mean "
+            "micro_batch_size?");
+}
+
+TEST(ConfigOverride, UnknownSectionNamesTheOverrideAndSuggests) {
+  EXPECT_EQ(error_of(load(kMinimal, {"clustr.token=abc"})),
+            "--set clustr.token=abc: unknown section [clustr]; did you mean [cluster]?");
+}
+
+TEST(ConfigOverride, MissingEqualsShowsTheExpectedForm) {
+  EXPECT_EQ(error_of(load(kMinimal, {"batch.micro_batch_size"})),
+            "--set batch.micro_batch_size: an override must have the form section.key=value, "
+            "e.g. --set batch.micro_batch_size=4");
+}
+
+TEST(ConfigOverride, MissingDotShowsTheExpectedForm) {
+  EXPECT_EQ(error_of(load(kMinimal, {"steps=4"})),
+            "--set steps=4: an override must have the form section.key=value, e.g. --set "
+            "batch.micro_batch_size=4");
+}
+
+TEST(ConfigOverride, AppliesBeforeValidation) {
+  // The file alone is inconsistent (4 × 1 × 1 != 10); the override fixes it.
+  const char* text = "[batch]\nmicro_batch_size = 4\nglobal_batch_size = 10\n";
+  Result<JobConfig> config = load(text, {"batch.global_batch_size=8"});
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_EQ(config->batch.gradient_accumulation_steps, 2);
+}
+
+TEST(ConfigOverride, ValidationErrorsNameTheOverrideText) {
+  EXPECT_EQ(error_of(load(kMinimal, {"train.steps=0"})),
+            "--set train.steps=0: [train] steps must be a positive integer, got 0");
+}
+
+// ---- Resolution: world size and dp ----
+
+TEST(ConfigResolve, WorldSizeIsDerivedFromDp) {
+  JobConfig raw = minimal_struct();
+  raw.parallel.dp = 3;
+  Result<JobConfig> config = resolve_config(raw);
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_EQ(config->cluster.world_size, 3);
+}
+
+TEST(ConfigResolve, DpIsDerivedFromWorldSize) {
+  JobConfig raw = minimal_struct();
+  raw.cluster.world_size = 4;
+  Result<JobConfig> config = resolve_config(raw);
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_EQ(config->parallel.dp, 4);
+}
+
+TEST(ConfigResolve, WorldSizeAndDpBothUnsetMeanOneRank) {
+  Result<JobConfig> config = resolve_config(minimal_struct());
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_EQ(config->cluster.world_size, 1);
+  EXPECT_EQ(config->parallel.dp, 1);
+}
+
+TEST(ConfigResolve, WorldSizeThatDisagreesWithDpShowsTheArithmetic) {
+  const std::string text =
+      std::string(kMinimal) + "[cluster]\nworld_size = 3\n[parallel]\ndp = 2\n";
+  EXPECT_EQ(error_of(load(text)),
+            "job.toml:4:14: [cluster] world_size = 3 does not equal dp 2 × pp 1 × tp 1 = 2");
+}
+
+TEST(ConfigResolve, PipelineParallelismIsNotAvailableYet) {
+  EXPECT_EQ(error_of(load(std::string(kMinimal) + "[parallel]\npp = 2\n")),
+            "job.toml:4:6: [parallel] pp = 2: pipeline parallelism is not available yet; "
+            "pp must be 1");
+}
+
+TEST(ConfigResolve, TensorParallelismIsNotAvailableYet) {
+  JobConfig raw = minimal_struct();
+  raw.parallel.tp = 2;
+  EXPECT_EQ(error_of(resolve_config(raw)),
+            "<struct>: [parallel] tp = 2: tensor parallelism is not available yet; tp must be 1");
+}
+
+// ---- Resolution: the batch rule global = micro × accumulation × dp ----
+
+TEST(ConfigResolve, InconsistentBatchTripleShowsTheArithmetic) {
+  EXPECT_EQ(error_of(load("[parallel]\ndp = 2\n[batch]\nmicro_batch_size = 4\n"
+                          "gradient_accumulation_steps = 1\nglobal_batch_size = 10\n")),
+            "job.toml:6:21: [batch] global_batch_size = 10 does not equal micro_batch_size 4 × "
+            "gradient_accumulation_steps 1 × dp 2 = 8");
+}
+
+TEST(ConfigResolve, MicroAndAccumulationDetermineGlobal) {
+  JobConfig raw = minimal_struct();
+  raw.parallel.dp = 2;
+  raw.batch.gradient_accumulation_steps = 3;
+  Result<JobConfig> config = resolve_config(raw);
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_EQ(config->batch.global_batch_size, 24);
+}
+
+TEST(ConfigResolve, MicroAndGlobalDetermineAccumulation) {
+  JobConfig raw = minimal_struct();
+  raw.parallel.dp = 2;
+  raw.batch.global_batch_size = 24;
+  Result<JobConfig> config = resolve_config(raw);
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_EQ(config->batch.gradient_accumulation_steps, 3);
+}
+
+TEST(ConfigResolve, AccumulationAndGlobalDetermineMicro) {
+  JobConfig raw;
+  raw.parallel.dp = 2;
+  raw.batch.gradient_accumulation_steps = 3;
+  raw.batch.global_batch_size = 24;
+  Result<JobConfig> config = resolve_config(raw);
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_EQ(config->batch.micro_batch_size, 4);
+}
+
+TEST(ConfigResolve, OnlyMicroMeansOneAccumulationStep) {
+  JobConfig raw = minimal_struct();
+  raw.parallel.dp = 2;
+  Result<JobConfig> config = resolve_config(raw);
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_EQ(config->batch.gradient_accumulation_steps, 1);
+  EXPECT_EQ(config->batch.global_batch_size, 8);
+}
+
+TEST(ConfigResolve, OnlyGlobalIsSplitAcrossDpWithOneAccumulationStep) {
+  JobConfig raw;
+  raw.parallel.dp = 2;
+  raw.batch.global_batch_size = 8;
+  Result<JobConfig> config = resolve_config(raw);
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_EQ(config->batch.gradient_accumulation_steps, 1);
+  EXPECT_EQ(config->batch.micro_batch_size, 4);
+}
+
+TEST(ConfigResolve, GlobalThatDoesNotDivideShowsTheArithmetic) {
+  EXPECT_EQ(error_of(load("[parallel]\ndp = 2\n[batch]\nmicro_batch_size = 4\n"
+                          "global_batch_size = 10\n")),
+            "job.toml:5:21: [batch] global_batch_size = 10 is not a multiple of "
+            "micro_batch_size 4 × dp 2 = 8, so gradient_accumulation_steps cannot be derived");
+}
+
+TEST(ConfigResolve, GlobalSmallerThanMicroTimesDpIsAnError) {
+  JobConfig raw = minimal_struct();
+  raw.parallel.dp = 2;
+  raw.batch.global_batch_size = 4;
+  EXPECT_EQ(error_of(resolve_config(raw)),
+            "<struct>: [batch] global_batch_size = 4 is not a multiple of micro_batch_size 4 × "
+            "dp 2 = 8, so gradient_accumulation_steps cannot be derived");
+}
+
+TEST(ConfigResolve, OnlyAccumulationSaysWhatElseToSet) {
+  EXPECT_EQ(error_of(load("[batch]\ngradient_accumulation_steps = 2\n")),
+            "job.toml:2:31: [batch] only gradient_accumulation_steps is set; also set "
+            "micro_batch_size or global_batch_size (global = micro × accumulation × dp)");
+}
+
+TEST(ConfigResolve, NoBatchSizeSaysWhichToSet) {
+  EXPECT_EQ(error_of(load("")),
+            "job.toml: [batch] no batch size is set; set micro_batch_size, or two of "
+            "micro_batch_size, gradient_accumulation_steps and global_batch_size "
+            "(global = micro × accumulation × dp)");
+}
+
+TEST(ConfigResolve, NegativeBatchSizeIsAnError) {
+  JobConfig raw = minimal_struct();
+  raw.batch.gradient_accumulation_steps = -2;
+  EXPECT_EQ(error_of(resolve_config(raw)),
+            "<struct>: [batch] gradient_accumulation_steps must be a positive integer, got -2");
+}
+
+TEST(ConfigResolve, BatchProductThatOverflowsIsAnError) {
+  JobConfig raw = minimal_struct();
+  raw.batch.micro_batch_size = int64_t{1} << 40;
+  raw.batch.gradient_accumulation_steps = int64_t{1} << 30;
+  EXPECT_NE(error_of(resolve_config(raw)).find("does not fit in a 64-bit integer"),
+            std::string::npos);
+}
+
+// ---- Resolution: model, optimizer, cluster, data, train ----
+
+TEST(ConfigResolve, DModelMustBeDivisibleByHeads) {
+  JobConfig raw = minimal_struct();
+  raw.model.n_heads = 5;
+  EXPECT_EQ(error_of(resolve_config(raw)),
+            "<struct>: [model] d_model = 64 is not divisible by n_heads = 5");
+}
+
+TEST(ConfigResolve, ZeroDffBecomesFourTimesDModel) {
+  Result<JobConfig> config = resolve_config(minimal_struct());
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_EQ(config->model.d_ff, 256);
+}
+
+TEST(ConfigResolve, VocabBelowByteRangeIsAnError) {
+  EXPECT_EQ(error_of(load(std::string(kMinimal) + "[model]\nvocab_size = 100\n")),
+            "job.toml:4:14: [model] vocab_size must be an integer of at least 256 (byte-level "
+            "data), got 100");
+}
+
+TEST(ConfigResolve, NonPositiveModelSizeIsAnError) {
+  JobConfig raw = minimal_struct();
+  raw.model.n_layers = 0;
+  EXPECT_EQ(error_of(resolve_config(raw)),
+            "<struct>: [model] n_layers must be a positive integer, got 0");
+}
+
+TEST(ConfigResolve, ModelTypeMustBeGptAndTyposAreSuggested) {
+  JobConfig raw = minimal_struct();
+  raw.model.type = "gtp";
+  EXPECT_EQ(error_of(resolve_config(raw)),
+            "<struct>: [model] type must be \"gpt\", got \"gtp\"; did you mean \"gpt\"?");
+}
+
+TEST(ConfigResolve, LearningRateMustBePositive) {
+  EXPECT_EQ(error_of(load(std::string(kMinimal) + "[optimizer]\nlr = -0.001\n")),
+            "job.toml:4:6: [optimizer] lr must be a positive number, got -0.001");
+}
+
+TEST(ConfigResolve, LearningRateMustBeFinite) {
+  EXPECT_EQ(error_of(load(std::string(kMinimal) + "[optimizer]\nlr = inf\n")),
+            "job.toml:4:6: [optimizer] lr must be a positive number, got inf");
+}
+
+TEST(ConfigResolve, BetaOfOneIsAnError) {
+  EXPECT_EQ(error_of(load(std::string(kMinimal) + "[optimizer]\nbetas = [0.9, 1]\n")),
+            "job.toml:4:9: [optimizer] betas must be an array of two numbers [beta1, beta2], "
+            "each at least 0 and below 1, got [0.9, 1.0]");
+}
+
+TEST(ConfigResolve, EpsMustBePositive) {
+  JobConfig raw = minimal_struct();
+  raw.optimizer.eps = 0;
+  EXPECT_EQ(error_of(resolve_config(raw)),
+            "<struct>: [optimizer] eps must be a positive number, got 0.0");
+}
+
+TEST(ConfigResolve, NegativeWeightDecayIsAnError) {
+  JobConfig raw = minimal_struct();
+  raw.optimizer.weight_decay = -1;
+  EXPECT_EQ(error_of(resolve_config(raw)),
+            "<struct>: [optimizer] weight_decay must be a non-negative number, got -1.0");
+}
+
+TEST(ConfigResolve, NegativeMomentumIsAnError) {
+  JobConfig raw = minimal_struct();
+  raw.optimizer.momentum = -0.5;
+  EXPECT_EQ(error_of(resolve_config(raw)),
+            "<struct>: [optimizer] momentum must be a non-negative number, got -0.5");
+}
+
+TEST(ConfigResolve, NesterovNeedsMomentum) {
+  JobConfig raw = minimal_struct();
+  raw.optimizer.nesterov = true;
+  EXPECT_EQ(error_of(resolve_config(raw)),
+            "<struct>: [optimizer] nesterov = true needs a positive momentum, got momentum 0");
+}
+
+TEST(ConfigResolve, CoordinatorWithoutPortIsAnError) {
+  EXPECT_EQ(error_of(load(std::string(kMinimal) + "[cluster]\ncoordinator = \"node0\"\n")),
+            "job.toml:4:15: [cluster] coordinator must be a host:port string with a port from 1 "
+            "to 65535, got \"node0\"");
+}
+
+TEST(ConfigResolve, CoordinatorPortOutOfRangeIsAnError) {
+  JobConfig raw = minimal_struct();
+  for (const char* coordinator : {"node0:0", "node0:65536", "node0:12a", ":80", "a:b:80"}) {
+    raw.cluster.coordinator = coordinator;
+    EXPECT_FALSE(resolve_config(raw).ok()) << coordinator;
+  }
+}
+
+TEST(ConfigResolve, CoordinatorAcceptsBracketedIpv6) {
+  JobConfig raw = minimal_struct();
+  raw.cluster.coordinator = "[::1]:65535";
+  EXPECT_TRUE(resolve_config(raw).ok());
+}
+
+TEST(ConfigResolve, EmptyTokenIsAnError) {
+  EXPECT_EQ(error_of(load(kMinimal, {"cluster.token="})),
+            "--set cluster.token=: [cluster] token must be a non-empty string, got \"\"");
+}
+
+TEST(ConfigResolve, TimeoutsMustBePositive) {
+  JobConfig raw = minimal_struct();
+  raw.cluster.peer_timeout_s = 0;
+  EXPECT_EQ(error_of(resolve_config(raw)),
+            "<struct>: [cluster] peer_timeout_s must be a positive number of seconds, got 0.0");
+}
+
+TEST(ConfigResolve, ReduceBucketMustBePositive) {
+  JobConfig raw = minimal_struct();
+  raw.parallel.reduce_bucket_bytes = 0;
+  EXPECT_EQ(error_of(resolve_config(raw)),
+            "<struct>: [parallel] reduce_bucket_bytes must be a positive integer, got 0");
+}
+
+TEST(ConfigResolve, LogIntervalMustBeAtLeastOne) {
+  JobConfig raw = minimal_struct();
+  raw.train.log_interval = 0;
+  EXPECT_EQ(error_of(resolve_config(raw)),
+            "<struct>: [train] log_interval must be a positive integer, got 0");
+}
+
+TEST(ConfigResolve, NegativeThreadsIsAnError) {
+  JobConfig raw = minimal_struct();
+  raw.train.threads = -1;
+  EXPECT_EQ(error_of(resolve_config(raw)),
+            "<struct>: [train] threads must be a non-negative integer (0 = automatic), got -1");
+}
+
+TEST(ConfigResolve, PrefetchMustBeAtLeastOne) {
+  JobConfig raw = minimal_struct();
+  raw.data.prefetch_micro_batches = 0;
+  EXPECT_EQ(error_of(resolve_config(raw)),
+            "<struct>: [data] prefetch_micro_batches must be a positive integer, got 0");
+}
+
+TEST(ConfigResolve, SyntheticCorpusMustHoldOneSample) {
+  JobConfig raw = minimal_struct();
+  raw.data.synthetic_bytes = 65;
+  EXPECT_EQ(error_of(resolve_config(raw)),
+            "<struct>: [data] synthetic_bytes must be greater than seq_len + 1 = 65, got 65");
+}
+
+TEST(ConfigResolve, MissingDataFileIsNamed) {
+  JobConfig raw = minimal_struct();
+  raw.data.path = "/nonexistent/corpus.txt";
+  EXPECT_EQ(error_of(resolve_config(raw)),
+            "<struct>: [data] path \"/nonexistent/corpus.txt\" does not exist");
+}
+
+TEST(ConfigResolve, DataPathThatIsADirectoryIsAnError) {
+  JobConfig raw = minimal_struct();
+  raw.data.path = ::testing::TempDir();
+  EXPECT_NE(error_of(resolve_config(raw)).find("is not a regular file"), std::string::npos);
+}
+
+TEST(ConfigResolve, DataFileShorterThanOneSampleIsAnError) {
+  JobConfig raw = minimal_struct();
+  raw.data.path = write_temp_file("short.txt", std::string(65, 'x'));
+  EXPECT_EQ(error_of(resolve_config(raw)),
+            "<struct>: [data] path \"" + raw.data.path +
+                "\" holds 65 bytes, but one sample needs more than seq_len + 1 = 65");
+}
+
+TEST(ConfigResolve, DataFileWithOneSampleIsAccepted) {
+  JobConfig raw = minimal_struct();
+  raw.data.path = write_temp_file("one_sample.txt", std::string(66, 'x'));
+  EXPECT_TRUE(resolve_config(raw).ok());
+}
+
+TEST(ConfigResolve, StructErrorsNameTheSourceAndTheKey) {
+  JobConfig raw = minimal_struct();
+  raw.source = "trainer.cpp";
+  raw.train.steps = 0;
+  EXPECT_EQ(error_of(resolve_config(raw)),
+            "trainer.cpp: [train] steps must be a positive integer, got 0");
+}
+
+TEST(ConfigResolve, ResolvedConfigResolvesToItself) {
+  Result<JobConfig> once = resolve_config(minimal_struct());
+  ASSERT_TRUE(once.ok()) << once.error().message;
+  Result<JobConfig> twice = resolve_config(*once);
+  ASSERT_TRUE(twice.ok()) << twice.error().message;
+  expect_same(*once, *twice);
+}
+
+// ---- Rendering ----
+
+TEST(ConfigRender, RoundTripGivesAnEqualConfig) {
+  JobConfig raw;
+  raw.source = "job.toml";
+  raw.cluster = {0, "node3:7000", "tok\"en\\with\nescapes\t", 1.5, 0.25, 7};
+  raw.parallel = {2, 1, 1, 12345};
+  raw.batch = {3, 0, 12};
+  raw.optimizer = {OptimizerType::sgd, 3e-4, 0.1, 0.2, 1e-12, 0, 0.9, true};
+  raw.model = {"gpt", 300, 10, 12, 1, 3, 0};
+  raw.data = {write_temp_file("round_trip.txt", std::string(100, 'y')), 99, 4};
+  raw.train = {5, -9, 3, 2, "metrics é.jsonl"};
+  raw.trace = {"trace.json"};
+  Result<JobConfig> resolved = resolve_config(raw);
+  ASSERT_TRUE(resolved.ok()) << resolved.error().message;
+  const std::string text = render_config(*resolved);
+  Result<JobConfig> reloaded = load_config_string(text, "job.toml", {});
+  ASSERT_TRUE(reloaded.ok()) << reloaded.error().message << "\n" << text;
+  expect_same(*resolved, *reloaded);
+}
+
+TEST(ConfigRender, DefaultConfigRoundTrips) {
+  Result<JobConfig> resolved = load(kMinimal);
+  ASSERT_TRUE(resolved.ok()) << resolved.error().message;
+  Result<JobConfig> reloaded = load(render_config(*resolved));
+  ASSERT_TRUE(reloaded.ok()) << reloaded.error().message;
+  expect_same(*resolved, *reloaded);
+}
+
+TEST(ConfigRender, ShowsTheBatchArithmetic) {
+  Result<JobConfig> config = load(kMinimal, {"parallel.dp=2"});
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_NE(render_config(*config).find("# derived: global = micro 4 × accumulation 1 × dp 2\n"
+                                        "global_batch_size = 8\n"),
+            std::string::npos);
+}
+
+TEST(ConfigRender, ListsEverySection) {
+  const std::string text = render_config(JobConfig{});
+  for (const char* section : {"[cluster]", "[parallel]", "[batch]", "[optimizer]", "[model]",
+                              "[data]", "[train]", "[trace]"}) {
+    EXPECT_NE(text.find(section), std::string::npos) << section;
+  }
+}
+
+TEST(ConfigRender, WritesWholeFloatsAsTomlFloats) {
+  JobConfig config;
+  config.optimizer.lr = 2;
+  EXPECT_NE(render_config(config).find("lr = 2.0\n"), std::string::npos);
+}
+
+// ---- Suggestions ----
+
+TEST(ConfigSuggest, SwappedNeighboursCountAsOneEdit) {
+  EXPECT_EQ(edit_distance("gtp", "gpt"), 1u);
+  EXPECT_EQ(edit_distance("micro_bach_size", "micro_batch_size"), 1u);
+  EXPECT_EQ(edit_distance("", "abc"), 3u);
+}
+
+TEST(ConfigSuggest, PicksTheClosestCandidate) {
+  EXPECT_EQ(suggest("sdg", {"adamw", "adam", "sgd"}), std::optional<std::string>("sgd"));
+}
+
+TEST(ConfigSuggest, SuggestsNothingWhenNoCandidateIsClose) {
+  EXPECT_EQ(suggest("learning_rate", {"lr", "eps"}), std::nullopt);
+}
+
+TEST(ConfigSuggest, ShortWordsNeedACloserMatch) {
+  EXPECT_EQ(suggest("xy", {"dp", "pp"}), std::nullopt);
+}
+
+}  // namespace
+}  // namespace troupe

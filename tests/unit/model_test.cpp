@@ -1,0 +1,312 @@
+// Specifications of the built-in GPT, the byte-level data, the reference trainer and the
+// metrics output. CPU only, single process.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "runtime/data/corpus.hpp"
+#include "runtime/metrics.hpp"
+#include "runtime/model/gpt.hpp"
+#include "runtime/model/optimizer.hpp"
+#include "runtime/reference.hpp"
+
+namespace troupe {
+namespace {
+
+ModelConfig tiny_model() {
+  ModelConfig model;
+  model.seq_len = 32;
+  model.d_model = 32;
+  model.n_layers = 1;
+  model.n_heads = 4;
+  return model;
+}
+
+JobConfig tiny_job(int64_t micro_batch_size, int64_t steps) {
+  JobConfig job;
+  job.model = tiny_model();
+  job.batch.global_batch_size = 8;
+  job.batch.micro_batch_size = micro_batch_size;
+  job.data.synthetic_bytes = 1 << 16;
+  job.train.steps = steps;
+  job.train.threads = 1;
+  return job;
+}
+
+TextCorpus synthetic_corpus(int64_t bytes = 1 << 16) {
+  DataConfig data;
+  data.synthetic_bytes = bytes;
+  auto corpus = TextCorpus::make(data, 7, 32);
+  EXPECT_TRUE(corpus.ok());
+  return *corpus;
+}
+
+torch::Tensor random_tokens(int64_t batch, int64_t length) {
+  return torch::randint(0, 256, {batch, length}, torch::kLong);
+}
+
+TEST(Gpt, LayersAreEmbeddingBlocksThenHead) {
+  ModelConfig model = tiny_model();
+  model.n_layers = 3;
+  torch::manual_seed(1);
+  auto gpt = make_gpt(model);
+  ASSERT_EQ(gpt->size(), 5u);
+  auto x = gpt[0]->as<GptEmbedding>()->forward(random_tokens(2, 10));
+  EXPECT_EQ(x.sizes(), (std::vector<int64_t>{2, 10, 32}));
+  EXPECT_EQ(x.scalar_type(), torch::kFloat);
+  for (size_t i = 1; i <= 3; ++i) {
+    x = gpt[i]->as<GptBlock>()->forward(x);
+    EXPECT_EQ(x.sizes(), (std::vector<int64_t>{2, 10, 32}));
+  }
+  auto logits = gpt[4]->as<GptHead>()->forward(x);
+  EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{2, 10, 256}));
+}
+
+TEST(Gpt, RunningLayerByLayerEqualsSequentialForward) {
+  torch::manual_seed(2);
+  auto gpt = make_gpt(tiny_model());
+  auto tokens = random_tokens(3, 32);
+  torch::Tensor x = tokens;
+  for (auto& layer : *gpt) x = layer.forward(x);
+  EXPECT_TRUE(torch::equal(x, gpt->forward(tokens)));
+}
+
+TEST(Gpt, SameSeedGivesIdenticalWeights) {
+  torch::manual_seed(42);
+  auto first = flatten_parameters(*make_gpt(tiny_model()));
+  torch::manual_seed(42);
+  auto second = flatten_parameters(*make_gpt(tiny_model()));
+  torch::manual_seed(43);
+  auto other = flatten_parameters(*make_gpt(tiny_model()));
+  EXPECT_TRUE(torch::equal(first, second));
+  EXPECT_FALSE(torch::equal(first, other));
+}
+
+TEST(Gpt, FlattenedParametersCoverEveryParameter) {
+  auto gpt = make_gpt(tiny_model());
+  // embedding 256×32 + 32×32; block 2×(32+32) LN + 32×96+96 + 32×32+32 + 32×128+128 +
+  // 128×32+32; head 32+32 LN + 32×256.
+  const int64_t expected = 256 * 32 + 32 * 32 + 4 * 32 + (32 * 96 + 96) + (32 * 32 + 32) +
+                           (32 * 128 + 128) + (128 * 32 + 32) + 2 * 32 + 32 * 256;
+  EXPECT_EQ(count_parameters(*gpt), expected);
+  EXPECT_EQ(flatten_parameters(*gpt).numel(), expected);
+}
+
+TEST(Gpt, ChangingAFutureTokenLeavesEarlierLogitsUnchanged) {
+  torch::manual_seed(3);
+  auto gpt = make_gpt(tiny_model());
+  auto tokens = random_tokens(2, 32);
+  auto changed = tokens.clone();
+  changed.index_put_({torch::indexing::Slice(), 20}, (tokens.select(1, 20) + 1) % 256);
+  torch::NoGradGuard no_grad;
+  auto before = gpt->forward(tokens);
+  auto after = gpt->forward(changed);
+  using torch::indexing::Slice;
+  EXPECT_TRUE(torch::equal(before.index({Slice(), Slice(0, 20)}),
+                           after.index({Slice(), Slice(0, 20)})));
+  EXPECT_FALSE(torch::allclose(before.index({Slice(), Slice(20)}),
+                               after.index({Slice(), Slice(20)})));
+}
+
+TEST(Gpt, InitialLossIsNearUniformOverBytes) {
+  torch::manual_seed(4);
+  auto gpt = make_gpt(tiny_model());
+  auto corpus = synthetic_corpus();
+  auto batch = sample_sequences(corpus, 32, 4, 0, 8);
+  const double loss = lm_loss(gpt->forward(batch.input), batch.target).item<double>();
+  EXPECT_NEAR(loss, std::log(256.0), 0.3);
+}
+
+TEST(Optimizer, ConfigTypeSelectsTheLibTorchOptimizer) {
+  auto parameters = make_gpt(tiny_model())->parameters();
+  OptimizerConfig config;
+  config.type = OptimizerType::adamw;
+  EXPECT_NE(dynamic_cast<torch::optim::AdamW*>(make_optimizer(config, parameters).get()), nullptr);
+  config.type = OptimizerType::adam;
+  EXPECT_NE(dynamic_cast<torch::optim::Adam*>(make_optimizer(config, parameters).get()), nullptr);
+  config.type = OptimizerType::sgd;
+  config.momentum = 0.9;
+  config.nesterov = true;
+  auto sgd = make_optimizer(config, parameters);
+  ASSERT_NE(dynamic_cast<torch::optim::SGD*>(sgd.get()), nullptr);
+  const auto& options = static_cast<const torch::optim::SGDOptions&>(sgd->defaults());
+  EXPECT_DOUBLE_EQ(options.momentum(), 0.9);
+  EXPECT_TRUE(options.nesterov());
+}
+
+TEST(Corpus, SyntheticTextIsDeterministicPrintableText) {
+  auto first = synthetic_corpus(4096);
+  auto second = synthetic_corpus(4096);
+  ASSERT_EQ(first.size(), 4096);
+  EXPECT_EQ(std::string(first.data(), first.data() + first.size()),
+            std::string(second.data(), second.data() + second.size()));
+  for (int64_t i = 0; i < first.size(); ++i) {
+    const uint8_t byte = first.data()[i];
+    ASSERT_TRUE(byte == '\n' || (byte >= 32 && byte < 127)) << "byte " << i;
+  }
+}
+
+TEST(Corpus, MissingFileIsAnErrorNamingThePath) {
+  DataConfig data;
+  data.path = "/nonexistent/troupe-corpus.txt";
+  auto corpus = TextCorpus::make(data, 1, 32);
+  ASSERT_FALSE(corpus.ok());
+  EXPECT_NE(corpus.error().message.find(data.path), std::string::npos);
+}
+
+TEST(Corpus, DirectoryIsAnErrorNamingThePath) {
+  DataConfig data;
+  data.path = testing::TempDir();
+  auto corpus = TextCorpus::make(data, 1, 32);
+  ASSERT_FALSE(corpus.ok());
+  EXPECT_NE(corpus.error().message.find(data.path), std::string::npos);
+}
+
+TEST(Corpus, FileTooShortForOneSampleIsAnErrorNamingThePath) {
+  const std::string path = testing::TempDir() + "troupe-short-corpus.txt";
+  std::ofstream(path) << "too short";
+  DataConfig data;
+  data.path = path;
+  auto corpus = TextCorpus::make(data, 1, 32);
+  ASSERT_FALSE(corpus.ok());
+  EXPECT_NE(corpus.error().message.find(path), std::string::npos);
+  EXPECT_TRUE(TextCorpus::make(data, 1, 7).ok());
+  std::remove(path.c_str());
+}
+
+TEST(Corpus, SamplesDependOnlyOnTheirGlobalIndex) {
+  auto corpus = synthetic_corpus();
+  auto whole = sample_sequences(corpus, 32, 9, 0, 8);
+  auto again = sample_sequences(corpus, 32, 9, 0, 8);
+  auto front = sample_sequences(corpus, 32, 9, 0, 4);
+  auto back = sample_sequences(corpus, 32, 9, 4, 4);
+  EXPECT_TRUE(torch::equal(whole.input, again.input));
+  EXPECT_TRUE(torch::equal(whole.input, torch::cat({front.input, back.input})));
+  EXPECT_TRUE(torch::equal(whole.target, torch::cat({front.target, back.target})));
+  EXPECT_FALSE(torch::equal(whole.input, sample_sequences(corpus, 32, 10, 0, 8).input));
+}
+
+TEST(Corpus, TargetIsInputShiftedByOneByte) {
+  auto corpus = synthetic_corpus();
+  auto batch = sample_sequences(corpus, 32, 5, 100, 6);
+  EXPECT_EQ(batch.input.sizes(), (std::vector<int64_t>{6, 32}));
+  EXPECT_EQ(batch.input.scalar_type(), torch::kLong);
+  using torch::indexing::Slice;
+  EXPECT_TRUE(torch::equal(batch.input.index({Slice(), Slice(1)}),
+                           batch.target.index({Slice(), Slice(0, 31)})));
+}
+
+TEST(Reference, LossFallsOverThirtySteps) {
+  auto history = train_reference(tiny_job(8, 30), nullptr, nullptr);
+  ASSERT_TRUE(history.ok()) << history.error().message;
+  ASSERT_EQ(history->size(), 30u);
+  EXPECT_EQ(history->back().step, 30);
+  EXPECT_LT(history->back().loss, history->front().loss - 1.0);
+}
+
+TEST(Reference, MicroBatchSplitDoesNotChangeLosses) {
+  torch::Tensor accumulated_parameters;
+  torch::Tensor whole_parameters;
+  auto accumulated = train_reference(tiny_job(2, 10), nullptr, &accumulated_parameters);
+  auto whole = train_reference(tiny_job(8, 10), nullptr, &whole_parameters);
+  ASSERT_TRUE(accumulated.ok() && whole.ok());
+  for (size_t i = 0; i < whole->size(); ++i) {
+    EXPECT_NEAR((*accumulated)[i].loss, (*whole)[i].loss, 1e-5 * std::abs((*whole)[i].loss))
+        << "step " << i + 1;
+  }
+  EXPECT_TRUE(torch::allclose(accumulated_parameters, whole_parameters, 1e-4, 1e-5));
+}
+
+TEST(Reference, DefaultModelLearnsTheSyntheticCorpusWithinAHundredSteps) {
+  JobConfig job;  // default model: d_model 64, 2 layers, seq_len 64
+  job.batch.global_batch_size = 8;
+  job.batch.micro_batch_size = 8;
+  job.train.steps = 100;
+  job.train.threads = 1;
+  auto history = train_reference(job, nullptr, nullptr);
+  ASSERT_TRUE(history.ok()) << history.error().message;
+  EXPECT_GT(history->front().loss, 5.0);
+  EXPECT_LT(history->back().loss, 3.0);
+}
+
+TEST(Reference, LibTorchErrorsComeBackAsErrors) {
+  auto job = tiny_job(8, 1);
+  job.optimizer.type = OptimizerType::sgd;
+  job.optimizer.nesterov = true;  // LibTorch rejects nesterov without momentum
+  auto history = train_reference(job, nullptr, nullptr);
+  ASSERT_FALSE(history.ok());
+  EXPECT_NE(history.error().message.find("reference training failed"), std::string::npos);
+}
+
+TEST(Reference, UnresolvedBatchIsAnError) {
+  auto job = tiny_job(3, 1);
+  auto history = train_reference(job, nullptr, nullptr);
+  ASSERT_FALSE(history.ok());
+  EXPECT_NE(history.error().message.find("micro_batch_size"), std::string::npos);
+}
+
+TEST(Reference, ReportsEveryStepToTheCallback) {
+  std::vector<int64_t> steps;
+  auto history =
+      train_reference(tiny_job(8, 3), [&](const StepMetrics& m) { steps.push_back(m.step); },
+                      nullptr);
+  ASSERT_TRUE(history.ok());
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ((*history)[0].tokens, 8 * 32);
+  EXPECT_GT((*history)[0].tokens_per_s, 0);
+}
+
+TEST(Metrics, ProgressLineShowsStepLossRateAndEta) {
+  StepMetrics metrics{12, 20, 3.21414, 1234.4, 10.0, 4096};
+  EXPECT_EQ(format_progress(metrics, 10.5), "step 12/20  loss 3.2141  1,234 tok/s  ETA 0:07");
+}
+
+TEST(Metrics, SummaryNamesStepsLossRateWallAndTrace) {
+  std::vector<StepMetrics> steps = {{1, 2, 4.0, 0, 500.0, 1000}, {2, 2, 3.5, 0, 500.0, 1000}};
+  EXPECT_EQ(format_summary(steps, 1.31, "out/trace.json"),
+            "trained 2 steps  final loss 3.5000  2,000 tok/s  wall 1.3 s  trace out/trace.json");
+}
+
+TEST(Metrics, GroupsThousandsAndFormatsDurations) {
+  EXPECT_EQ(group_thousands(0), "0");
+  EXPECT_EQ(group_thousands(999), "999");
+  EXPECT_EQ(group_thousands(1234567), "1,234,567");
+  EXPECT_EQ(group_thousands(-1000), "-1,000");
+  EXPECT_EQ(format_duration(7.4), "0:07");
+  EXPECT_EQ(format_duration(3725), "1:02:05");
+}
+
+TEST(Metrics, WriterAppendsOneJsonObjectPerStep) {
+  const std::string path = testing::TempDir() + "troupe-metrics.jsonl";
+  {
+    auto writer = MetricsWriter::make(path);
+    ASSERT_TRUE(writer.ok());
+    ASSERT_TRUE(writer->write({1, 2, 5.5, 100.0, 10.0, 1000}).ok());
+    ASSERT_TRUE(writer->write({2, 2, 5.0, 200.0, 5.0, 1000}).ok());
+  }
+  std::ifstream file(path);
+  std::string line;
+  std::vector<nlohmann::json> lines;
+  while (std::getline(file, line)) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[1]["step"], 2);
+  EXPECT_DOUBLE_EQ(lines[1]["loss"].get<double>(), 5.0);
+  EXPECT_DOUBLE_EQ(lines[1]["tokens_per_s"].get<double>(), 200.0);
+  EXPECT_DOUBLE_EQ(lines[1]["step_ms"].get<double>(), 5.0);
+  std::remove(path.c_str());
+}
+
+TEST(Metrics, UnopenablePathIsAnErrorNamingIt) {
+  auto writer = MetricsWriter::make("/nonexistent/dir/metrics.jsonl");
+  ASSERT_FALSE(writer.ok());
+  EXPECT_NE(writer.error().message.find("/nonexistent/dir/metrics.jsonl"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace troupe

@@ -1,0 +1,23 @@
+// Options of the transport of one rank: who it is, where the coordinator listens,
+// the shared token, and the bound on every wait.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace troupe {
+
+struct TransportOptions {
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  std::string coordinator_host = "127.0.0.1";
+  uint16_t coordinator_port = 29500;
+  std::string token = "troupe";
+  double bootstrap_timeout_s = 60;    ///< rank 0 waits this long for every rank to join
+  double peer_timeout_s = 10;         ///< silence after which a peer counts as lost
+  double collective_timeout_s = 120;  ///< bound on one collective, start to finish
+  std::size_t chunk_bytes = 256 << 10;  ///< pipelining unit of ring collectives
+  std::size_t chunks_in_flight = 8;     ///< chunks of one collective moving at once
+};
+
+}  // namespace troupe

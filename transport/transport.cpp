@@ -1,0 +1,435 @@
+#include "transport/transport.hpp"
+
+#include <chrono>
+#include <condition_variable>
+#include <future>
+#include <map>
+#include <optional>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "transport/bootstrap.hpp"
+#include "transport/ucx_worker.hpp"
+#include "transport/wire.hpp"
+
+namespace troupe {
+namespace {
+using Clock = std::chrono::steady_clock;
+constexpr int idle_wait_ms = 100;          // longest sleep between deadline checks
+constexpr double teardown_bound_s = 2.0;   // flush and cancel at shutdown or failure
+}  // namespace
+
+class Transport::Impl final : public TransferIo {
+ public:
+  Impl(const TransportOptions& options, std::unique_ptr<UcxWorker> worker)
+      : options_(options), worker_(std::move(worker)) {}
+  ~Impl() override { stop(); }
+
+  Status connect(const AddressTable& table);
+  void start() { thread_ = std::thread([this] { run(); }); }
+  void stop();
+  void submit(std::function<void()> command);
+
+  void issue(uint64_t id, std::unique_ptr<Collective> collective, Completion done, std::vector<float> owned = {});
+  void abort_now(const std::string& reason);
+  CollectiveShape next_shape() { return CollectiveShape{next_id_++, options_.rank, options_.world_size,
+                                                        options_.chunk_bytes, options_.chunks_in_flight}; }
+
+  void post_send(int64_t peer, const void* data, std::size_t bytes, uint64_t tag, uint64_t op,
+                 uint64_t chunk) override;
+  void post_recv(int64_t peer, void* data, std::size_t bytes, uint64_t tag, uint64_t op,
+                 uint64_t chunk) override;
+
+  const TransportOptions& options() const { return options_; }
+
+ private:
+  struct Transfer {
+    Impl* self;
+    uint64_t op;
+    uint64_t chunk;
+    int64_t peer;
+    bool recv;
+    void* request = nullptr;
+    ucs_status_t status = UCS_OK;
+  };
+  struct Operation {
+    std::unique_ptr<Collective> collective;
+    Completion done;
+    Clock::time_point deadline;
+    std::vector<float> owned;  // buffers the transport itself provides (barrier)
+  };
+  struct PeerSlot {
+    Impl* self;
+    int64_t rank;
+  };
+
+  static void on_send(void* request, ucs_status_t status, void* user_data);
+  static void on_recv(void* request, ucs_status_t status, const ucp_tag_recv_info_t*, void* user_data);
+  static void on_peer_error(void* arg, ucp_ep_h, ucs_status_t status);
+  static ucs_status_t on_abort(void* arg, const void* header, size_t header_bytes, void* data, size_t bytes,
+                               const ucp_am_recv_param_t*);
+
+  void run();
+  void track(Transfer* t, ucs_status_ptr_t request);
+  void drain_finished();
+  void check_deadlines();
+  void fail_all(const Error& error);
+  void complete(uint64_t id, const Status& status);
+  void close_endpoints();
+  std::string waiting_on(uint64_t op) const;
+
+  TransportOptions options_;
+  std::unique_ptr<UcxWorker> worker_;
+  std::vector<ucp_ep_h> endpoints_;
+  std::vector<std::unique_ptr<PeerSlot>> slots_;
+
+  std::mutex mutex_;  // guards commands_ and stopping_
+  std::vector<std::function<void()>> commands_;
+  bool stopping_ = false;
+  std::thread thread_;
+
+  // Below: owned by the progress thread.
+  uint64_t next_id_ = 0;
+  std::map<uint64_t, Operation> operations_;
+  std::unordered_set<Transfer*> in_flight_;
+  std::vector<Transfer*> finished_;                  // filled by UCX callbacks
+  std::vector<std::string> peer_failures_;           // filled by UCX callbacks
+  std::optional<Error> failed_;
+  bool closing_ = false;
+};
+
+// ---- set-up and teardown -------------------------------------------------------
+
+Status Transport::Impl::connect(const AddressTable& table) {
+  ucp_am_handler_param_t h{};
+  h.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  h.id = static_cast<uint16_t>(wire::Kind::abort);
+  h.cb = on_abort;
+  h.arg = this;
+  ucs_status_t s = ucp_worker_set_am_recv_handler(worker_->worker(), &h);
+  if (s != UCS_OK) return ucx_error("registering the abort handler", s);
+
+  endpoints_.assign(options_.world_size, nullptr);
+  for (int64_t peer = 0; peer < options_.world_size; ++peer) {
+    if (peer == options_.rank) continue;
+    slots_.push_back(std::make_unique<PeerSlot>(PeerSlot{this, peer}));
+    ucp_ep_params_t p{};
+    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                   UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    p.address = reinterpret_cast<const ucp_address_t*>(table[peer].data());
+    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    p.err_handler.cb = on_peer_error;
+    p.err_handler.arg = slots_.back().get();
+    s = ucp_ep_create(worker_->worker(), &p, &endpoints_[peer]);
+    if (s != UCS_OK) return ucx_error(fmt::format("connecting to rank {}", peer), s);
+  }
+  return {};
+}
+
+void Transport::Impl::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  worker_->signal();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Transport::Impl::close_endpoints() {
+  std::vector<ucs_status_ptr_t> closing;
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  for (ucp_ep_h& ep : endpoints_) {
+    if (ep == nullptr) continue;
+    closing.push_back(ucp_ep_close_nbx(ep, &p));
+    ep = nullptr;
+  }
+  for (auto request : closing) wait_request(*worker_, request, teardown_bound_s);
+  auto deadline = Clock::now() + std::chrono::duration<double>(teardown_bound_s);
+  while (!in_flight_.empty() && Clock::now() < deadline) {
+    worker_->progress();
+    drain_finished();
+    worker_->wait(10);
+  }
+  if (!in_flight_.empty())
+    spdlog::warn("transport: {} transfers did not finish during teardown", in_flight_.size());
+}
+
+// ---- the progress thread --------------------------------------------------------
+
+void Transport::Impl::submit(std::function<void()> command) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    commands_.push_back(std::move(command));
+  }
+  worker_->signal();
+}
+
+void Transport::Impl::run() {
+  for (;;) {
+    std::vector<std::function<void()>> commands;
+    bool stopping;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      commands.swap(commands_);
+      stopping = stopping_;
+    }
+    for (auto& command : commands) command();
+    worker_->progress();
+    drain_finished();
+    if (!peer_failures_.empty() && !closing_) fail_all(make_error(peer_failures_.front()));
+    check_deadlines();
+    if (stopping) break;
+    worker_->wait(idle_wait_ms);
+  }
+  // Shutdown: let what was sent reach its peers, then close.
+  closing_ = true;
+  if (!failed_) {
+    ucp_request_param_t p{};
+    wait_request(*worker_, ucp_worker_flush_nbx(worker_->worker(), &p), teardown_bound_s);
+  }
+  for (auto& [id, op] : operations_) op.done(make_error(op.collective->describe() + " was cut off by shutdown"));
+  operations_.clear();
+  close_endpoints();
+}
+
+void Transport::Impl::issue(uint64_t id, std::unique_ptr<Collective> collective, Completion done,
+                            std::vector<float> owned) {
+  if (failed_) {
+    done(*failed_);
+    return;
+  }
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(options_.collective_timeout_s));
+  auto& op = operations_[id];
+  op = Operation{std::move(collective), std::move(done), deadline, std::move(owned)};
+  op.collective->start(*this);
+  if (op.collective->done()) complete(id, {});
+}
+
+void Transport::Impl::complete(uint64_t id, const Status& status) {
+  auto it = operations_.find(id);
+  if (it == operations_.end()) return;
+  Completion done = std::move(it->second.done);
+  operations_.erase(it);
+  done(status);
+}
+
+// ---- transfers ------------------------------------------------------------------
+
+void Transport::Impl::track(Transfer* t, ucs_status_ptr_t request) {
+  if (UCS_PTR_IS_ERR(request)) {
+    t->status = UCS_PTR_STATUS(request);
+    finished_.push_back(t);
+    return;
+  }
+  t->request = request;
+  in_flight_.insert(t);
+}
+
+void Transport::Impl::post_send(int64_t peer, const void* data, std::size_t bytes, uint64_t tag, uint64_t op,
+                                uint64_t chunk) {
+  auto* t = new Transfer{this, op, chunk, peer, false};
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  p.cb.send = on_send;
+  p.user_data = t;
+  track(t, ucp_tag_send_nbx(endpoints_[peer], data, bytes, tag, &p));
+}
+
+void Transport::Impl::post_recv(int64_t peer, void* data, std::size_t bytes, uint64_t tag, uint64_t op,
+                                uint64_t chunk) {
+  auto* t = new Transfer{this, op, chunk, peer, true};
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  p.cb.recv = on_recv;
+  p.user_data = t;
+  track(t, ucp_tag_recv_nbx(worker_->worker(), data, bytes, tag, ~uint64_t{0}, &p));
+}
+
+void Transport::Impl::on_send(void* request, ucs_status_t status, void* user_data) {
+  auto* t = static_cast<Transfer*>(user_data);
+  t->status = status;
+  ucp_request_free(request);
+  t->self->finished_.push_back(t);
+}
+
+void Transport::Impl::on_recv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                              void* user_data) {
+  auto* t = static_cast<Transfer*>(user_data);
+  t->status = status;
+  ucp_request_free(request);
+  (void)info;
+  t->self->finished_.push_back(t);
+}
+
+void Transport::Impl::drain_finished() {
+  while (!finished_.empty()) {
+    std::vector<Transfer*> batch;
+    batch.swap(finished_);
+    for (Transfer* t : batch) {
+      std::unique_ptr<Transfer> owner(t);
+      in_flight_.erase(t);
+      if (failed_ || closing_) continue;
+      if (t->status != UCS_OK) {
+        fail_all(make_error(fmt::format("{} from rank {} failed: {}", t->recv ? "receiving" : "sending to",
+                                        t->peer, ucs_status_string(t->status))));
+        continue;
+      }
+      auto it = operations_.find(t->op);
+      if (it == operations_.end()) continue;
+      it->second.collective->on_transfer(*this, t->chunk);
+      if (it->second.collective->done()) complete(t->op, {});
+    }
+  }
+}
+
+// ---- failures --------------------------------------------------------------------
+
+void Transport::Impl::on_peer_error(void* arg, ucp_ep_h, ucs_status_t status) {
+  auto* slot = static_cast<PeerSlot*>(arg);
+  slot->self->peer_failures_.push_back(
+      fmt::format("lost rank {}: {}", slot->rank, ucs_status_string(status)));
+}
+
+ucs_status_t Transport::Impl::on_abort(void* arg, const void* header, size_t header_bytes, void* data,
+                                       size_t bytes, const ucp_am_recv_param_t*) {
+  auto* self = static_cast<Impl*>(arg);
+  auto reason = wire::decode_reason(wire::Kind::abort, header, header_bytes, data, bytes);
+  if (!reason) {
+    spdlog::warn("transport: dropped a malformed abort frame: {}", reason.error().message);
+    return UCS_OK;
+  }
+  self->peer_failures_.push_back(fmt::format("rank {} stopped the job: {}", wire::header_rank(header), *reason));
+  return UCS_OK;
+}
+
+std::string Transport::Impl::waiting_on(uint64_t op) const {
+  std::string peers;
+  for (const Transfer* t : in_flight_)
+    if (t->op == op && t->recv) peers += (peers.empty() ? "" : ", ") + std::to_string(t->peer);
+  return peers.empty() ? "its sends to finish" : "rank(s) " + peers;
+}
+
+void Transport::Impl::check_deadlines() {
+  auto now = Clock::now();
+  for (auto& [id, op] : operations_) {
+    if (now < op.deadline) continue;
+    fail_all(make_error(fmt::format("{} did not complete within {} s; still waiting for {}",
+                                    op.collective->describe(), options_.collective_timeout_s, waiting_on(id))));
+    return;
+  }
+}
+
+void Transport::Impl::fail_all(const Error& error) {
+  if (failed_) return;
+  failed_ = error;
+  spdlog::error("transport: {}", error.message);
+  for (Transfer* t : in_flight_)
+    if (t->recv) ucp_request_cancel(worker_->worker(), t->request);
+  close_endpoints();  // cancels the sends; every buffer is released before anyone hears of the failure
+  auto operations = std::move(operations_);
+  operations_.clear();
+  for (auto& [id, op] : operations) op.done(error);
+}
+
+void Transport::Impl::abort_now(const std::string& reason) {
+  if (failed_) return;
+  auto frame = wire::encode_reason(wire::Kind::abort, options_.rank, options_.world_size, reason);
+  std::vector<ucs_status_ptr_t> sends;
+  ucp_request_param_t p{};
+  for (ucp_ep_h ep : endpoints_) {
+    if (ep == nullptr) continue;
+    sends.push_back(ucp_am_send_nbx(ep, static_cast<uint16_t>(wire::Kind::abort), &frame.header,
+                                    sizeof frame.header, frame.payload.data(), frame.payload.size(), &p));
+  }
+  for (auto request : sends) wait_request(*worker_, request, 0.5);
+  fail_all(make_error(fmt::format("rank {} stopped the job: {}", options_.rank, reason)));
+}
+
+// ---- the public face ---------------------------------------------------------------
+
+Result<std::unique_ptr<Transport>> Transport::make(const TransportOptions& options) {
+  auto worker = UcxWorker::make(options.peer_timeout_s);
+  if (!worker) return worker.error();
+  auto table = bootstrap(**worker, options);
+  if (!table) return table.error();
+  auto impl = std::make_unique<Impl>(options, std::move(*worker));
+  TROUPE_TRY(impl->connect(*table));
+  impl->start();
+  std::unique_ptr<Transport> transport(new Transport(std::move(impl)));
+  // The first barrier proves every endpoint carries data before anyone relies on it.
+  Status ready = transport->barrier_sync();
+  if (!ready) return make_error("connecting to the other ranks: " + ready.error().message);
+  return transport;
+}
+
+Transport::Transport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Transport::~Transport() = default;
+
+int64_t Transport::rank() const { return impl_->options().rank; }
+int64_t Transport::world_size() const { return impl_->options().world_size; }
+
+void Transport::all_reduce(float* data, std::size_t count, ReduceOp op, Completion done) {
+  impl_->submit([impl = impl_.get(), data, count, op, done = std::move(done)]() mutable {
+    auto shape = impl->next_shape();
+    impl->issue(shape.id, make_all_reduce(shape, data, count, op), std::move(done));
+  });
+}
+
+void Transport::broadcast(float* data, std::size_t count, int64_t root, Completion done) {
+  impl_->submit([impl = impl_.get(), data, count, root, done = std::move(done)]() mutable {
+    auto shape = impl->next_shape();
+    impl->issue(shape.id, make_broadcast(shape, data, count, root), std::move(done));
+  });
+}
+
+void Transport::barrier(Completion done) {
+  impl_->submit([impl = impl_.get(), done = std::move(done)]() mutable {
+    // An all-reduce whose every segment is non-empty cannot finish on any rank
+    // before every rank has contributed: that is a barrier.
+    std::vector<float> word(impl->options().world_size, 0.0f);
+    float* data = word.data();
+    auto shape = impl->next_shape();
+    impl->issue(shape.id, make_all_reduce(shape, data, word.size(), ReduceOp::sum), std::move(done),
+                std::move(word));
+  });
+}
+
+void Transport::abort(const std::string& reason) {
+  impl_->submit([impl = impl_.get(), reason] { impl->abort_now(reason); });
+}
+
+namespace {
+Status wait_for(const std::function<void(Completion)>& start, double timeout_s) {
+  auto promise = std::make_shared<std::promise<Status>>();
+  auto future = promise->get_future();
+  start([promise](Status s) { promise->set_value(std::move(s)); });
+  if (future.wait_for(std::chrono::duration<double>(timeout_s)) != std::future_status::ready)
+    return make_error(fmt::format("no completion within {} s", timeout_s));
+  return future.get();
+}
+}  // namespace
+
+Status Transport::all_reduce_sync(float* data, std::size_t count, ReduceOp op) {
+  return wait_for([&](Completion c) { all_reduce(data, count, op, std::move(c)); },
+                  impl_->options().collective_timeout_s + 10);
+}
+
+Status Transport::broadcast_sync(float* data, std::size_t count, int64_t root) {
+  return wait_for([&](Completion c) { broadcast(data, count, root, std::move(c)); },
+                  impl_->options().collective_timeout_s + 10);
+}
+
+Status Transport::barrier_sync() {
+  return wait_for([&](Completion c) { barrier(std::move(c)); }, impl_->options().collective_timeout_s + 10);
+}
+
+}  // namespace troupe
