@@ -279,7 +279,7 @@ void Transport::Impl::drain_finished() {
       in_flight_.erase(t);
       if (failed_ || closing_) continue;
       if (t->status != UCS_OK) {
-        fail_all(make_error(fmt::format("{} from rank {} failed: {}", t->recv ? "receiving" : "sending to",
+        fail_all(make_error(fmt::format("{} rank {} failed: {}", t->recv ? "receiving from" : "sending to",
                                         t->peer, ucs_status_string(t->status))));
         continue;
       }

@@ -22,6 +22,8 @@ TEST(Collectives, OneRankIsItsOwnResult) { expect_collectives_match(1, 29701, 11
 TEST(Collectives, TwoRanksMatchExactSums) { expect_collectives_match(2, 29702, 12); }
 TEST(Collectives, ThreeRanksMatchExactSums) { expect_collectives_match(3, 29703, 13); }
 TEST(Collectives, FourRanksMatchExactSums) { expect_collectives_match(4, 29704, 14); }
+TEST(Collectives, FiveRanksMatchExactSums) { expect_collectives_match(5, 29705, 15); }
+TEST(Collectives, EightRanksMatchExactSums) { expect_collectives_match(8, 29708, 18); }
 
 }  // namespace
 }  // namespace troupe
