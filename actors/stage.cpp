@@ -71,6 +71,8 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
   s.compute = CpuStream::make("compute", s.options.tracer, [me](const std::string& what) {
     caf::anon_send(me, stage_failed{what});
   });
+  // OpenMP's thread count is a per-thread setting: set it on the thread that computes.
+  s.compute->enqueue("", [threads = s.options.compute_threads] { torch::set_num_threads(static_cast<int>(threads)); });
   std::vector<torch::Tensor> parameters = s.options.model->parameters();
   s.optimizer = s.options.make_optimizer(parameters);
   s.loss = std::make_shared<HostBuffer>(sizeof(float));

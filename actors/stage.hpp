@@ -24,6 +24,7 @@ struct StageOptions {
   LossFunction loss;
   OptimizerFactory make_optimizer;
   int64_t reduce_bucket_bytes = 1 << 20;
+  int64_t compute_threads = 1;  ///< intra-op threads of the compute stream (OpenMP, per thread)
   caf::actor comm_agent;
   Tracer* tracer = nullptr;
 };

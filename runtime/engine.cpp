@@ -95,6 +95,7 @@ class Engine::Impl {
   caf::actor_system_config actor_config;
   std::unique_ptr<caf::actor_system> system;
   caf::actor comm, loader, stage, driver;
+  int64_t compute_threads = 1;
   int64_t steps_done = 0;
   bool failed = false;
   bool finished = false;
@@ -121,7 +122,7 @@ class Engine::Impl {
     if (!optimizer)
       optimizer = [o = config.optimizer](std::vector<torch::Tensor> p) { return make_optimizer(o, std::move(p)); };
     stage = spawn_stage(*system, StageOptions{layers, std::move(t.loss), std::move(optimizer),
-                                              config.parallel.reduce_bucket_bytes, comm, tr});
+                                              config.parallel.reduce_bucket_bytes, compute_threads, comm, tr});
     driver = spawn_step_driver(*system, StepDriverOptions{stage, loader, comm, b.gradient_accumulation_steps,
                                                           config.parallel.dp, config.cluster.collective_timeout_s, tr});
   }
@@ -145,7 +146,8 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   if (!trainable.layers || !trainable.loss || !trainable.data)
     return make_error("Engine::make needs layers, a loss function and a data source");
   impl->layers = trainable.layers;
-  torch::set_num_threads(static_cast<int>(compute_threads(impl->config, impl->rank)));
+  impl->compute_threads = compute_threads(impl->config, impl->rank);
+  torch::set_num_threads(static_cast<int>(impl->compute_threads));
   if (!impl->config.trace.path.empty()) impl->tracer = std::make_unique<Tracer>(impl->rank.rank);
 
   auto options = transport_options(impl->config, impl->rank);

@@ -20,7 +20,7 @@ troupe_once() {
     --set model.n_layers=4 --set model.d_model=256 --set model.n_heads=4 --set model.seq_len=128 \
     --set batch.micro_batch_size=8 --set batch.gradient_accumulation_steps=1 \
     --set train.steps=$((steps + 1)) --set train.threads=1 --set optimizer.lr=3e-4 \
-    --set cluster.coordinator=127.0.0.1:29590 --metrics "$work/m.jsonl" > "$work/out" 2>&1
+    --set cluster.coordinator=127.0.0.1:29590 ${TROUPE_SET:-} --metrics "$work/m.jsonl" > "$work/out" 2>&1
   # Step 1 warms up (allocations, first connections); the peer skips it too.
   python3 - "$work/m.jsonl" <<'PY'
 import json, sys

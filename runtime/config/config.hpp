@@ -28,7 +28,7 @@ struct ParallelConfig {
   int64_t dp = 0;                                 ///< 0 = derive from world_size / (pp × tp)
   int64_t pp = 1;                                 ///< must be 1 for now
   int64_t tp = 1;                                 ///< must be 1 for now
-  int64_t reduce_bucket_bytes = 1 << 20;          ///< gradient bytes reduced together
+  int64_t reduce_bucket_bytes = 25 << 20;         ///< gradient bytes reduced together (DDP's default)
 };
 
 /// [batch]: DeepSpeed's rule global = micro × accumulation × dp; 0 = derive.
