@@ -274,9 +274,10 @@ void Transport::Impl::drain_finished() {
   while (!finished_.empty()) {
     std::vector<Transfer*> batch;
     batch.swap(finished_);
+    // Out of flight before anything reacts: a failure below waits for in_flight_ to drain.
+    for (Transfer* t : batch) in_flight_.erase(t);
     for (Transfer* t : batch) {
       std::unique_ptr<Transfer> owner(t);
-      in_flight_.erase(t);
       if (failed_ || closing_) continue;
       if (t->status != UCS_OK) {
         fail_all(make_error(fmt::format("{} rank {} failed: {}", t->recv ? "receiving from" : "sending to",
