@@ -17,7 +17,8 @@ struct CommAgentState {
 using CommAgent = caf::stateful_actor<CommAgentState>;
 
 // Completion on the transport's progress thread: record the span, post the outcome.
-Completion reply(Tracer* tracer, std::string label, caf::actor to, uint64_t tag, std::shared_ptr<HostBuffer> keep) {
+Completion reply(Tracer* tracer, std::string label, caf::actor to, uint64_t tag,
+                 std::shared_ptr<HostBuffer> keep) {
   int64_t start_us = tracer ? Tracer::now_us() : 0;
   return [=, keep = std::move(keep)](Status status) {
     if (tracer) tracer->span("comm", label, start_us, Tracer::now_us());

@@ -41,21 +41,23 @@ void prepare_through(DataLoader* self, int64_t last) {
     int64_t index = s.next_to_prepare;
     Slot* slot = &s.slots[index];  // std::map nodes stay put
     int64_t first = first_sample_of(s.options, index / s.options.micro_count, index % s.options.micro_count);
-    s.data->enqueue(fmt::format("prepare micro-batch {}", index), [slot, first, source = s.options.source,
-                                                                 count = s.options.micro_batch_size] {
-      try {
-        slot->batch = std::make_shared<MicroBatch>(source(first, count));
-      } catch (const std::exception& e) {
-        slot->error = e.what();
-      }
-    });
+    s.data->enqueue(fmt::format("prepare micro-batch {}", index),
+                    [slot, first, source = s.options.source, count = s.options.micro_batch_size] {
+                      try {
+                        slot->batch = std::make_shared<MicroBatch>(source(first, count));
+                      } catch (const std::exception& e) {
+                        slot->error = e.what();
+                      }
+                    });
     s.data->notify(s.data->record(), me, caf::make_message(prepared_atom::value, index));
   }
 }
 
 void deliver(Slot& slot, const micro_batch_ready& ready) {
-  if (!slot.error.empty()) slot.waiting->deliver(caf::make_error(caf::sec::runtime_error, slot.error));
-  else slot.waiting->deliver(ready);
+  if (!slot.error.empty())
+    slot.waiting->deliver(caf::make_error(caf::sec::runtime_error, slot.error));
+  else
+    slot.waiting->deliver(ready);
 }
 
 caf::behavior data_loader_behavior(DataLoader* self, DataLoaderOptions options) {

@@ -21,7 +21,7 @@ struct DataLoaderOptions {
   int64_t micro_count = 1;  ///< gradient accumulation steps
   int64_t dp = 1;
   int64_t rank = 0;
-  int64_t prefetch = 2;     ///< micro-batches prepared ahead of the one asked for
+  int64_t prefetch = 2;  ///< micro-batches prepared ahead of the one asked for
   Tracer* tracer = nullptr;
 };
 

@@ -54,7 +54,7 @@ class GradientBuckets {
   std::vector<torch::Tensor> parameters_;
   std::shared_ptr<HostBuffer> flat_;
   std::vector<Bucket> buckets_;
-  std::vector<std::size_t> bucket_of_;  // by parameter
+  std::vector<std::size_t> bucket_of_;                                // by parameter
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive for the hooks
   Post post_;
   bool last_micro_ = false;

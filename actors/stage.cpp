@@ -1,7 +1,7 @@
 #include "actors/stage.hpp"
 
-#include <caf/all.hpp>
 #include <torch/torch.h>
+#include <caf/all.hpp>
 
 #include <fmt/format.h>
 
@@ -20,9 +20,9 @@ struct StageState {
   std::unique_ptr<CpuStream> compute;  // after what its work touches: its thread stops first
   caf::actor driver;
   int64_t step = 0;
-  std::shared_ptr<HostBuffer> loss;    // this rank's loss of the step, then the global mean
-  double loss_sum = 0;                 // compute thread only
-  std::size_t reductions_done = 0;     // actor only
+  std::shared_ptr<HostBuffer> loss;  // this rank's loss of the step, then the global mean
+  double loss_sum = 0;               // compute thread only
+  std::size_t reductions_done = 0;   // actor only
   bool failed = false;
   static inline const char* name = "stage";
 };
@@ -52,8 +52,8 @@ void forward_backward(StageState& s, const run_micro_batch& m, caf::actor self) 
   s.buckets->flush();
   *s.loss->as<float>() = static_cast<float>(s.loss_sum);
   // Collective tags of the stage: 0..buckets-1 for gradients, then one for the loss.
-  caf::anon_send(s.options.comm_agent,
-                 all_reduce_request{s.buckets->bucket_count(), FloatSpan{s.loss, 0, 1}, ReduceOp::average, self});
+  caf::anon_send(s.options.comm_agent, all_reduce_request{s.buckets->bucket_count(), FloatSpan{s.loss, 0, 1},
+                                                          ReduceOp::average, self});
 }
 
 void on_reduced(StageActor* self, const collective_done& done) {
@@ -68,11 +68,11 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
   auto& s = self->state;
   s.options = std::move(options);
   caf::actor me = caf::actor_cast<caf::actor>(self);
-  s.compute = CpuStream::make("compute", s.options.tracer, [me](const std::string& what) {
-    caf::anon_send(me, stage_failed{what});
-  });
+  s.compute = CpuStream::make("compute", s.options.tracer,
+                              [me](const std::string& what) { caf::anon_send(me, stage_failed{what}); });
   // OpenMP's thread count is a per-thread setting: set it on the thread that computes.
-  s.compute->enqueue("", [threads = s.options.compute_threads] { torch::set_num_threads(static_cast<int>(threads)); });
+  s.compute->enqueue(
+      "", [threads = s.options.compute_threads] { torch::set_num_threads(static_cast<int>(threads)); });
   std::vector<torch::Tensor> parameters = s.options.model->parameters();
   s.optimizer = s.options.make_optimizer(parameters);
   s.loss = std::make_shared<HostBuffer>(sizeof(float));

@@ -22,7 +22,7 @@ struct CurrentStep {
   Clock::time_point start;
   caf::response_promise reply;
   int64_t micro_done = 0;
-  int64_t tokens = 0;  // this rank's
+  int64_t tokens = 0;          // this rank's
   std::optional<double> loss;  // set once gradients are reduced
 };
 

@@ -19,7 +19,7 @@ struct StepDriverOptions {
   caf::actor stage;
   caf::actor data_loader;
   caf::actor comm_agent;
-  int64_t micro_count = 1;   ///< gradient accumulation steps
+  int64_t micro_count = 1;  ///< gradient accumulation steps
   int64_t dp = 1;
   double fetch_timeout_s = 60;
   Tracer* tracer = nullptr;

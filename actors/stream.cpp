@@ -48,7 +48,8 @@ void Event::wait() const {
 }
 
 void Stream::notify(const Event& event, caf::actor actor, caf::message message) {
-  event.on_complete([actor = std::move(actor), message = std::move(message)] { caf::anon_send(actor, message); });
+  event.on_complete(
+      [actor = std::move(actor), message = std::move(message)] { caf::anon_send(actor, message); });
 }
 
 std::unique_ptr<CpuStream> CpuStream::make(std::string name, Tracer* tracer, StreamErrorHandler on_error) {

@@ -19,7 +19,9 @@ struct Error {
 };
 
 /// Builds an Error from a message.
-inline Error make_error(std::string message) { return Error{std::move(message)}; }
+inline Error make_error(std::string message) {
+  return Error{std::move(message)};
+}
 
 /// Either a T or an Error. Accessing the wrong alternative is a bug (it aborts).
 template <class T>
@@ -81,8 +83,8 @@ using Status = Result<void>;
 }  // namespace troupe
 
 /// Returns the error of `expr` (a Result) from the enclosing function if it failed.
-#define TROUPE_TRY(expr)                        \
-  do {                                          \
-    auto troupe_try_result_ = (expr);           \
+#define TROUPE_TRY(expr)                                             \
+  do {                                                               \
+    auto troupe_try_result_ = (expr);                                \
     if (!troupe_try_result_.ok()) return troupe_try_result_.error(); \
   } while (0)

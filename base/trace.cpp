@@ -30,15 +30,25 @@ std::size_t Tracer::size() const {
 Status Tracer::write(const std::string& path) const {
   std::lock_guard<std::mutex> lock(mutex_);
   nlohmann::json events = nlohmann::json::array();
-  events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", rank_}, {"args", {{"name", "rank " + std::to_string(rank_)}}}});
-  events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", rank_}, {"args", {{"sort_index", rank_}}}});
+  events.push_back({{"ph", "M"},
+                    {"name", "process_name"},
+                    {"pid", rank_},
+                    {"args", {{"name", "rank " + std::to_string(rank_)}}}});
+  events.push_back(
+      {{"ph", "M"}, {"name", "process_sort_index"}, {"pid", rank_}, {"args", {{"sort_index", rank_}}}});
   for (const auto& [name, id] : tracks_)
-    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rank_}, {"tid", id}, {"args", {{"name", name}}}});
+    events.push_back(
+        {{"ph", "M"}, {"name", "thread_name"}, {"pid", rank_}, {"tid", id}, {"args", {{"name", name}}}});
   for (const auto& e : events_)
-    events.push_back({{"ph", "X"}, {"name", e.name}, {"pid", rank_}, {"tid", e.track}, {"ts", e.start_us},
+    events.push_back({{"ph", "X"},
+                      {"name", e.name},
+                      {"pid", rank_},
+                      {"tid", e.track},
+                      {"ts", e.start_us},
                       {"dur", e.duration_us}});
   if (dropped_ > 0)
-    events.push_back({{"ph", "M"}, {"name", "dropped_spans"}, {"pid", rank_}, {"args", {{"count", dropped_}}}});
+    events.push_back(
+        {{"ph", "M"}, {"name", "dropped_spans"}, {"pid", rank_}, {"args", {{"count", dropped_}}}});
   std::ofstream out(path);
   if (!out) return make_error("cannot write trace file " + path);
   out << events.dump();

@@ -6,8 +6,8 @@
 // A null Tracer* everywhere means tracing is off; Scope then costs a branch.
 #pragma once
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <string_view>

@@ -15,7 +15,9 @@ HostBuffer::HostBuffer(std::size_t bytes) : bytes_(bytes) {
   std::memset(data_, 0, rounded);
 }
 
-HostBuffer::~HostBuffer() { std::free(data_); }
+HostBuffer::~HostBuffer() {
+  std::free(data_);
+}
 
 HostBuffer::HostBuffer(HostBuffer&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}

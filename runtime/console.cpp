@@ -16,9 +16,15 @@ ProgressStyle progress_style() {
 
 void show_progress(ProgressStyle style, const std::string& line) {
   switch (style) {
-    case ProgressStyle::terminal: std::printf("\r%s\x1b[K", line.c_str()); break;
-    case ProgressStyle::relay: std::printf("\x1e%s\n", line.c_str()); break;
-    case ProgressStyle::plain: std::printf("%s\n", line.c_str()); break;
+    case ProgressStyle::terminal:
+      std::printf("\r%s\x1b[K", line.c_str());
+      break;
+    case ProgressStyle::relay:
+      std::printf("\x1e%s\n", line.c_str());
+      break;
+    case ProgressStyle::plain:
+      std::printf("%s\n", line.c_str());
+      break;
   }
   std::fflush(stdout);
 }

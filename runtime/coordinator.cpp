@@ -45,9 +45,9 @@ Status check_port_free(const HostPort& address) {
   int err = errno;
   close(fd);
   if (rc == 0) return {};
-  return make_error(fmt::format("coordinator {}:{} cannot be used: {}{}", address.host, address.port,
-                                std::strerror(err),
-                                err == EADDRINUSE ? "; choose a free port with --set cluster.coordinator=HOST:PORT" : ""));
+  return make_error(
+      fmt::format("coordinator {}:{} cannot be used: {}{}", address.host, address.port, std::strerror(err),
+                  err == EADDRINUSE ? "; choose a free port with --set cluster.coordinator=HOST:PORT" : ""));
 }
 
 }  // namespace troupe

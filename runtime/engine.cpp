@@ -1,7 +1,7 @@
 // Engine: one rank's runtime — transport, actor system and actors — behind the
 // embedding API of include/troupe/troupe.hpp.
-#include <caf/all.hpp>
 #include <torch/torch.h>
+#include <caf/all.hpp>
 
 #include <thread>
 
@@ -31,15 +31,17 @@ Result<RankEnvironment> find_rank(const JobConfig& config, std::optional<RankEnv
   }
   if (!given) {
     if (config.cluster.world_size != 1)
-      return make_error(fmt::format("{}: [cluster] world_size is {} but this process was given no rank; start the "
-                                    "ranks with `troupe run`, `troupe launch` or another launcher, or set "
-                                    "TROUPE_RANK and TROUPE_WORLD_SIZE",
-                                    config.source, config.cluster.world_size));
+      return make_error(
+          fmt::format("{}: [cluster] world_size is {} but this process was given no rank; start the "
+                      "ranks with `troupe run`, `troupe launch` or another launcher, or set "
+                      "TROUPE_RANK and TROUPE_WORLD_SIZE",
+                      config.source, config.cluster.world_size));
     return RankEnvironment{0, 1, 0, 1, "", "single process"};
   }
   if (given->world_size != config.cluster.world_size)
     return make_error(fmt::format("{} says the world has {} ranks but {} sets [cluster] world_size = {}",
-                                  given->source, given->world_size, config.source, config.cluster.world_size));
+                                  given->source, given->world_size, config.source,
+                                  config.cluster.world_size));
   return *given;
 }
 
@@ -71,10 +73,12 @@ Status broadcast_parameters(Transport& transport, torch::nn::Sequential& layers)
   auto parameters = layers->parameters();
   if (parameters.empty() || transport.world_size() == 1) return {};
   torch::Tensor flat = torch::cat([&] {
-    std::vector<torch::Tensor> views;
-    for (auto& p : parameters) views.push_back(p.detach().reshape({-1}).to(torch::kFloat32));
-    return views;
-  }()).contiguous();
+                         std::vector<torch::Tensor> views;
+                         for (auto& p : parameters)
+                           views.push_back(p.detach().reshape({-1}).to(torch::kFloat32));
+                         return views;
+                       }())
+                           .contiguous();
   TROUPE_TRY(transport.broadcast_sync(flat.data_ptr<float>(), static_cast<std::size_t>(flat.numel()), 0));
   int64_t offset = 0;
   for (auto& p : parameters) {
@@ -115,16 +119,20 @@ class Engine::Impl {
     Tracer* tr = tracer.get();
     comm = spawn_comm_agent(*system, std::move(transport), tr);
     const auto& b = config.batch;
-    loader = spawn_data_loader(*system, DataLoaderOptions{std::move(t.data), b.micro_batch_size,
-                                                          b.gradient_accumulation_steps, config.parallel.dp,
-                                                          rank.rank, config.data.prefetch_micro_batches, tr});
+    loader = spawn_data_loader(
+        *system, DataLoaderOptions{std::move(t.data), b.micro_batch_size, b.gradient_accumulation_steps,
+                                   config.parallel.dp, rank.rank, config.data.prefetch_micro_batches, tr});
     OptimizerFactory optimizer = t.make_optimizer;
     if (!optimizer)
-      optimizer = [o = config.optimizer](std::vector<torch::Tensor> p) { return make_optimizer(o, std::move(p)); };
-    stage = spawn_stage(*system, StageOptions{layers, std::move(t.loss), std::move(optimizer),
-                                              config.parallel.reduce_bucket_bytes, compute_threads, comm, tr});
-    driver = spawn_step_driver(*system, StepDriverOptions{stage, loader, comm, b.gradient_accumulation_steps,
-                                                          config.parallel.dp, config.cluster.collective_timeout_s, tr});
+      optimizer = [o = config.optimizer](std::vector<torch::Tensor> p) {
+        return make_optimizer(o, std::move(p));
+      };
+    stage =
+        spawn_stage(*system, StageOptions{layers, std::move(t.loss), std::move(optimizer),
+                                          config.parallel.reduce_bucket_bytes, compute_threads, comm, tr});
+    driver = spawn_step_driver(
+        *system, StepDriverOptions{stage, loader, comm, b.gradient_accumulation_steps, config.parallel.dp,
+                                   config.cluster.collective_timeout_s, tr});
   }
 
   Error fail(const std::string& what) {
@@ -156,7 +164,9 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   if (!transport) return make_error(fmt::format("rank {}: {}", impl->rank.rank, transport.error().message));
   std::shared_ptr<Transport> shared = std::move(*transport);
   auto equal = broadcast_parameters(*shared, impl->layers);
-  if (!equal) return make_error(fmt::format("rank {}: broadcasting parameters: {}", impl->rank.rank, equal.error().message));
+  if (!equal)
+    return make_error(
+        fmt::format("rank {}: broadcasting parameters: {}", impl->rank.rank, equal.error().message));
   impl->start_actors(std::move(shared), trainable);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -164,9 +174,15 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
-int64_t Engine::rank() const { return impl_->rank.rank; }
-int64_t Engine::world_size() const { return impl_->rank.world_size; }
-const JobConfig& Engine::config() const { return impl_->config; }
+int64_t Engine::rank() const {
+  return impl_->rank.rank;
+}
+int64_t Engine::world_size() const {
+  return impl_->rank.world_size;
+}
+const JobConfig& Engine::config() const {
+  return impl_->config;
+}
 
 torch::Tensor Engine::flat_parameters() const {
   torch::NoGradGuard no_grad;
@@ -177,11 +193,13 @@ torch::Tensor Engine::flat_parameters() const {
 
 Result<StepResult> Engine::train_batch() {
   Impl& m = *impl_;
-  if (m.failed) return make_error(fmt::format("rank {}: the engine has failed; no further steps", m.rank.rank));
+  if (m.failed)
+    return make_error(fmt::format("rank {}: the engine has failed; no further steps", m.rank.rank));
   caf::scoped_actor self{*m.system};
   step_report report;
   std::string error;
-  auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(m.step_timeout_s()));
+  auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double>(m.step_timeout_s()));
   self->request(m.driver, timeout, train_step{m.steps_done})
       .receive([&](step_report& r) { report = std::move(r); },
                [&](caf::error& e) { error = m.system->render(e); });
@@ -200,9 +218,11 @@ Status Engine::finish() {
   if (m.tracer) TROUPE_TRY(m.tracer->write(rank_trace_path(m.config.trace.path, m.rank.rank)));
   caf::scoped_actor self{*m.system};
   std::string error;
-  auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(m.step_timeout_s()));
+  auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double>(m.step_timeout_s()));
   self->request(m.driver, timeout, finish_training{})
-      .receive([&](collective_done& d) { error = d.error; }, [&](caf::error& e) { error = m.system->render(e); });
+      .receive([&](collective_done& d) { error = d.error; },
+               [&](caf::error& e) { error = m.system->render(e); });
   if (!error.empty()) return m.fail("finishing: " + error);
   if (m.tracer && m.rank.rank == 0) {
     std::vector<std::string> parts;

@@ -86,7 +86,8 @@ int run_gpt_rank(const JobConfig& job, const JobOutputs& outputs) {
   Trainable trainable;
   trainable.layers = make_gpt(job.model);
   trainable.loss = lm_loss;
-  trainable.data = [corpus = *corpus, seq = job.model.seq_len, seed = job.train.seed](int64_t first, int64_t count) {
+  trainable.data = [corpus = *corpus, seq = job.model.seq_len, seed = job.train.seed](int64_t first,
+                                                                                      int64_t count) {
     TokenBatch b = sample_sequences(corpus, seq, static_cast<uint64_t>(seed), first, count);
     return MicroBatch{b.input, b.target};
   };
@@ -98,7 +99,8 @@ int run_gpt_rank(const JobConfig& job, const JobOutputs& outputs) {
   for (int64_t s = 0; s < job.train.steps; ++s) {
     auto r = e.train_batch();
     if (!r) return fail(r.error().message);
-    auto written = report->step(StepMetrics{r->step, job.train.steps, r->loss, r->tokens_per_s, r->step_ms, r->tokens});
+    auto written =
+        report->step(StepMetrics{r->step, job.train.steps, r->loss, r->tokens_per_s, r->step_ms, r->tokens});
     if (!written) return fail(written.error().message);
   }
   auto finished = e.finish();

@@ -12,7 +12,9 @@ namespace troupe {
 namespace {
 
 // A rate as a whole count for display; a rate that is not finite shows as 0.
-int64_t round_rate(double rate) { return std::isfinite(rate) ? std::llround(rate) : 0; }
+int64_t round_rate(double rate) {
+  return std::isfinite(rate) ? std::llround(rate) : 0;
+}
 
 }  // namespace
 
@@ -27,9 +29,9 @@ Result<MetricsWriter> MetricsWriter::make(const std::string& path) {
 
 Status MetricsWriter::write(const StepMetrics& metrics) {
   const nlohmann::json line = {
-      {"step", metrics.step},         {"steps_total", metrics.steps_total},
-      {"loss", metrics.loss},         {"tokens_per_s", metrics.tokens_per_s},
-      {"step_ms", metrics.step_ms},   {"tokens", metrics.tokens},
+      {"step", metrics.step},       {"steps_total", metrics.steps_total},
+      {"loss", metrics.loss},       {"tokens_per_s", metrics.tokens_per_s},
+      {"step_ms", metrics.step_ms}, {"tokens", metrics.tokens},
   };
   file_ << line.dump() << '\n';
   file_.flush();
@@ -39,8 +41,7 @@ Status MetricsWriter::write(const StepMetrics& metrics) {
 
 std::string group_thousands(int64_t value) {
   // Unsigned negation so that INT64_MIN has a magnitude too.
-  const uint64_t magnitude = value < 0 ? 0 - static_cast<uint64_t>(value)
-                                       : static_cast<uint64_t>(value);
+  const uint64_t magnitude = value < 0 ? 0 - static_cast<uint64_t>(value) : static_cast<uint64_t>(value);
   const std::string digits = std::to_string(magnitude);
   std::string grouped;
   for (size_t i = 0; i < digits.size(); ++i) {
@@ -51,9 +52,7 @@ std::string group_thousands(int64_t value) {
 }
 
 std::string format_duration(double seconds) {
-  const auto total = static_cast<int64_t>(std::isfinite(seconds) && seconds > 0
-                                              ? std::llround(seconds)
-                                              : 0);
+  const auto total = static_cast<int64_t>(std::isfinite(seconds) && seconds > 0 ? std::llround(seconds) : 0);
   const int64_t hours = total / 3600;
   const int64_t minutes = (total / 60) % 60;
   const int64_t secs = total % 60;
@@ -63,12 +62,9 @@ std::string format_duration(double seconds) {
 
 std::string format_progress(const StepMetrics& metrics, double elapsed_s) {
   const int64_t remaining = metrics.steps_total - metrics.step;
-  const double eta_s =
-      metrics.step > 0 ? elapsed_s / static_cast<double>(metrics.step) * remaining : 0.0;
-  return fmt::format("step {}/{}  loss {:.4f}  {} tok/s  ETA {}", metrics.step,
-                     metrics.steps_total, metrics.loss,
-                     group_thousands(round_rate(metrics.tokens_per_s)),
-                     format_duration(eta_s));
+  const double eta_s = metrics.step > 0 ? elapsed_s / static_cast<double>(metrics.step) * remaining : 0.0;
+  return fmt::format("step {}/{}  loss {:.4f}  {} tok/s  ETA {}", metrics.step, metrics.steps_total,
+                     metrics.loss, group_thousands(round_rate(metrics.tokens_per_s)), format_duration(eta_s));
 }
 
 std::string format_summary(const std::vector<StepMetrics>& steps, double wall_s,

@@ -21,10 +21,10 @@ namespace troupe {
 struct StepMetrics {
   int64_t step = 0;
   int64_t steps_total = 0;
-  double loss = 0;           ///< mean loss over the global batch
-  double tokens_per_s = 0;   ///< tokens / step time
-  double step_ms = 0;        ///< wall time of this step
-  int64_t tokens = 0;        ///< tokens in the global batch
+  double loss = 0;          ///< mean loss over the global batch
+  double tokens_per_s = 0;  ///< tokens / step time
+  double step_ms = 0;       ///< wall time of this step
+  int64_t tokens = 0;       ///< tokens in the global batch
 };
 
 /// Appends one JSON object per step to a file, flushed after each line:
@@ -40,8 +40,7 @@ class MetricsWriter {
   const std::string& path() const { return path_; }
 
  private:
-  MetricsWriter(std::string path, std::ofstream file)
-      : path_(std::move(path)), file_(std::move(file)) {}
+  MetricsWriter(std::string path, std::ofstream file) : path_(std::move(path)), file_(std::move(file)) {}
 
   std::string path_;
   std::ofstream file_;

@@ -17,10 +17,10 @@ namespace {
 Status check_batch(const BatchConfig& batch) {
   if (batch.micro_batch_size <= 0 || batch.global_batch_size <= 0 ||
       batch.global_batch_size % batch.micro_batch_size != 0) {
-    return make_error(fmt::format(
-        "the reference trainer needs a resolved batch: global_batch_size ({}) must be a "
-        "positive multiple of micro_batch_size ({})",
-        batch.global_batch_size, batch.micro_batch_size));
+    return make_error(
+        fmt::format("the reference trainer needs a resolved batch: global_batch_size ({}) must be a "
+                    "positive multiple of micro_batch_size ({})",
+                    batch.global_batch_size, batch.micro_batch_size));
   }
   return {};
 }
@@ -33,8 +33,8 @@ int compute_threads(int64_t configured) {
 
 // Forward and backward over the global batch of `step`, accumulating gradients; returns
 // the global-batch mean loss (the sum of the per-micro-batch losses / micro-batch count).
-double accumulate_step(torch::nn::Sequential& model, const TextCorpus& corpus,
-                       const JobConfig& job, int64_t step) {
+double accumulate_step(torch::nn::Sequential& model, const TextCorpus& corpus, const JobConfig& job,
+                       int64_t step) {
   const int64_t global = job.batch.global_batch_size;
   const int64_t micro = job.batch.micro_batch_size;
   const int64_t micro_batches = global / micro;
@@ -43,8 +43,7 @@ double accumulate_step(torch::nn::Sequential& model, const TextCorpus& corpus,
   for (int64_t k = 0; k < micro_batches; ++k) {
     const TokenBatch batch =
         sample_sequences(corpus, job.model.seq_len, seed, step * global + k * micro, micro);
-    auto loss = lm_loss(model->forward(batch.input), batch.target) /
-                static_cast<double>(micro_batches);
+    auto loss = lm_loss(model->forward(batch.input), batch.target) / static_cast<double>(micro_batches);
     loss.backward();
     loss_sum += loss.item<double>();
   }
@@ -88,9 +87,9 @@ Result<std::vector<StepMetrics>> train(const JobConfig& job,
 
 }  // namespace
 
-Result<std::vector<StepMetrics>> train_reference(
-    const JobConfig& job, const std::function<void(const StepMetrics&)>& on_step,
-    torch::Tensor* final_parameters) {
+Result<std::vector<StepMetrics>> train_reference(const JobConfig& job,
+                                                 const std::function<void(const StepMetrics&)>& on_step,
+                                                 torch::Tensor* final_parameters) {
   TROUPE_TRY(check_batch(job.batch));
   // LibTorch reports bad shapes, bad options and allocation failures by throwing; none of
   // that may escape this seam.

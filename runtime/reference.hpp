@@ -26,8 +26,8 @@ namespace troupe {
 /// micro_batch_size. When `final_parameters` is not null it receives the trained
 /// parameters as one flat fp32 tensor (flatten_parameters order). LibTorch errors come
 /// back as Error values.
-Result<std::vector<StepMetrics>> train_reference(
-    const JobConfig& job, const std::function<void(const StepMetrics&)>& on_step,
-    torch::Tensor* final_parameters);
+Result<std::vector<StepMetrics>> train_reference(const JobConfig& job,
+                                                 const std::function<void(const StepMetrics&)>& on_step,
+                                                 torch::Tensor* final_parameters);
 
 }  // namespace troupe

@@ -17,7 +17,8 @@ Status merge_traces(const std::vector<std::string>& parts, const std::string& pa
     std::ifstream in(part);
     if (!in) return make_error("cannot read trace part " + part);
     auto json = nlohmann::json::parse(in, nullptr, false);
-    if (json.is_discarded() || !json.is_array()) return make_error("trace part " + part + " is not a JSON array");
+    if (json.is_discarded() || !json.is_array())
+      return make_error("trace part " + part + " is not a JSON array");
     for (auto& e : json) events.push_back(std::move(e));
   }
   std::ofstream out(path);

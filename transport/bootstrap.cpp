@@ -52,8 +52,8 @@ Status send_frame(UcxWorker& worker, ucp_ep_h ep, const wire::Frame& frame, bool
 
 void set_handler(UcxWorker& worker, wire::Kind kind, ucp_am_recv_callback_t cb, void* arg) {
   ucp_am_handler_param_t p{};
-  p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                 UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  p.field_mask =
+      UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
   p.id = static_cast<uint16_t>(kind);
   p.cb = cb;
   p.arg = arg;
@@ -78,8 +78,8 @@ struct Coordinator {
     ucp_ep_h ep;
     std::string reason;
   };
-  std::vector<Refusal> refusals;  // answered outside the AM callback
-  std::size_t closed_by_peer = 0;   // joiners hang up once they hold the table
+  std::vector<Refusal> refusals;   // answered outside the AM callback
+  std::size_t closed_by_peer = 0;  // joiners hang up once they hold the table
 };
 
 void on_connection(ucp_conn_request_h request, void* arg) {
@@ -140,8 +140,10 @@ void accept_pending(Coordinator& c) {
     p.err_handler.arg = &c;
     ucp_ep_h ep = nullptr;
     ucs_status_t s = ucp_ep_create(c.worker->worker(), &p, &ep);
-    if (s == UCS_OK) c.accepted.push_back(ep);
-    else spdlog::warn("bootstrap: could not accept a connection: {}", ucs_status_string(s));
+    if (s == UCS_OK)
+      c.accepted.push_back(ep);
+    else
+      spdlog::warn("bootstrap: could not accept a connection: {}", ucs_status_string(s));
   }
   c.pending_connections.clear();
 }
@@ -238,8 +240,10 @@ ucs_status_t on_table(void* arg, const void* header, size_t header_bytes, void* 
                       const ucp_am_recv_param_t*) {
   auto& j = *static_cast<Joining*>(arg);
   auto table = wire::decode_table(header, header_bytes, data, bytes);
-  if (!table) j.failure = "malformed address table: " + table.error().message;
-  else j.table = std::move(table->addresses);
+  if (!table)
+    j.failure = "malformed address table: " + table.error().message;
+  else
+    j.table = std::move(table->addresses);
   return UCS_OK;
 }
 
@@ -259,8 +263,8 @@ void on_coordinator_ep_error(void* arg, ucp_ep_h, ucs_status_t status) {
 Status try_join(UcxWorker& worker, const TransportOptions& o, const sockaddr_in& addr, Joining& j,
                 Clock::time_point deadline) {
   ucp_ep_params_t p{};
-  p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                 UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                 UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
   p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
   p.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
   p.sockaddr.addrlen = sizeof addr;
@@ -304,8 +308,7 @@ Result<AddressTable> join(UcxWorker& worker, const TransportOptions& o) {
                                   o.coordinator_port, o.rank, *j.refusal));
   if (!j.table)
     return make_error(fmt::format("rank {} could not join the cluster at {}:{} within {} s: {}", o.rank,
-                                  o.coordinator_host, o.coordinator_port, o.bootstrap_timeout_s,
-                                  last_error));
+                                  o.coordinator_host, o.coordinator_port, o.bootstrap_timeout_s, last_error));
   return std::move(*j.table);
 }
 

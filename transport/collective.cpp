@@ -77,9 +77,15 @@ class ChunkedCollective : public Collective {
 
 class AllReduce final : public ChunkedCollective {
  public:
-  AllReduce(const CollectiveShape& shape, float* data, std::size_t count, ReduceOp op, std::size_t chunk_elems)
-      : ChunkedCollective(shape, shape.world_size < 2 ? 0 : ring::chunks_per_segment(count, shape.world_size, chunk_elems)),
-        data_(data), count_(count), op_(op), chunk_elems_(chunk_elems), steps_(chunk_count()) {
+  AllReduce(const CollectiveShape& shape, float* data, std::size_t count, ReduceOp op,
+            std::size_t chunk_elems)
+      : ChunkedCollective(
+            shape, shape.world_size < 2 ? 0 : ring::chunks_per_segment(count, shape.world_size, chunk_elems)),
+        data_(data),
+        count_(count),
+        op_(op),
+        chunk_elems_(chunk_elems),
+        steps_(chunk_count()) {
     std::size_t slots = std::min(shape.chunks_in_flight, steps_.size());
     for (std::size_t i = 0; i < slots; ++i) {
       scratch_.emplace_back(chunk_elems * sizeof(float));
@@ -124,12 +130,12 @@ class AllReduce final : public ChunkedCollective {
       expect(chunk, transfers);
       int64_t right = (r + 1) % n, left = (r + n - 1) % n;
       if (send.count > 0)
-        io.post_send(right, data_ + send.begin, send.count * sizeof(float), transfer_tag(shape_.id, chunk, step, r),
-                     shape_.id, chunk);
+        io.post_send(right, data_ + send.begin, send.count * sizeof(float),
+                     transfer_tag(shape_.id, chunk, step, r), shape_.id, chunk);
       if (recv.count > 0) {
         float* into = plan.reduce ? scratch(chunk) : data_ + recv.begin;
-        io.post_recv(left, into, recv.count * sizeof(float), transfer_tag(shape_.id, chunk, step, left), shape_.id,
-                     chunk);
+        io.post_recv(left, into, recv.count * sizeof(float), transfer_tag(shape_.id, chunk, step, left),
+                     shape_.id, chunk);
       }
       if (transfers > 0) return false;
       finish_step(chunk);
@@ -162,9 +168,13 @@ class AllReduce final : public ChunkedCollective {
 
 class Broadcast final : public ChunkedCollective {
  public:
-  Broadcast(const CollectiveShape& shape, float* data, std::size_t count, int64_t root, std::size_t chunk_elems)
+  Broadcast(const CollectiveShape& shape, float* data, std::size_t count, int64_t root,
+            std::size_t chunk_elems)
       : ChunkedCollective(shape, shape.world_size < 2 ? 0 : (count + chunk_elems - 1) / chunk_elems),
-        data_(data), count_(count), root_(root), chunk_elems_(chunk_elems),
+        data_(data),
+        count_(count),
+        root_(root),
+        chunk_elems_(chunk_elems),
         chunk_count_(shape.world_size < 2 ? 0 : (count + chunk_elems - 1) / chunk_elems),
         received_(chunk_count_, false) {}
 
@@ -184,8 +194,8 @@ class Broadcast final : public ChunkedCollective {
     int64_t prev = (shape_.rank + shape_.world_size - 1) % shape_.world_size;
     auto s = span(chunk);
     expect(chunk, 1);
-    io.post_recv(prev, data_ + s.begin, s.count * sizeof(float), transfer_tag(shape_.id, chunk, 0, prev), shape_.id,
-                 chunk);
+    io.post_recv(prev, data_ + s.begin, s.count * sizeof(float), transfer_tag(shape_.id, chunk, 0, prev),
+                 shape_.id, chunk);
     return false;
   }
 
@@ -201,8 +211,8 @@ class Broadcast final : public ChunkedCollective {
     int64_t next = (shape_.rank + 1) % shape_.world_size;
     auto s = span(chunk);
     expect(chunk, 1);
-    io.post_send(next, data_ + s.begin, s.count * sizeof(float), transfer_tag(shape_.id, chunk, 0, shape_.rank),
-                 shape_.id, chunk);
+    io.post_send(next, data_ + s.begin, s.count * sizeof(float),
+                 transfer_tag(shape_.id, chunk, 0, shape_.rank), shape_.id, chunk);
     return false;
   }
 

@@ -47,7 +47,7 @@ class Collective {
 };
 
 struct CollectiveShape {
-  uint64_t id = 0;          ///< sequence number; equal on every rank for the same call
+  uint64_t id = 0;  ///< sequence number; equal on every rank for the same call
   int64_t rank = 0;
   int64_t world_size = 1;
   std::size_t chunk_bytes = 256 << 10;

@@ -13,9 +13,9 @@ struct TransportOptions {
   std::string coordinator_host = "127.0.0.1";
   uint16_t coordinator_port = 29500;
   std::string token = "troupe";
-  double bootstrap_timeout_s = 60;    ///< rank 0 waits this long for every rank to join
-  double peer_timeout_s = 10;         ///< silence after which a peer counts as lost
-  double collective_timeout_s = 120;  ///< bound on one collective, start to finish
+  double bootstrap_timeout_s = 60;      ///< rank 0 waits this long for every rank to join
+  double peer_timeout_s = 10;           ///< silence after which a peer counts as lost
+  double collective_timeout_s = 120;    ///< bound on one collective, start to finish
   std::size_t chunk_bytes = 256 << 10;  ///< pipelining unit of ring collectives
   std::size_t chunks_in_flight = 8;     ///< chunks of one collective moving at once
 };

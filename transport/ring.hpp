@@ -33,9 +33,13 @@ struct AllReduceStep {
   bool reduce;  ///< true: the received data is added into recv_segment (reduce-scatter phase)
 };
 AllReduceStep all_reduce_step(int64_t rank, int64_t world, int64_t step);
-inline int64_t all_reduce_steps(int64_t world) { return 2 * (world - 1); }
+inline int64_t all_reduce_steps(int64_t world) {
+  return 2 * (world - 1);
+}
 
 /// The segment a rank holds fully reduced after the reduce-scatter phase.
-inline int64_t owned_segment(int64_t rank, int64_t world) { return (rank + 1) % world; }
+inline int64_t owned_segment(int64_t rank, int64_t world) {
+  return (rank + 1) % world;
+}
 
 }  // namespace troupe::ring

@@ -4,8 +4,8 @@
 #include <condition_variable>
 #include <future>
 #include <map>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -20,8 +20,8 @@
 namespace troupe {
 namespace {
 using Clock = std::chrono::steady_clock;
-constexpr int idle_wait_ms = 100;          // longest sleep between deadline checks
-constexpr double teardown_bound_s = 2.0;   // flush and cancel at shutdown or failure
+constexpr int idle_wait_ms = 100;         // longest sleep between deadline checks
+constexpr double teardown_bound_s = 2.0;  // flush and cancel at shutdown or failure
 }  // namespace
 
 class Transport::Impl final : public TransferIo {
@@ -31,14 +31,19 @@ class Transport::Impl final : public TransferIo {
   ~Impl() override { stop(); }
 
   Status connect(const AddressTable& table);
-  void start() { thread_ = std::thread([this] { run(); }); }
+  void start() {
+    thread_ = std::thread([this] { run(); });
+  }
   void stop();
   void submit(std::function<void()> command);
 
-  void issue(uint64_t id, std::unique_ptr<Collective> collective, Completion done, std::vector<float> owned = {});
+  void issue(uint64_t id, std::unique_ptr<Collective> collective, Completion done,
+             std::vector<float> owned = {});
   void abort_now(const std::string& reason);
-  CollectiveShape next_shape() { return CollectiveShape{next_id_++, options_.rank, options_.world_size,
-                                                        options_.chunk_bytes, options_.chunks_in_flight}; }
+  CollectiveShape next_shape() {
+    return CollectiveShape{next_id_++, options_.rank, options_.world_size, options_.chunk_bytes,
+                           options_.chunks_in_flight};
+  }
 
   void post_send(int64_t peer, const void* data, std::size_t bytes, uint64_t tag, uint64_t op,
                  uint64_t chunk) override;
@@ -97,8 +102,8 @@ class Transport::Impl final : public TransferIo {
   uint64_t next_id_ = 0;
   std::map<uint64_t, Operation> operations_;
   std::unordered_set<Transfer*> in_flight_;
-  std::vector<Transfer*> finished_;                  // filled by UCX callbacks
-  std::vector<std::string> peer_failures_;           // filled by UCX callbacks
+  std::vector<Transfer*> finished_;         // filled by UCX callbacks
+  std::vector<std::string> peer_failures_;  // filled by UCX callbacks
   std::optional<Error> failed_;
   bool closing_ = false;
 };
@@ -107,7 +112,8 @@ class Transport::Impl final : public TransferIo {
 
 Status Transport::Impl::connect(const AddressTable& table) {
   ucp_am_handler_param_t h{};
-  h.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  h.field_mask =
+      UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
   h.id = static_cast<uint16_t>(wire::Kind::abort);
   h.cb = on_abort;
   h.arg = this;
@@ -195,7 +201,8 @@ void Transport::Impl::run() {
     ucp_request_param_t p{};
     wait_request(*worker_, ucp_worker_flush_nbx(worker_->worker(), &p), teardown_bound_s);
   }
-  for (auto& [id, op] : operations_) op.done(make_error(op.collective->describe() + " was cut off by shutdown"));
+  for (auto& [id, op] : operations_)
+    op.done(make_error(op.collective->describe() + " was cut off by shutdown"));
   operations_.clear();
   close_endpoints();
 }
@@ -308,7 +315,8 @@ ucs_status_t Transport::Impl::on_abort(void* arg, const void* header, size_t hea
     spdlog::warn("transport: dropped a malformed abort frame: {}", reason.error().message);
     return UCS_OK;
   }
-  self->peer_failures_.push_back(fmt::format("rank {} stopped the job: {}", wire::header_rank(header), *reason));
+  self->peer_failures_.push_back(
+      fmt::format("rank {} stopped the job: {}", wire::header_rank(header), *reason));
   return UCS_OK;
 }
 
@@ -323,8 +331,9 @@ void Transport::Impl::check_deadlines() {
   auto now = Clock::now();
   for (auto& [id, op] : operations_) {
     if (now < op.deadline) continue;
-    fail_all(make_error(fmt::format("{} did not complete within {} s; still waiting for {}",
-                                    op.collective->describe(), options_.collective_timeout_s, waiting_on(id))));
+    fail_all(
+        make_error(fmt::format("{} did not complete within {} s; still waiting for {}",
+                               op.collective->describe(), options_.collective_timeout_s, waiting_on(id))));
     return;
   }
 }
@@ -375,8 +384,12 @@ Result<std::unique_ptr<Transport>> Transport::make(const TransportOptions& optio
 Transport::Transport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Transport::~Transport() = default;
 
-int64_t Transport::rank() const { return impl_->options().rank; }
-int64_t Transport::world_size() const { return impl_->options().world_size; }
+int64_t Transport::rank() const {
+  return impl_->options().rank;
+}
+int64_t Transport::world_size() const {
+  return impl_->options().world_size;
+}
 
 void Transport::all_reduce(float* data, std::size_t count, ReduceOp op, Completion done) {
   impl_->submit([impl = impl_.get(), data, count, op, done = std::move(done)]() mutable {
@@ -396,11 +409,11 @@ void Transport::barrier(Completion done) {
   impl_->submit([impl = impl_.get(), done = std::move(done)]() mutable {
     // An all-reduce whose every segment is non-empty cannot finish on any rank
     // before every rank has contributed: that is a barrier.
+    // The collective is made before `word` moves into the operation that keeps it alive.
     std::vector<float> word(impl->options().world_size, 0.0f);
-    float* data = word.data();
     auto shape = impl->next_shape();
-    impl->issue(shape.id, make_all_reduce(shape, data, word.size(), ReduceOp::sum), std::move(done),
-                std::move(word));
+    auto collective = make_all_reduce(shape, word.data(), word.size(), ReduceOp::sum);
+    impl->issue(shape.id, std::move(collective), std::move(done), std::move(word));
   });
 }
 

@@ -96,7 +96,9 @@ void UcxWorker::wait(int timeout_ms) {
   epoll_wait(epoll_fd_, &ev, 1, timeout_ms);
 }
 
-void UcxWorker::signal() { ucp_worker_signal(worker_); }
+void UcxWorker::signal() {
+  ucp_worker_signal(worker_);
+}
 
 ucs_status_t wait_request(UcxWorker& worker, ucs_status_ptr_t request, double timeout_s) {
   if (request == nullptr) return UCS_OK;

@@ -89,8 +89,7 @@ Frame encode_reason(Kind kind, int64_t rank, int64_t world_size, const std::stri
   return finish(kind, rank, world_size, w);
 }
 
-Status check_header(const void* header, std::size_t header_bytes, Kind expected,
-                    std::size_t payload_bytes) {
+Status check_header(const void* header, std::size_t header_bytes, Kind expected, std::size_t payload_bytes) {
   if (header == nullptr || header_bytes != sizeof(Header))
     return make_error(fmt::format("frame header of {} bytes, expected {}", header_bytes, sizeof(Header)));
   Header h;
@@ -99,13 +98,13 @@ Status check_header(const void* header, std::size_t header_bytes, Kind expected,
   if (h.version != version)
     return make_error(fmt::format("frame of protocol version {}, this build speaks {}", h.version, version));
   if (h.kind != static_cast<uint16_t>(expected))
-    return make_error(fmt::format("frame of kind {} on the handler of kind {}", h.kind,
-                                  static_cast<uint16_t>(expected)));
+    return make_error(
+        fmt::format("frame of kind {} on the handler of kind {}", h.kind, static_cast<uint16_t>(expected)));
   if (h.world_size < 1 || h.world_size > world_size_max || h.rank < 0 || h.rank >= h.world_size)
     return make_error(fmt::format("frame from rank {} of world size {}: out of range", h.rank, h.world_size));
   if (h.payload_bytes != payload_bytes)
-    return make_error(fmt::format("frame announces {} payload bytes but carries {}", h.payload_bytes,
-                                  payload_bytes));
+    return make_error(
+        fmt::format("frame announces {} payload bytes but carries {}", h.payload_bytes, payload_bytes));
   return {};
 }
 

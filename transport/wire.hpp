@@ -61,8 +61,7 @@ Frame encode_table(int64_t world_size, const Table& table);
 Frame encode_reason(Kind kind, int64_t rank, int64_t world_size, const std::string& reason);
 
 /// Checks the header against the handler's kind and the payload length.
-Status check_header(const void* header, std::size_t header_bytes, Kind expected,
-                    std::size_t payload_bytes);
+Status check_header(const void* header, std::size_t header_bytes, Kind expected, std::size_t payload_bytes);
 Result<Hello> decode_hello(const void* header, std::size_t header_bytes, const void* payload,
                            std::size_t payload_bytes);
 Result<Table> decode_table(const void* header, std::size_t header_bytes, const void* payload,

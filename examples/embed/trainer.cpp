@@ -43,8 +43,9 @@ int main(int argc, char** argv) {
   torch::manual_seed(static_cast<uint64_t>(config->train.seed));
   torch::nn::Sequential layers(torch::nn::Linear(features, 64), torch::nn::Tanh(), torch::nn::Linear(64, 64),
                                torch::nn::Tanh(), torch::nn::Linear(64, 1));
-  troupe::Trainable trainable{layers, [](const torch::Tensor& out, const torch::Tensor& y) { return torch::mse_loss(out, y); },
-                              samples, nullptr};
+  troupe::Trainable trainable{
+      layers, [](const torch::Tensor& out, const torch::Tensor& y) { return torch::mse_loss(out, y); },
+      samples, nullptr};
   auto engine = troupe::Engine::make(*config, std::move(trainable));
   if (!engine) {
     std::fprintf(stderr, "embed_trainer: %s\n", engine.error().message.c_str());
@@ -60,13 +61,15 @@ int main(int argc, char** argv) {
     }
     if (s == 0) first = r->loss;
     last = r->loss;
-    if (e.rank() == 0 && r->step % 10 == 0) std::printf("step %lld loss %.5f\n", static_cast<long long>(r->step), r->loss);
+    if (e.rank() == 0 && r->step % 10 == 0)
+      std::printf("step %lld loss %.5f\n", static_cast<long long>(r->step), r->loss);
   }
   auto done = e.finish();
   if (!done) {
     std::fprintf(stderr, "embed_trainer: %s\n", done.error().message.c_str());
     return 1;
   }
-  if (e.rank() == 0) std::printf("rank 0 of %lld: loss %.5f -> %.5f\n", static_cast<long long>(e.world_size()), first, last);
+  if (e.rank() == 0)
+    std::printf("rank 0 of %lld: loss %.5f -> %.5f\n", static_cast<long long>(e.world_size()), first, last);
   return last < first ? 0 : 3;
 }

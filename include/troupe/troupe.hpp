@@ -40,10 +40,10 @@ struct Trainable {
 
 /// One optimizer step, as every rank sees it.
 struct StepResult {
-  int64_t step = 0;          ///< counts from 1
-  double loss = 0;           ///< mean loss over the global batch
+  int64_t step = 0;  ///< counts from 1
+  double loss = 0;   ///< mean loss over the global batch
   double step_ms = 0;
-  int64_t tokens = 0;        ///< target elements in the global batch
+  int64_t tokens = 0;  ///< target elements in the global batch
   double tokens_per_s = 0;
 };
 

@@ -44,7 +44,9 @@ std::string self_path() {
   return n > 0 ? std::string(buffer, static_cast<std::size_t>(n)) : "troupe";
 }
 
-Result<JobConfig> load(const JobArguments& a) { return load_config_file(a.file, a.overrides); }
+Result<JobConfig> load(const JobArguments& a) {
+  return load_config_file(a.file, a.overrides);
+}
 
 int report_config_error(const Error& e) {
   std::fprintf(stderr, "troupe: %s\n", e.message.c_str());
@@ -63,7 +65,8 @@ int run_cluster(const JobConfig& job, const JobArguments& a) {
   launch.ranks = job.cluster.world_size;
   launch.argv = {self_path(), "rank", a.file};
   for (const auto& o : a.overrides) launch.argv.insert(launch.argv.end(), {"--set", o});
-  if (!a.outputs.metrics_path.empty()) launch.argv.insert(launch.argv.end(), {"--metrics", a.outputs.metrics_path});
+  if (!a.outputs.metrics_path.empty())
+    launch.argv.insert(launch.argv.end(), {"--metrics", a.outputs.metrics_path});
   if (!a.outputs.parameters_path.empty())
     launch.argv.insert(launch.argv.end(), {"--parameters-out", a.outputs.parameters_path});
   launch.extra_env = {{"TROUPE_PROGRESS", "relay"}};
@@ -84,7 +87,8 @@ int main(int argc, char** argv) {
   run->add_flag("--reference", run_args.reference, "train in one process with plain LibTorch (no actors)");
 
   JobArguments rank_args;
-  auto* rank = app.add_subcommand("rank", "run one rank of the job (rank and world size from the environment)");
+  auto* rank =
+      app.add_subcommand("rank", "run one rank of the job (rank and world size from the environment)");
   add_job_arguments(rank, rank_args);
 
   JobArguments check_args;
@@ -94,8 +98,11 @@ int main(int argc, char** argv) {
 
   int64_t launch_ranks_count = 1;
   std::vector<std::string> program;
-  auto* launch = app.add_subcommand("launch", "start N ranks of any program (e.g. a trainer embedding troupe)");
-  launch->add_option("--ranks,-n", launch_ranks_count, "number of ranks")->required()->check(CLI::Range(1, 1024));
+  auto* launch =
+      app.add_subcommand("launch", "start N ranks of any program (e.g. a trainer embedding troupe)");
+  launch->add_option("--ranks,-n", launch_ranks_count, "number of ranks")
+      ->required()
+      ->check(CLI::Range(1, 1024));
   launch->add_option("PROGRAM", program, "program and its arguments (after --)")->required();
 
   CLI11_PARSE(app, argc, argv);

@@ -15,20 +15,20 @@ namespace troupe {
 
 /// [cluster]: who takes part and how long anything may wait.
 struct ClusterConfig {
-  int64_t world_size = 0;                         ///< 0 = derive from dp × pp × tp
-  std::string coordinator = "127.0.0.1:29500";    ///< host:port where rank 0 listens
-  std::string token = "troupe";                   ///< shared secret every rank presents
-  double bootstrap_timeout_s = 60;                ///< how long rank 0 waits for all ranks
-  double peer_timeout_s = 10;                     ///< silence after which a peer counts as lost
-  double collective_timeout_s = 120;              ///< bound on any one collective
+  int64_t world_size = 0;                       ///< 0 = derive from dp × pp × tp
+  std::string coordinator = "127.0.0.1:29500";  ///< host:port where rank 0 listens
+  std::string token = "troupe";                 ///< shared secret every rank presents
+  double bootstrap_timeout_s = 60;              ///< how long rank 0 waits for all ranks
+  double peer_timeout_s = 10;                   ///< silence after which a peer counts as lost
+  double collective_timeout_s = 120;            ///< bound on any one collective
 };
 
 /// [parallel]: the shape of the job. Only data parallelism exists for now.
 struct ParallelConfig {
-  int64_t dp = 0;                                 ///< 0 = derive from world_size / (pp × tp)
-  int64_t pp = 1;                                 ///< must be 1 for now
-  int64_t tp = 1;                                 ///< must be 1 for now
-  int64_t reduce_bucket_bytes = 25 << 20;         ///< gradient bytes reduced together (DDP's default)
+  int64_t dp = 0;                          ///< 0 = derive from world_size / (pp × tp)
+  int64_t pp = 1;                          ///< must be 1 for now
+  int64_t tp = 1;                          ///< must be 1 for now
+  int64_t reduce_bucket_bytes = 25 << 20;  ///< gradient bytes reduced together (DDP's default)
 };
 
 /// [batch]: DeepSpeed's rule global = micro × accumulation × dp; 0 = derive.
@@ -44,49 +44,49 @@ enum class OptimizerType { adamw, adam, sgd };
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::adamw;
   double lr = 1e-3;
-  double beta1 = 0.9;                             ///< TOML: betas = [beta1, beta2]
+  double beta1 = 0.9;  ///< TOML: betas = [beta1, beta2]
   double beta2 = 0.999;
   double eps = 1e-8;
-  double weight_decay = 0.01;                     ///< adamw: decoupled; adam: L2; sgd: L2
-  double momentum = 0.0;                          ///< sgd only
-  bool nesterov = false;                          ///< sgd only
+  double weight_decay = 0.01;  ///< adamw: decoupled; adam: L2; sgd: L2
+  double momentum = 0.0;       ///< sgd only
+  bool nesterov = false;       ///< sgd only
 };
 
 /// [model]: the built-in GPT's shape.
 struct ModelConfig {
-  std::string type = "gpt";                       ///< only "gpt" for now
-  int64_t vocab_size = 256;                       ///< byte-level tokens need 256
+  std::string type = "gpt";  ///< only "gpt" for now
+  int64_t vocab_size = 256;  ///< byte-level tokens need 256
   int64_t seq_len = 64;
   int64_t d_model = 64;
   int64_t n_layers = 2;
   int64_t n_heads = 4;
-  int64_t d_ff = 0;                               ///< 0 = 4 × d_model
+  int64_t d_ff = 0;  ///< 0 = 4 × d_model
 };
 
 /// [data]: where tokens come from.
 struct DataConfig {
-  std::string path;                               ///< text file of bytes; empty = synthetic corpus
-  int64_t synthetic_bytes = 1 << 20;              ///< size of the synthetic corpus
-  int64_t prefetch_micro_batches = 2;             ///< how far the data loader runs ahead
+  std::string path;                    ///< text file of bytes; empty = synthetic corpus
+  int64_t synthetic_bytes = 1 << 20;   ///< size of the synthetic corpus
+  int64_t prefetch_micro_batches = 2;  ///< how far the data loader runs ahead
 };
 
 /// [train]: the loop.
 struct TrainConfig {
   int64_t steps = 20;
   int64_t seed = 1234;
-  int64_t log_interval = 1;                       ///< progress line every N steps
-  int64_t threads = 0;                            ///< compute threads per rank; 0 = cores / local ranks
-  std::string metrics_path;                       ///< JSON lines, one per step; empty = none
+  int64_t log_interval = 1;  ///< progress line every N steps
+  int64_t threads = 0;       ///< compute threads per rank; 0 = cores / local ranks
+  std::string metrics_path;  ///< JSON lines, one per step; empty = none
 };
 
 /// [trace]: the Perfetto / Chrome-trace timeline.
 struct TraceConfig {
-  std::string path;                               ///< merged trace file; empty = no tracing
+  std::string path;  ///< merged trace file; empty = no tracing
 };
 
 /// The whole job.
 struct JobConfig {
-  std::string source = "<struct>";                ///< file name the config came from, for messages
+  std::string source = "<struct>";  ///< file name the config came from, for messages
   ClusterConfig cluster;
   ParallelConfig parallel;
   BatchConfig batch;

@@ -22,9 +22,8 @@ Error syntax_error(const toml::parse_error& error, const std::string& source_nam
   if (!description.empty()) {
     description[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(description[0])));
   }
-  return make_error(fmt::format("{}:{}:{}: invalid TOML: {}", source_name,
-                                error.source().begin.line, error.source().begin.column,
-                                description));
+  return make_error(fmt::format("{}:{}:{}: invalid TOML: {}", source_name, error.source().begin.line,
+                                error.source().begin.column, description));
 }
 
 // "job.toml:3:14", or just the source when the region is unknown (an inserted override).
@@ -47,16 +46,26 @@ std::vector<Entry> in_file_order(const toml::table& table) {
 
 const char* kind_of(const toml::node& node) {
   switch (node.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a float";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::table: return "a table";
-    case toml::node_type::date: return "a date";
-    case toml::node_type::time: return "a time";
-    case toml::node_type::date_time: return "a date-time";
-    default: return "nothing";
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a float";
+    case toml::node_type::boolean:
+      return "a boolean";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::table:
+      return "a table";
+    case toml::node_type::date:
+      return "a date";
+    case toml::node_type::time:
+      return "a time";
+    case toml::node_type::date_time:
+      return "a date-time";
+    default:
+      return "nothing";
   }
 }
 
@@ -116,8 +125,8 @@ class ValueReader {
 
  private:
   Error type_error() const {
-    return make_error(fmt::format("{}: [{}] {} must be {}, got {}", where_, spec_.section,
-                                  spec_.key, spec_.expect, describe_value(node_)));
+    return make_error(fmt::format("{}: [{}] {} must be {}, got {}", where_, spec_.section, spec_.key,
+                                  spec_.expect, describe_value(node_)));
   }
 
   const toml::node& node_;
@@ -136,8 +145,8 @@ Status ValueReader::operator()(OptimizerType* out) const {
   if (auto close = suggest(value->get(), optimizer_type_names())) {
     hint = fmt::format("; did you mean {}?", toml_string(*close));
   }
-  return make_error(fmt::format("{}: [{}] {} must be {}, got {}{}", where_, spec_.section,
-                                spec_.key, spec_.expect, toml_string(value->get()), hint));
+  return make_error(fmt::format("{}: [{}] {} must be {}, got {}{}", where_, spec_.section, spec_.key,
+                                spec_.expect, toml_string(value->get()), hint));
 }
 
 Status ValueReader::operator()(BetasRef out) const {
@@ -170,8 +179,7 @@ Status read_section(const toml::table& table, std::string_view section, JobConfi
     // An override keeps its "--set ..." origin; a file value gets its position.
     const std::string& where =
         origins.by_key
-            .try_emplace(fmt::format("{}.{}", section, key->str()),
-                         position(node->source(), origins.source))
+            .try_emplace(fmt::format("{}.{}", section, key->str()), position(node->source(), origins.source))
             .first->second;
     TROUPE_TRY(std::visit(ValueReader(*node, *spec, where), spec->field(config)));
   }
@@ -183,16 +191,16 @@ Error stray_key_error(const toml::key& key, const ConfigOrigins& origins) {
   const std::string where = position(key.source(), origins.source);
   for (const KeySpec& spec : key_specs()) {
     if (spec.key == key.str()) {
-      return make_error(fmt::format("{}: key {} is outside any section; did you mean [{}] {}?",
-                                    where, key.str(), spec.section, spec.key));
+      return make_error(fmt::format("{}: key {} is outside any section; did you mean [{}] {}?", where,
+                                    key.str(), spec.section, spec.key));
     }
   }
   std::string sections;
   for (const std::string& name : section_names()) {
     sections += fmt::format("{}[{}]", sections.empty() ? "" : ", ", name);
   }
-  return make_error(fmt::format("{}: key {} is outside any section; keys belong in {}", where,
-                                key.str(), sections));
+  return make_error(
+      fmt::format("{}: key {} is outside any section; keys belong in {}", where, key.str(), sections));
 }
 
 }  // namespace

@@ -13,22 +13,19 @@
 
 namespace troupe {
 
-Result<JobConfig> load_config_file(const std::string& path,
-                                   const std::vector<std::string>& overrides) {
+Result<JobConfig> load_config_file(const std::string& path, const std::vector<std::string>& overrides) {
   std::error_code ignored;
   if (std::filesystem::is_directory(path, ignored)) {
     return make_error(fmt::format("cannot read config file {}: it is a directory", path));
   }
   std::ifstream file(path, std::ios::binary);
   if (!file) {
-    return make_error(
-        fmt::format("cannot read config file {}: {}", path, std::strerror(errno)));
+    return make_error(fmt::format("cannot read config file {}: {}", path, std::strerror(errno)));
   }
   std::ostringstream text;
   text << file.rdbuf();
   if (file.bad()) {
-    return make_error(
-        fmt::format("cannot read config file {}: {}", path, std::strerror(errno)));
+    return make_error(fmt::format("cannot read config file {}: {}", path, std::strerror(errno)));
   }
   return load_config_string(text.str(), path, overrides);
 }

@@ -17,8 +17,7 @@ namespace troupe {
 
 /// Reads the TOML file at `path`, applies `overrides` (each "section.key=value", as given
 /// to --set) and resolves the job. JobConfig::source is `path`.
-Result<JobConfig> load_config_file(const std::string& path,
-                                   const std::vector<std::string>& overrides);
+Result<JobConfig> load_config_file(const std::string& path, const std::vector<std::string>& overrides);
 
 /// Like load_config_file for TOML text already in memory; `source_name` stands for the
 /// file in messages and becomes JobConfig::source.

@@ -25,10 +25,10 @@ std::string trim(std::string_view text) {
 Result<Override> split_override(const std::string& text) {
   Override out;
   out.label = "--set " + text;
-  const Error malformed = make_error(fmt::format(
-      "{}: an override must have the form section.key=value, e.g. --set "
-      "batch.micro_batch_size=4",
-      out.label));
+  const Error malformed =
+      make_error(fmt::format("{}: an override must have the form section.key=value, e.g. --set "
+                             "batch.micro_batch_size=4",
+                             out.label));
   const auto equals = text.find('=');
   if (equals == std::string::npos) return malformed;
   const std::string name = trim(std::string_view(text).substr(0, equals));
@@ -56,28 +56,25 @@ toml::table parse_value(const std::string& text) {
 
 Status apply_override(toml::table& root, const Override& override, ConfigOrigins& origins) {
   if (key_names(override.section).empty()) {
-    return make_error(
-        fmt::format("{}: {}", override.label, unknown_section_message(override.section)));
+    return make_error(fmt::format("{}: {}", override.label, unknown_section_message(override.section)));
   }
   if (find_key(override.section, override.key) == nullptr) {
-    return make_error(fmt::format("{}: {}", override.label,
-                                  unknown_key_message(override.section, override.key)));
+    return make_error(
+        fmt::format("{}: {}", override.label, unknown_key_message(override.section, override.key)));
   }
   if (!root.contains(override.section)) root.insert(override.section, toml::table{});
   toml::table* section = root.get_as<toml::table>(override.section);
   // A section that is not a table is the file's error; conversion reports it.
   if (section == nullptr) return {};
   toml::table value = parse_value(override.value_text);
-  value.get("v")->visit(
-      [&](auto& node) { section->insert_or_assign(override.key, std::move(node)); });
+  value.get("v")->visit([&](auto& node) { section->insert_or_assign(override.key, std::move(node)); });
   origins.by_key[fmt::format("{}.{}", override.section, override.key)] = override.label;
   return {};
 }
 
 }  // namespace
 
-Status apply_overrides(toml::table& root, const std::vector<std::string>& overrides,
-                       ConfigOrigins& origins) {
+Status apply_overrides(toml::table& root, const std::vector<std::string>& overrides, ConfigOrigins& origins) {
   for (const std::string& text : overrides) {
     Result<Override> override = split_override(text);
     if (!override.ok()) return override.error();

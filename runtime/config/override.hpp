@@ -22,7 +22,6 @@ namespace troupe {
 /// string, so cluster.token=abc works. Records "--set <text>" as the origin of each key.
 /// Fails with one sentence naming the override when it is malformed or names an unknown
 /// section or key.
-Status apply_overrides(toml::table& root, const std::vector<std::string>& overrides,
-                       ConfigOrigins& origins);
+Status apply_overrides(toml::table& root, const std::vector<std::string>& overrides, ConfigOrigins& origins);
 
 }  // namespace troupe

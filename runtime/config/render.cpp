@@ -27,13 +27,12 @@ struct ValueText {
 std::optional<std::string> derived_note(const JobConfig& config, const KeySpec& spec) {
   const std::string name = fmt::format("{}.{}", spec.section, spec.key);
   if (name == "cluster.world_size") {
-    return fmt::format("world_size = dp {} × pp {} × tp {}", config.parallel.dp,
-                       config.parallel.pp, config.parallel.tp);
+    return fmt::format("world_size = dp {} × pp {} × tp {}", config.parallel.dp, config.parallel.pp,
+                       config.parallel.tp);
   }
   if (name == "batch.global_batch_size") {
-    return fmt::format("global = micro {} × accumulation {} × dp {}",
-                       config.batch.micro_batch_size, config.batch.gradient_accumulation_steps,
-                       config.parallel.dp);
+    return fmt::format("global = micro {} × accumulation {} × dp {}", config.batch.micro_batch_size,
+                       config.batch.gradient_accumulation_steps, config.parallel.dp);
   }
   int64_t four_d_model = 0;
   if (name == "model.d_ff" && !__builtin_mul_overflow(config.model.d_model, 4, &four_d_model) &&
@@ -54,9 +53,9 @@ std::string one_line(std::string text) {
 
 std::string render_config(const JobConfig& config) {
   JobConfig copy = config;  // the schema hands out mutable field pointers
-  std::string out = fmt::format(
-      "# troupe job configuration resolved from {}; every key is listed (docs/CONFIG.md).\n",
-      one_line(config.source));
+  std::string out =
+      fmt::format("# troupe job configuration resolved from {}; every key is listed (docs/CONFIG.md).\n",
+                  one_line(config.source));
   std::string_view section;
   for (const KeySpec& spec : key_specs()) {
     if (spec.section != section) {

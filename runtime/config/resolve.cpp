@@ -18,14 +18,22 @@ namespace {
 constexpr int64_t kByteVocabSize = 256;  // every byte is a token
 constexpr int64_t kPortMax = 65535;
 
-std::string shown(int64_t value) { return fmt::format("{}", value); }
-std::string shown(double value) { return toml_float(value); }
-std::string shown(const std::string& value) { return toml_string(value); }
+std::string shown(int64_t value) {
+  return fmt::format("{}", value);
+}
+std::string shown(double value) {
+  return toml_float(value);
+}
+std::string shown(const std::string& value) {
+  return toml_string(value);
+}
 // Text shown as it is, e.g. an array written out by the caller.
 struct Verbatim {
   std::string text;
 };
-std::string shown(const Verbatim& value) { return value.text; }
+std::string shown(const Verbatim& value) {
+  return value.text;
+}
 
 // "<where>: [section] <message>", where is the key's origin.
 Error key_error(const ConfigOrigins& origins, std::string_view section, std::string_view key,
@@ -35,17 +43,22 @@ Error key_error(const ConfigOrigins& origins, std::string_view section, std::str
 
 // "<where>: [section] key must be <expect>, got <value>" unless `ok`.
 template <class T>
-Status require(bool ok, const ConfigOrigins& origins, std::string_view section,
-               std::string_view key, const T& value) {
+Status require(bool ok, const ConfigOrigins& origins, std::string_view section, std::string_view key,
+               const T& value) {
   if (ok) return {};
   return key_error(origins, section, key,
-                   fmt::format("{} must be {}, got {}", key, expect_of(section, key),
-                               shown(value)));
+                   fmt::format("{} must be {}, got {}", key, expect_of(section, key), shown(value)));
 }
 
-bool positive(double value) { return std::isfinite(value) && value > 0; }
-bool non_negative(double value) { return std::isfinite(value) && value >= 0; }
-bool unit_interval(double value) { return value >= 0 && value < 1; }  // false for NaN
+bool positive(double value) {
+  return std::isfinite(value) && value > 0;
+}
+bool non_negative(double value) {
+  return std::isfinite(value) && value >= 0;
+}
+bool unit_interval(double value) {
+  return value >= 0 && value < 1;
+}  // false for NaN
 
 // "host:port" or "[v6-address]:port" with a port from 1 to 65535.
 bool is_host_port(const std::string& text) {
@@ -62,13 +75,12 @@ bool is_host_port(const std::string& text) {
 }
 
 Status resolve_cluster(const ClusterConfig& cluster, const ConfigOrigins& origins) {
-  TROUPE_TRY(require(is_host_port(cluster.coordinator), origins, "cluster", "coordinator",
-                     cluster.coordinator));
+  TROUPE_TRY(
+      require(is_host_port(cluster.coordinator), origins, "cluster", "coordinator", cluster.coordinator));
   TROUPE_TRY(require(!cluster.token.empty(), origins, "cluster", "token", cluster.token));
-  const std::pair<const char*, double> timeouts[] = {
-      {"bootstrap_timeout_s", cluster.bootstrap_timeout_s},
-      {"peer_timeout_s", cluster.peer_timeout_s},
-      {"collective_timeout_s", cluster.collective_timeout_s}};
+  const std::pair<const char*, double> timeouts[] = {{"bootstrap_timeout_s", cluster.bootstrap_timeout_s},
+                                                     {"peer_timeout_s", cluster.peer_timeout_s},
+                                                     {"collective_timeout_s", cluster.collective_timeout_s}};
   for (const auto& [key, seconds] : timeouts) {
     TROUPE_TRY(require(positive(seconds), origins, "cluster", key, seconds));
   }
@@ -81,15 +93,17 @@ Status resolve_parallel(JobConfig& config, const ConfigOrigins& origins) {
   if (parallel.pp != 1) {
     return key_error(origins, "parallel", "pp",
                      fmt::format("pp = {}: pipeline parallelism is not available yet; "
-                                 "pp must be 1", parallel.pp));
+                                 "pp must be 1",
+                                 parallel.pp));
   }
   if (parallel.tp != 1) {
     return key_error(origins, "parallel", "tp",
                      fmt::format("tp = {}: tensor parallelism is not available yet; "
-                                 "tp must be 1", parallel.tp));
+                                 "tp must be 1",
+                                 parallel.tp));
   }
-  TROUPE_TRY(require(parallel.reduce_bucket_bytes > 0, origins, "parallel",
-                     "reduce_bucket_bytes", parallel.reduce_bucket_bytes));
+  TROUPE_TRY(require(parallel.reduce_bucket_bytes > 0, origins, "parallel", "reduce_bucket_bytes",
+                     parallel.reduce_bucket_bytes));
   TROUPE_TRY(require(world_size >= 0, origins, "cluster", "world_size", world_size));
   TROUPE_TRY(require(parallel.dp >= 0, origins, "parallel", "dp", parallel.dp));
   const int64_t model_ranks = parallel.pp * parallel.tp;  // both 1 for now: no overflow
@@ -106,17 +120,15 @@ Status resolve_parallel(JobConfig& config, const ConfigOrigins& origins) {
     parallel.dp = world_size / model_ranks;
   } else if (world_size != parallel.dp * model_ranks) {
     return key_error(origins, "cluster", "world_size",
-                     fmt::format("world_size = {} does not equal dp {} × pp {} × tp {} = {}",
-                                 world_size, parallel.dp, parallel.pp, parallel.tp,
-                                 parallel.dp * model_ranks));
+                     fmt::format("world_size = {} does not equal dp {} × pp {} × tp {} = {}", world_size,
+                                 parallel.dp, parallel.pp, parallel.tp, parallel.dp * model_ranks));
   }
   return {};
 }
 
 // Sets *unknown = global / (known × dp), which must be a positive integer.
-Status derive_batch_factor(const BatchConfig& batch, int64_t dp, const char* known_key,
-                           int64_t known, const char* unknown_key, int64_t* unknown,
-                           const ConfigOrigins& origins) {
+Status derive_batch_factor(const BatchConfig& batch, int64_t dp, const char* known_key, int64_t known,
+                           const char* unknown_key, int64_t* unknown, const ConfigOrigins& origins) {
   int64_t divisor = 0;
   if (__builtin_mul_overflow(known, dp, &divisor) || batch.global_batch_size % divisor != 0) {
     return key_error(origins, "batch", "global_batch_size",
@@ -130,12 +142,10 @@ Status derive_batch_factor(const BatchConfig& batch, int64_t dp, const char* kno
 }
 
 // micro × accumulation × dp, or an error when it does not fit in 64 bits.
-Result<int64_t> batch_product(const BatchConfig& batch, int64_t dp,
-                              const ConfigOrigins& origins) {
+Result<int64_t> batch_product(const BatchConfig& batch, int64_t dp, const ConfigOrigins& origins) {
   int64_t per_rank = 0;
   int64_t global = 0;
-  if (__builtin_mul_overflow(batch.micro_batch_size, batch.gradient_accumulation_steps,
-                             &per_rank) ||
+  if (__builtin_mul_overflow(batch.micro_batch_size, batch.gradient_accumulation_steps, &per_rank) ||
       __builtin_mul_overflow(per_rank, dp, &global)) {
     return key_error(origins, "batch", "micro_batch_size",
                      fmt::format("micro_batch_size {} × gradient_accumulation_steps {} × dp {} "
@@ -150,12 +160,14 @@ Error batch_unset_error(const BatchConfig& batch, const ConfigOrigins& origins) 
   if (batch.gradient_accumulation_steps > 0) {
     return key_error(origins, "batch", "gradient_accumulation_steps",
                      fmt::format("only gradient_accumulation_steps is set; also set "
-                                 "micro_batch_size or global_batch_size {}", rule));
+                                 "micro_batch_size or global_batch_size {}",
+                                 rule));
   }
   return key_error(origins, "batch", "micro_batch_size",
                    fmt::format("no batch size is set; set micro_batch_size, or two of "
                                "micro_batch_size, gradient_accumulation_steps and "
-                               "global_batch_size {}", rule));
+                               "global_batch_size {}",
+                               rule));
 }
 
 // DeepSpeed's rule global = micro × accumulation × dp: any two determine the third.
@@ -176,14 +188,12 @@ Status resolve_batch(JobConfig& config, const ConfigOrigins& origins) {
     batch.gradient_accumulation_steps = 1;  // only micro or only global was given
   }
   if (!has_micro) {
-    return derive_batch_factor(batch, dp, "gradient_accumulation_steps",
-                               batch.gradient_accumulation_steps, "micro_batch_size",
-                               &batch.micro_batch_size, origins);
+    return derive_batch_factor(batch, dp, "gradient_accumulation_steps", batch.gradient_accumulation_steps,
+                               "micro_batch_size", &batch.micro_batch_size, origins);
   }
   if (batch.gradient_accumulation_steps == 0) {
     return derive_batch_factor(batch, dp, "micro_batch_size", batch.micro_batch_size,
-                               "gradient_accumulation_steps",
-                               &batch.gradient_accumulation_steps, origins);
+                               "gradient_accumulation_steps", &batch.gradient_accumulation_steps, origins);
   }
   Result<int64_t> product = batch_product(batch, dp, origins);
   if (!product.ok()) return product.error();
@@ -201,15 +211,13 @@ Status resolve_batch(JobConfig& config, const ConfigOrigins& origins) {
 
 Status resolve_optimizer(const OptimizerConfig& optimizer, const ConfigOrigins& origins) {
   TROUPE_TRY(require(positive(optimizer.lr), origins, "optimizer", "lr", optimizer.lr));
-  TROUPE_TRY(require(unit_interval(optimizer.beta1) && unit_interval(optimizer.beta2), origins,
-                     "optimizer", "betas",
-                     Verbatim{fmt::format("[{}, {}]", toml_float(optimizer.beta1),
-                                          toml_float(optimizer.beta2))}));
+  TROUPE_TRY(
+      require(unit_interval(optimizer.beta1) && unit_interval(optimizer.beta2), origins, "optimizer", "betas",
+              Verbatim{fmt::format("[{}, {}]", toml_float(optimizer.beta1), toml_float(optimizer.beta2))}));
   TROUPE_TRY(require(positive(optimizer.eps), origins, "optimizer", "eps", optimizer.eps));
-  TROUPE_TRY(require(non_negative(optimizer.weight_decay), origins, "optimizer",
-                     "weight_decay", optimizer.weight_decay));
-  TROUPE_TRY(require(non_negative(optimizer.momentum), origins, "optimizer", "momentum",
-                     optimizer.momentum));
+  TROUPE_TRY(require(non_negative(optimizer.weight_decay), origins, "optimizer", "weight_decay",
+                     optimizer.weight_decay));
+  TROUPE_TRY(require(non_negative(optimizer.momentum), origins, "optimizer", "momentum", optimizer.momentum));
   if (optimizer.nesterov && optimizer.momentum == 0) {
     return key_error(origins, "optimizer", "nesterov",
                      "nesterov = true needs a positive momentum, got momentum 0");
@@ -224,8 +232,7 @@ Status resolve_model(ModelConfig& model, const ConfigOrigins& origins) {
                      fmt::format("type must be \"gpt\", got {}{}", toml_string(model.type),
                                  close ? "; did you mean \"gpt\"?" : ""));
   }
-  TROUPE_TRY(require(model.vocab_size >= kByteVocabSize, origins, "model", "vocab_size",
-                     model.vocab_size));
+  TROUPE_TRY(require(model.vocab_size >= kByteVocabSize, origins, "model", "vocab_size", model.vocab_size));
   const std::pair<const char*, int64_t> sizes[] = {{"seq_len", model.seq_len},
                                                    {"d_model", model.d_model},
                                                    {"n_layers", model.n_layers},
@@ -234,15 +241,16 @@ Status resolve_model(ModelConfig& model, const ConfigOrigins& origins) {
     TROUPE_TRY(require(value > 0, origins, "model", key, value));
   }
   if (model.d_model % model.n_heads != 0) {
-    return key_error(origins, "model", "n_heads",
-                     fmt::format("d_model = {} is not divisible by n_heads = {}", model.d_model,
-                                 model.n_heads));
+    return key_error(
+        origins, "model", "n_heads",
+        fmt::format("d_model = {} is not divisible by n_heads = {}", model.d_model, model.n_heads));
   }
   TROUPE_TRY(require(model.d_ff >= 0, origins, "model", "d_ff", model.d_ff));
   if (model.d_ff == 0 && __builtin_mul_overflow(model.d_model, 4, &model.d_ff)) {
     return key_error(origins, "model", "d_model",
                      fmt::format("d_model = {} is too large: d_ff = 4 × d_model does not fit "
-                                 "in a 64-bit integer", model.d_model));
+                                 "in a 64-bit integer",
+                                 model.d_model));
   }
   return {};
 }
@@ -271,13 +279,13 @@ Status check_data_file(const DataConfig& data, int64_t seq_len, const ConfigOrig
 }
 
 Status resolve_data(const DataConfig& data, int64_t seq_len, const ConfigOrigins& origins) {
-  TROUPE_TRY(require(data.prefetch_micro_batches >= 1, origins, "data",
-                     "prefetch_micro_batches", data.prefetch_micro_batches));
+  TROUPE_TRY(require(data.prefetch_micro_batches >= 1, origins, "data", "prefetch_micro_batches",
+                     data.prefetch_micro_batches));
   // seq_len is positive here, so the subtraction cannot overflow.
   if (data.synthetic_bytes <= seq_len || data.synthetic_bytes - seq_len <= 1) {
     return key_error(origins, "data", "synthetic_bytes",
-                     fmt::format("synthetic_bytes must be greater than seq_len + 1 = {}, got {}",
-                                 seq_len + 1, data.synthetic_bytes));
+                     fmt::format("synthetic_bytes must be greater than seq_len + 1 = {}, got {}", seq_len + 1,
+                                 data.synthetic_bytes));
   }
   if (data.path.empty()) return {};
   return check_data_file(data, seq_len, origins);
@@ -285,8 +293,7 @@ Status resolve_data(const DataConfig& data, int64_t seq_len, const ConfigOrigins
 
 Status resolve_train(const TrainConfig& train, const ConfigOrigins& origins) {
   TROUPE_TRY(require(train.steps > 0, origins, "train", "steps", train.steps));
-  TROUPE_TRY(require(train.log_interval >= 1, origins, "train", "log_interval",
-                     train.log_interval));
+  TROUPE_TRY(require(train.log_interval >= 1, origins, "train", "log_interval", train.log_interval));
   TROUPE_TRY(require(train.threads >= 0, origins, "train", "threads", train.threads));
   return {};
 }

@@ -15,8 +15,7 @@ std::vector<KeySpec> make_key_specs() {
        [](C& c) -> FieldRef { return &c.cluster.world_size; }},
       {"cluster", "coordinator", "a host:port string with a port from 1 to 65535",
        [](C& c) -> FieldRef { return &c.cluster.coordinator; }},
-      {"cluster", "token", "a non-empty string",
-       [](C& c) -> FieldRef { return &c.cluster.token; }},
+      {"cluster", "token", "a non-empty string", [](C& c) -> FieldRef { return &c.cluster.token; }},
       {"cluster", "bootstrap_timeout_s", "a positive number of seconds",
        [](C& c) -> FieldRef { return &c.cluster.bootstrap_timeout_s; }},
       {"cluster", "peer_timeout_s", "a positive number of seconds",
@@ -42,30 +41,25 @@ std::vector<KeySpec> make_key_specs() {
 
       {"optimizer", "type", R"(one of "adamw", "adam" or "sgd")",
        [](C& c) -> FieldRef { return &c.optimizer.type; }},
-      {"optimizer", "lr", "a positive number",
-       [](C& c) -> FieldRef { return &c.optimizer.lr; }},
+      {"optimizer", "lr", "a positive number", [](C& c) -> FieldRef { return &c.optimizer.lr; }},
       {"optimizer", "betas", "an array of two numbers [beta1, beta2], each at least 0 and below 1",
-       [](C& c) -> FieldRef { return BetasRef{&c.optimizer.beta1, &c.optimizer.beta2}; }},
-      {"optimizer", "eps", "a positive number",
-       [](C& c) -> FieldRef { return &c.optimizer.eps; }},
+       [](C& c) -> FieldRef {
+         return BetasRef{&c.optimizer.beta1, &c.optimizer.beta2};
+       }},
+      {"optimizer", "eps", "a positive number", [](C& c) -> FieldRef { return &c.optimizer.eps; }},
       {"optimizer", "weight_decay", "a non-negative number",
        [](C& c) -> FieldRef { return &c.optimizer.weight_decay; }},
       {"optimizer", "momentum", "a non-negative number",
        [](C& c) -> FieldRef { return &c.optimizer.momentum; }},
-      {"optimizer", "nesterov", "true or false",
-       [](C& c) -> FieldRef { return &c.optimizer.nesterov; }},
+      {"optimizer", "nesterov", "true or false", [](C& c) -> FieldRef { return &c.optimizer.nesterov; }},
 
       {"model", "type", R"("gpt")", [](C& c) -> FieldRef { return &c.model.type; }},
       {"model", "vocab_size", "an integer of at least 256 (byte-level data)",
        [](C& c) -> FieldRef { return &c.model.vocab_size; }},
-      {"model", "seq_len", "a positive integer",
-       [](C& c) -> FieldRef { return &c.model.seq_len; }},
-      {"model", "d_model", "a positive integer",
-       [](C& c) -> FieldRef { return &c.model.d_model; }},
-      {"model", "n_layers", "a positive integer",
-       [](C& c) -> FieldRef { return &c.model.n_layers; }},
-      {"model", "n_heads", "a positive integer",
-       [](C& c) -> FieldRef { return &c.model.n_heads; }},
+      {"model", "seq_len", "a positive integer", [](C& c) -> FieldRef { return &c.model.seq_len; }},
+      {"model", "d_model", "a positive integer", [](C& c) -> FieldRef { return &c.model.d_model; }},
+      {"model", "n_layers", "a positive integer", [](C& c) -> FieldRef { return &c.model.n_layers; }},
+      {"model", "n_heads", "a positive integer", [](C& c) -> FieldRef { return &c.model.n_heads; }},
       {"model", "d_ff", "a non-negative integer (0 = 4 × d_model)",
        [](C& c) -> FieldRef { return &c.model.d_ff; }},
 
@@ -78,8 +72,7 @@ std::vector<KeySpec> make_key_specs() {
 
       {"train", "steps", "a positive integer", [](C& c) -> FieldRef { return &c.train.steps; }},
       {"train", "seed", "an integer", [](C& c) -> FieldRef { return &c.train.seed; }},
-      {"train", "log_interval", "a positive integer",
-       [](C& c) -> FieldRef { return &c.train.log_interval; }},
+      {"train", "log_interval", "a positive integer", [](C& c) -> FieldRef { return &c.train.log_interval; }},
       {"train", "threads", "a non-negative integer (0 = automatic)",
        [](C& c) -> FieldRef { return &c.train.threads; }},
       {"train", "metrics_path", "a file path, or empty for no metrics",
@@ -90,8 +83,7 @@ std::vector<KeySpec> make_key_specs() {
   };
 }
 
-std::string join(const std::vector<std::string>& words, std::string_view before,
-                 std::string_view after) {
+std::string join(const std::vector<std::string>& words, std::string_view before, std::string_view after) {
   std::string out;
   for (const std::string& word : words) {
     if (!out.empty()) out += ", ";
@@ -136,9 +128,12 @@ std::string_view expect_of(std::string_view section, std::string_view key) {
 
 std::string_view optimizer_type_name(OptimizerType type) {
   switch (type) {
-    case OptimizerType::adamw: return "adamw";
-    case OptimizerType::adam: return "adam";
-    case OptimizerType::sgd: return "sgd";
+    case OptimizerType::adamw:
+      return "adamw";
+    case OptimizerType::adam:
+      return "adam";
+    case OptimizerType::sgd:
+      return "sgd";
   }
   TROUPE_CHECK(false, "OptimizerType out of range");
   return "";
@@ -160,8 +155,7 @@ std::string unknown_section_message(std::string_view section) {
   if (auto close = suggest(section, section_names())) {
     return fmt::format("unknown section [{}]; did you mean [{}]?", section, *close);
   }
-  return fmt::format("unknown section [{}]; the sections are {}", section,
-                     join(section_names(), "[", "]"));
+  return fmt::format("unknown section [{}]; the sections are {}", section, join(section_names(), "[", "]"));
 }
 
 std::string unknown_key_message(std::string_view section, std::string_view key) {
@@ -170,8 +164,7 @@ std::string unknown_key_message(std::string_view section, std::string_view key) 
   }
   for (const KeySpec& spec : key_specs()) {
     if (spec.key == key) {
-      return fmt::format("unknown key [{}] {}; did you mean [{}] {}?", section, key,
-                         spec.section, key);
+      return fmt::format("unknown key [{}] {}; did you mean [{}] {}?", section, key, spec.section, key);
     }
   }
   return fmt::format("unknown key [{}] {}; the keys of [{}] are {}", section, key, section,

@@ -24,8 +24,7 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   return last[n];
 }
 
-std::optional<std::string> suggest(std::string_view word,
-                                   const std::vector<std::string>& candidates) {
+std::optional<std::string> suggest(std::string_view word, const std::vector<std::string>& candidates) {
   const std::size_t limit = std::min<std::size_t>(2, std::max<std::size_t>(1, word.size() / 3));
   std::optional<std::string> best;
   std::size_t best_distance = limit + 1;

@@ -21,7 +21,6 @@ std::size_t edit_distance(std::string_view a, std::string_view b);
 /// The candidate closest to `word` when it is close enough to be a typo of it (at most
 /// two edits, and at most a third of `word`, so short words are not matched to anything);
 /// nullopt otherwise. Ties go to the earlier candidate.
-std::optional<std::string> suggest(std::string_view word,
-                                   const std::vector<std::string>& candidates);
+std::optional<std::string> suggest(std::string_view word, const std::vector<std::string>& candidates);
 
 }  // namespace troupe

@@ -1,8 +1,8 @@
 #include "runtime/data/corpus.hpp"
 
 #include <cerrno>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <utility>
 
@@ -17,13 +17,14 @@ namespace {
 
 // One sample needs seq_len input bytes plus the byte after the last one as its target,
 // and the start range size - seq_len - 1 must be non-empty.
-int64_t min_bytes_for(int64_t seq_len) { return seq_len + 2; }
+int64_t min_bytes_for(int64_t seq_len) {
+  return seq_len + 2;
+}
 
 // C stdio rather than iostreams: libstdc++'s filebuf throws on some read errors (reading
 // a directory), and stdio reports every failure through errno instead.
 Result<std::vector<uint8_t>> read_bytes(const std::string& path) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
-                                                       &std::fclose);
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!file) {
     return make_error(fmt::format("cannot open data file '{}': {}", path, std::strerror(errno)));
   }
@@ -49,28 +50,26 @@ Result<TextCorpus> TextCorpus::make(const DataConfig& data, int64_t seed, int64_
   const int64_t needed = min_bytes_for(seq_len);
   if (data.path.empty()) {
     if (data.synthetic_bytes < needed) {
-      return make_error(fmt::format(
-          "data.synthetic_bytes = {} is too small: sequences of {} tokens need at least {} bytes",
-          data.synthetic_bytes, seq_len, needed));
+      return make_error(
+          fmt::format("data.synthetic_bytes = {} is too small: sequences of {} tokens need at least {} bytes",
+                      data.synthetic_bytes, seq_len, needed));
     }
     auto bytes = generate_synthetic_text(data.synthetic_bytes, static_cast<uint64_t>(seed));
-    return TextCorpus(std::make_shared<const std::vector<uint8_t>>(std::move(bytes)),
-                      "synthetic corpus");
+    return TextCorpus(std::make_shared<const std::vector<uint8_t>>(std::move(bytes)), "synthetic corpus");
   }
   auto bytes = read_bytes(data.path);
   if (!bytes.ok()) return bytes.error();
   const auto size = static_cast<int64_t>(bytes->size());
   if (size < needed) {
-    return make_error(fmt::format(
-        "data file '{}' holds {} bytes: sequences of {} tokens need at least {} bytes",
-        data.path, size, seq_len, needed));
+    return make_error(
+        fmt::format("data file '{}' holds {} bytes: sequences of {} tokens need at least {} bytes", data.path,
+                    size, seq_len, needed));
   }
-  return TextCorpus(std::make_shared<const std::vector<uint8_t>>(std::move(bytes).value()),
-                    data.path);
+  return TextCorpus(std::make_shared<const std::vector<uint8_t>>(std::move(bytes).value()), data.path);
 }
 
-TokenBatch sample_sequences(const TextCorpus& corpus, int64_t seq_len, uint64_t seed,
-                            int64_t first_sample, int64_t count) {
+TokenBatch sample_sequences(const TextCorpus& corpus, int64_t seq_len, uint64_t seed, int64_t first_sample,
+                            int64_t count) {
   TROUPE_CHECK(seq_len >= 1 && count >= 0 && first_sample >= 0, "bad sample range");
   TROUPE_CHECK(corpus.size() >= min_bytes_for(seq_len), "corpus shorter than one sample");
   const auto starts = static_cast<uint64_t>(corpus.size() - seq_len - 1);

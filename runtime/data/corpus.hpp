@@ -54,7 +54,7 @@ struct TokenBatch {
 /// Samples [first_sample, first_sample + count) of the stream named by `seed`. Sample i
 /// starts at splitmix_at(seed, i) mod (size - seq_len - 1). The corpus must have been made
 /// for at least this seq_len.
-TokenBatch sample_sequences(const TextCorpus& corpus, int64_t seq_len, uint64_t seed,
-                            int64_t first_sample, int64_t count);
+TokenBatch sample_sequences(const TextCorpus& corpus, int64_t seq_len, uint64_t seed, int64_t first_sample,
+                            int64_t count);
 
 }  // namespace troupe

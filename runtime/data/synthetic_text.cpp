@@ -9,51 +9,48 @@
 namespace troupe {
 namespace {
 
-constexpr const char* kDeterminers[] = {"the", "a", "this", "that", "every", "one", "my", "our",
-                                        "her", "his"};
+constexpr const char* kDeterminers[] = {"the", "a",  "this", "that", "every",
+                                        "one", "my", "our",  "her",  "his"};
 constexpr const char* kNames[] = {"Anna",  "Ben",   "Clara", "David", "Elena", "Frank", "Grace",
                                   "Henry", "Iris",  "Jack",  "Kate",  "Leo",   "Maria", "Noah",
                                   "Olga",  "Peter", "Rosa",  "Sam",   "Tom",   "Vera"};
 constexpr const char* kPronouns[] = {"he", "she", "they", "we", "I", "it"};
 constexpr const char* kAdjectives[] = {
-    "old",    "young",  "small",   "large",  "quiet",  "loud",   "bright", "dark",   "warm",
-    "cold",   "happy",  "sad",     "quick",  "slow",   "green",  "red",    "blue",   "white",
-    "black",  "brown",  "gentle",  "strong", "tired",  "clever", "kind",   "strange", "empty",
-    "full",   "heavy",  "light",   "soft",   "rough",  "narrow", "wide",   "tall",   "short",
-    "ancient", "modern", "hidden", "golden", "silent", "busy",   "proud",  "simple", "wild",
-    "calm",   "brave",  "curious", "careful", "famous"};
+    "old",    "young",  "small",  "large",  "quiet", "loud",    "bright",  "dark",    "warm",    "cold",
+    "happy",  "sad",    "quick",  "slow",   "green", "red",     "blue",    "white",   "black",   "brown",
+    "gentle", "strong", "tired",  "clever", "kind",  "strange", "empty",   "full",    "heavy",   "light",
+    "soft",   "rough",  "narrow", "wide",   "tall",  "short",   "ancient", "modern",  "hidden",  "golden",
+    "silent", "busy",   "proud",  "simple", "wild",  "calm",    "brave",   "curious", "careful", "famous"};
 constexpr const char* kNouns[] = {
-    "man",     "woman",  "child",   "dog",     "cat",    "bird",    "horse",  "fish",   "tree",
-    "river",   "house",  "garden",  "road",    "city",   "village", "forest", "hill",   "mountain",
-    "door",    "window", "table",   "chair",   "book",   "letter",  "story",  "song",   "ship",
-    "boat",    "train",  "car",     "bridge",  "field",  "farmer",  "teacher", "doctor", "king",
-    "queen",   "soldier", "sailor", "baker",   "market", "school",  "church", "tower",  "lamp",
-    "fire",    "stone",  "flower",  "apple",   "bread",  "cup",     "box",    "key",    "coat",
-    "hat",     "bag",    "friend",  "stranger", "neighbor", "girl", "boy",    "student", "painter",
-    "writer",  "lake",   "sea",     "island",  "castle", "kitchen", "room",   "wall",   "street",
-    "morning", "evening", "night",  "winter",  "summer", "storm",   "cloud",  "moon",   "star",
+    "man",     "woman",   "child",  "dog",      "cat",      "bird",    "horse",   "fish",    "tree",
+    "river",   "house",   "garden", "road",     "city",     "village", "forest",  "hill",    "mountain",
+    "door",    "window",  "table",  "chair",    "book",     "letter",  "story",   "song",    "ship",
+    "boat",    "train",   "car",    "bridge",   "field",    "farmer",  "teacher", "doctor",  "king",
+    "queen",   "soldier", "sailor", "baker",    "market",   "school",  "church",  "tower",   "lamp",
+    "fire",    "stone",   "flower", "apple",    "bread",    "cup",     "box",     "key",     "coat",
+    "hat",     "bag",     "friend", "stranger", "neighbor", "girl",    "boy",     "student", "painter",
+    "writer",  "lake",    "sea",    "island",   "castle",   "kitchen", "room",    "wall",    "street",
+    "morning", "evening", "night",  "winter",   "summer",   "storm",   "cloud",   "moon",    "star",
     "sun"};
 constexpr const char* kTransitiveVerbs[] = {
-    "saw",     "found",   "took",    "made",    "brought", "carried", "opened",  "closed",
-    "watched", "followed", "helped", "called",  "painted", "built",   "read",    "wrote",
-    "loved",   "liked",   "wanted",  "needed",  "kept",    "left",    "met",     "knew",
-    "heard",   "held",    "pushed",  "pulled",  "washed",  "cleaned", "fixed",   "broke",
-    "bought",  "sold",    "gave",    "showed",  "visited", "remembered", "forgot", "noticed",
-    "touched", "chose",   "lost",    "caught",  "threw",   "moved",   "filled",  "covered",
-    "greeted", "thanked"};
+    "saw",      "found",      "took",    "made",    "brought", "carried", "opened", "closed", "watched",
+    "followed", "helped",     "called",  "painted", "built",   "read",    "wrote",  "loved",  "liked",
+    "wanted",   "needed",     "kept",    "left",    "met",     "knew",    "heard",  "held",   "pushed",
+    "pulled",   "washed",     "cleaned", "fixed",   "broke",   "bought",  "sold",   "gave",   "showed",
+    "visited",  "remembered", "forgot",  "noticed", "touched", "chose",   "lost",   "caught", "threw",
+    "moved",    "filled",     "covered", "greeted", "thanked"};
 constexpr const char* kIntransitiveVerbs[] = {
-    "walked",  "ran",     "slept",   "laughed", "smiled",  "waited",  "arrived", "left",
-    "stayed",  "sang",    "danced",  "cried",   "jumped",  "fell",    "rested",  "worked",
-    "played",  "listened", "returned", "travelled", "sat",  "stood",   "spoke",   "dreamed",
-    "hurried", "paused",  "shouted", "whispered", "swam",  "climbed"};
+    "walked",  "ran",      "slept",    "laughed",   "smiled", "waited", "arrived", "left",
+    "stayed",  "sang",     "danced",   "cried",     "jumped", "fell",   "rested",  "worked",
+    "played",  "listened", "returned", "travelled", "sat",    "stood",  "spoke",   "dreamed",
+    "hurried", "paused",   "shouted",  "whispered", "swam",   "climbed"};
 constexpr const char* kAdverbs[] = {
-    "slowly", "quickly", "quietly", "loudly", "happily", "sadly", "carefully", "suddenly",
-    "gently", "again",   "always",  "never",  "often",   "soon",  "later",     "together",
-    "alone",  "early",   "finally", "calmly", "bravely", "softly", "eagerly",  "rarely",
-    "already"};
-constexpr const char* kPrepositions[] = {"in", "on", "near", "under", "over", "behind",
-                                         "beside", "across", "through", "into", "from", "with",
-                                         "after", "before", "around", "along"};
+    "slowly",  "quickly", "quietly", "loudly", "happily", "sadly",  "carefully", "suddenly", "gently",
+    "again",   "always",  "never",   "often",  "soon",    "later",  "together",  "alone",    "early",
+    "finally", "calmly",  "bravely", "softly", "eagerly", "rarely", "already"};
+constexpr const char* kPrepositions[] = {"in",     "on",     "near",    "under", "over", "behind",
+                                         "beside", "across", "through", "into",  "from", "with",
+                                         "after",  "before", "around",  "along"};
 constexpr const char* kConjunctions[] = {"and", "but", "so", "because", "while", "when"};
 constexpr const char* kQuestionWords[] = {"why", "where", "when", "how"};
 

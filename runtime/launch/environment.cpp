@@ -19,11 +19,10 @@ struct Family {
   const char* local_world_size;
 };
 
-constexpr Family kTroupe{"TROUPE_RANK", "TROUPE_WORLD_SIZE", "TROUPE_LOCAL_RANK",
-                         "TROUPE_LOCAL_WORLD_SIZE"};
+constexpr Family kTroupe{"TROUPE_RANK", "TROUPE_WORLD_SIZE", "TROUPE_LOCAL_RANK", "TROUPE_LOCAL_WORLD_SIZE"};
 constexpr Family kTorchrun{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
-constexpr Family kOpenMpi{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                          "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"};
+constexpr Family kOpenMpi{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                          "OMPI_COMM_WORLD_LOCAL_SIZE"};
 constexpr Family kSlurm{"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"};
 
 /// SLURM_NTASKS_PER_NODE may be a list such as "2(x3)"; only a plain integer is used.
@@ -50,9 +49,10 @@ Result<int64_t> parse_integer(const char* name, const std::string& value, int64_
   const char* end = value.data() + value.size();
   auto [ptr, ec] = std::from_chars(value.data(), end, parsed);
   if (ec != std::errc() || ptr != end) {
-    return make_error(fmt::format("{} is '{}', which is not an integer; it must be a whole "
-                                  "number of at least {}.",
-                                  name, value, minimum));
+    return make_error(
+        fmt::format("{} is '{}', which is not an integer; it must be a whole "
+                    "number of at least {}.",
+                    name, value, minimum));
   }
   if (parsed < minimum) {
     return make_error(fmt::format("{} is {}, but it must be at least {}.", name, parsed, minimum));
@@ -65,9 +65,10 @@ Result<int64_t> parse_port(const char* name, const std::string& value) {
   const char* end = value.data() + value.size();
   auto [ptr, ec] = std::from_chars(value.data(), end, port);
   if (ec != std::errc() || ptr != end || port < 1 || port > kPortMax) {
-    return make_error(fmt::format("{} is '{}', which is not a port; it must be an integer from 1 "
-                                  "to {}.",
-                                  name, value, kPortMax));
+    return make_error(
+        fmt::format("{} is '{}', which is not a port; it must be an integer from 1 "
+                    "to {}.",
+                    name, value, kPortMax));
   }
   return port;
 }
@@ -86,8 +87,8 @@ Result<std::optional<RankEnvironment>> read_family(const EnvLookup& lookup, cons
   auto world_text = get(lookup, family.world_size);
   if (!rank_text && !world_text) return std::optional<RankEnvironment>();
   if (!world_text) {
-    return make_error(fmt::format("{} is set ({}) but {} is not; a launcher must set both.",
-                                  family.rank, *rank_text, family.world_size));
+    return make_error(fmt::format("{} is set ({}) but {} is not; a launcher must set both.", family.rank,
+                                  *rank_text, family.world_size));
   }
   if (!rank_text) {
     return make_error(fmt::format("{} is set ({}) but {} is not; a launcher must set both.",
@@ -102,8 +103,8 @@ Result<std::optional<RankEnvironment>> read_family(const EnvLookup& lookup, cons
   env.rank = *rank;
   env.world_size = *world_size;
   if (env.rank >= env.world_size) {
-    return make_error(fmt::format("{} is {}, but it must be less than {} ({}).", family.rank,
-                                  env.rank, family.world_size, env.world_size));
+    return make_error(fmt::format("{} is {}, but it must be less than {} ({}).", family.rank, env.rank,
+                                  family.world_size, env.world_size));
   }
 
   env.local_rank = env.rank;
@@ -114,22 +115,20 @@ Result<std::optional<RankEnvironment>> read_family(const EnvLookup& lookup, cons
   }
   env.local_world_size = env.world_size;
   auto local_world_text = get(lookup, family.local_world_size);
-  if (local_world_text &&
-      (form == LocalWorldSizeForm::integer || is_plain_integer(*local_world_text))) {
+  if (local_world_text && (form == LocalWorldSizeForm::integer || is_plain_integer(*local_world_text))) {
     auto local_world_size = parse_integer(family.local_world_size, *local_world_text, 1);
     if (!local_world_size) return local_world_size.error();
     env.local_world_size = *local_world_size;
   }
   if (env.local_world_size > env.world_size) {
-    return make_error(fmt::format("{} is {}, but it must be at most {} ({}).",
-                                  family.local_world_size, env.local_world_size, family.world_size,
-                                  env.world_size));
+    return make_error(fmt::format("{} is {}, but it must be at most {} ({}).", family.local_world_size,
+                                  env.local_world_size, family.world_size, env.world_size));
   }
   if (env.local_rank >= env.local_world_size) {
-    return make_error(fmt::format("{} is {}, but it must be less than the local world size {} "
-                                  "({}, or {} when that is unset).",
-                                  family.local_rank, env.local_rank, env.local_world_size,
-                                  family.local_world_size, family.world_size));
+    return make_error(fmt::format(
+        "{} is {}, but it must be less than the local world size {} "
+        "({}, or {} when that is unset).",
+        family.local_rank, env.local_rank, env.local_world_size, family.local_world_size, family.world_size));
   }
   return std::optional<RankEnvironment>(std::move(env));
 }
@@ -141,14 +140,15 @@ Result<std::string> read_troupe_coordinator(const EnvLookup& lookup) {
   if (!text) return std::string();
   auto colon = text->rfind(':');
   if (colon == std::string::npos || colon == 0) {
-    return make_error(fmt::format("{} is '{}', which is not host:port (for example "
-                                  "127.0.0.1:29500).",
-                                  kName, *text));
+    return make_error(
+        fmt::format("{} is '{}', which is not host:port (for example "
+                    "127.0.0.1:29500).",
+                    kName, *text));
   }
   auto port = parse_port(kName, text->substr(colon + 1));
   if (!port) {
-    return make_error(fmt::format("{} is '{}', whose port is not an integer from 1 to {}.", kName,
-                                  *text, kPortMax));
+    return make_error(
+        fmt::format("{} is '{}', whose port is not an integer from 1 to {}.", kName, *text, kPortMax));
   }
   return *text;
 }
@@ -159,14 +159,16 @@ Result<std::string> read_master_address(const EnvLookup& lookup) {
   auto port_text = get(lookup, "MASTER_PORT");
   if (!address && !port_text) return std::string();
   if (!port_text) {
-    return make_error(fmt::format("MASTER_ADDR is set ({}) but MASTER_PORT is not; set both or "
-                                  "neither.",
-                                  *address));
+    return make_error(
+        fmt::format("MASTER_ADDR is set ({}) but MASTER_PORT is not; set both or "
+                    "neither.",
+                    *address));
   }
   if (!address) {
-    return make_error(fmt::format("MASTER_PORT is set ({}) but MASTER_ADDR is not; set both or "
-                                  "neither.",
-                                  *port_text));
+    return make_error(
+        fmt::format("MASTER_PORT is set ({}) but MASTER_ADDR is not; set both or "
+                    "neither.",
+                    *port_text));
   }
   auto port = parse_port("MASTER_PORT", *port_text);
   if (!port) return port.error();
@@ -208,8 +210,7 @@ Result<std::optional<RankEnvironment>> detect_rank_environment(const EnvLookup& 
       {&kSlurm, LocalWorldSizeForm::integer_or_ignored, nullptr},
   };
   for (const Candidate& candidate : candidates) {
-    auto env = read_with_coordinator(lookup, *candidate.family, candidate.form,
-                                     candidate.read_coordinator);
+    auto env = read_with_coordinator(lookup, *candidate.family, candidate.form, candidate.read_coordinator);
     if (!env || env->has_value()) return env;
   }
   return std::optional<RankEnvironment>();

@@ -37,10 +37,10 @@ namespace troupe {
 struct RankEnvironment {
   int64_t rank = 0;
   int64_t world_size = 1;
-  int64_t local_rank = 0;          ///< rank among the processes on this host
-  int64_t local_world_size = 1;    ///< processes on this host
-  std::string coordinator;         ///< "host:port" where rank 0 listens, or empty if not given
-  std::string source;              ///< the variables used, e.g. "TROUPE_RANK/TROUPE_WORLD_SIZE"
+  int64_t local_rank = 0;        ///< rank among the processes on this host
+  int64_t local_world_size = 1;  ///< processes on this host
+  std::string coordinator;       ///< "host:port" where rank 0 listens, or empty if not given
+  std::string source;            ///< the variables used, e.g. "TROUPE_RANK/TROUPE_WORLD_SIZE"
 };
 
 /// Looks up one environment variable by name; nullopt when it is not set.

@@ -47,8 +47,8 @@ class SignalCapture {
   static Result<std::unique_ptr<SignalCapture>> make() {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
-      return make_error(fmt::format("troupe: cannot create the launcher's signal pipe: {}",
-                                    std::strerror(errno)));
+      return make_error(
+          fmt::format("troupe: cannot create the launcher's signal pipe: {}", std::strerror(errno)));
     }
     return std::unique_ptr<SignalCapture>(new SignalCapture(fds[0], fds[1]));
   }
@@ -86,7 +86,7 @@ class SignalCapture {
 
   int read_fd_ = -1;
   int write_fd_ = -1;
-  struct sigaction previous_[std::size(kForwardedSignals)] {};
+  struct sigaction previous_[std::size(kForwardedSignals)]{};
   struct sigaction previous_pipe_ {};
 };
 
@@ -114,15 +114,17 @@ std::optional<std::string> validate(const LaunchOptions& options) {
     return std::string("troupe: no program to launch; give the program and its arguments");
   }
   if (!(options.stop_grace_s >= 0) || !std::isfinite(options.stop_grace_s)) {
-    return fmt::format("troupe: stop_grace_s is {}, but it must be a finite number of seconds, "
-                       "0 or more",
-                       options.stop_grace_s);
+    return fmt::format(
+        "troupe: stop_grace_s is {}, but it must be a finite number of seconds, "
+        "0 or more",
+        options.stop_grace_s);
   }
   for (const auto& [key, value] : options.extra_env) {
     if (key.empty() || key.find('=') != std::string::npos) {
-      return fmt::format("troupe: '{}' is not an environment variable name (it must be non-empty "
-                         "and contain no '=')",
-                         key);
+      return fmt::format(
+          "troupe: '{}' is not an environment variable name (it must be non-empty "
+          "and contain no '=')",
+          key);
     }
   }
   return std::nullopt;

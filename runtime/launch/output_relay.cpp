@@ -53,7 +53,9 @@ void OutputRelay::note(std::string_view line) {
   sink_(OutputStream::err, fmt::format("{}\n", line));
 }
 
-void OutputRelay::close() { end_progress_line(); }
+void OutputRelay::close() {
+  end_progress_line();
+}
 
 void OutputRelay::relay_line(int64_t rank, OutputStream stream, std::string_view line) {
   bool progress = !line.empty() && line.front() == kProgressMarker;

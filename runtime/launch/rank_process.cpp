@@ -42,14 +42,13 @@ struct Pipe {
 Result<Pipe> make_pipe(int64_t rank) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
-    return make_error(fmt::format("troupe: cannot create an output pipe for rank {}: {}", rank,
-                                  std::strerror(errno)));
+    return make_error(
+        fmt::format("troupe: cannot create an output pipe for rank {}: {}", rank, std::strerror(errno)));
   }
   return Pipe{UniqueFd(fds[0]), UniqueFd(fds[1])};
 }
 
-void set_entry(std::vector<std::string>& environment, const std::string& key,
-               const std::string& value) {
+void set_entry(std::vector<std::string>& environment, const std::string& key, const std::string& value) {
   std::string prefix = key + "=";
   for (std::string& entry : environment) {
     if (entry.compare(0, prefix.size(), prefix) == 0) {
@@ -149,19 +148,16 @@ Result<RankProcess> start_rank(const LaunchOptions& options, int64_t rank,
   if (!err) return err.error();
   UniqueFd null_input(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (null_input.get() < 0) {
-    return make_error(fmt::format("troupe: cannot open /dev/null for rank {}: {}", rank,
-                                  std::strerror(errno)));
+    return make_error(
+        fmt::format("troupe: cannot open /dev/null for rank {}: {}", rank, std::strerror(errno)));
   }
 
   std::vector<std::string> argv = options.argv;
   std::vector<std::string> envp = environment;
-  ChildPlan plan{c_strings(argv),
-                 c_strings(envp),
-                 fmt::format("troupe: cannot start {}: ", options.argv[0]),
-                 null_input.get(),
-                 out->write_end.get(),
-                 err->write_end.get(),
-                 ::getpid()};
+  ChildPlan plan{
+      c_strings(argv),  c_strings(envp),      fmt::format("troupe: cannot start {}: ", options.argv[0]),
+      null_input.get(), out->write_end.get(), err->write_end.get(),
+      ::getpid()};
 
   pid_t pid = ::fork();
   if (pid < 0) {

@@ -29,9 +29,8 @@ std::string describe_signal(int signal_number) {
 }
 
 std::chrono::steady_clock::time_point after(double seconds) {
-  return std::chrono::steady_clock::now() +
-         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-             std::chrono::duration<double>(seconds));
+  return std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                std::chrono::duration<double>(seconds));
 }
 
 void close_fd(int& fd) {
@@ -161,13 +160,11 @@ void Supervisor::on_exit(size_t index, int wait_status) {
   read_pipe(rank, OutputStream::err, ReadAmount::until_empty);
   if (stopping_) return;  // exits caused by the stop are not news
   if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) != 0) {
-    relay_.note(fmt::format("troupe: rank {} exited with status {}", rank.rank,
-                            WEXITSTATUS(wait_status)));
+    relay_.note(fmt::format("troupe: rank {} exited with status {}", rank.rank, WEXITSTATUS(wait_status)));
     begin_stop(WEXITSTATUS(wait_status));
   } else if (WIFSIGNALED(wait_status)) {
     int signal_number = WTERMSIG(wait_status);
-    relay_.note(fmt::format("troupe: rank {} was killed by {}", rank.rank,
-                            describe_signal(signal_number)));
+    relay_.note(fmt::format("troupe: rank {} was killed by {}", rank.rank, describe_signal(signal_number)));
     begin_stop(128 + signal_number);
   }
 }
@@ -181,8 +178,8 @@ void Supervisor::handle_signals() {
       fail(fmt::format("troupe: received {}; stopping all ranks", describe_signal(signal_number)),
            128 + signal_number);
     } else if (!killed_) {
-      relay_.note(fmt::format("troupe: received {} again; killing all ranks now",
-                              describe_signal(signal_number)));
+      relay_.note(
+          fmt::format("troupe: received {} again; killing all ranks now", describe_signal(signal_number)));
       escalate();
     }
   }
@@ -232,9 +229,8 @@ bool Supervisor::all_exited() const {
 }
 
 bool Supervisor::any_pipe_open() const {
-  return std::any_of(ranks_.begin(), ranks_.end(), [](const RankProcess& rank) {
-    return rank.stdout_fd >= 0 || rank.stderr_fd >= 0;
-  });
+  return std::any_of(ranks_.begin(), ranks_.end(),
+                     [](const RankProcess& rank) { return rank.stdout_fd >= 0 || rank.stderr_fd >= 0; });
 }
 
 }  // namespace troupe

@@ -63,7 +63,7 @@ class Supervisor {
   OutputRelay& relay_;
   int signal_fd_;
   std::vector<RankProcess> ranks_;
-  std::vector<bool> exited_;                      // parallel to ranks_
+  std::vector<bool> exited_;  // parallel to ranks_
   int exit_code_ = 0;
   bool stopping_ = false;                         // SIGTERM sent
   bool killed_ = false;                           // SIGKILL sent

@@ -62,8 +62,7 @@ GptBlockImpl::GptBlockImpl(const ModelConfig& model) : n_heads_(model.n_heads) {
   const int64_t width = model.d_model;
   norm_attention_ = register_module("norm_attention", make_layer_norm(width));
   qkv_ = register_module("qkv", torch::nn::Linear(width, 3 * width));
-  attention_projection_ =
-      register_module("attention_projection", torch::nn::Linear(width, width));
+  attention_projection_ = register_module("attention_projection", torch::nn::Linear(width, width));
   norm_mlp_ = register_module("norm_mlp", make_layer_norm(width));
   mlp_in_ = register_module("mlp_in", torch::nn::Linear(width, d_ff_of(model)));
   mlp_out_ = register_module("mlp_out", torch::nn::Linear(d_ff_of(model), width));
@@ -103,12 +102,13 @@ torch::Tensor GptBlockImpl::forward(torch::Tensor x) {
 GptHeadImpl::GptHeadImpl(const ModelConfig& model) {
   norm_ = register_module("norm", make_layer_norm(model.d_model));
   lm_head_ = register_module(
-      "lm_head",
-      torch::nn::Linear(torch::nn::LinearOptions(model.d_model, model.vocab_size).bias(false)));
+      "lm_head", torch::nn::Linear(torch::nn::LinearOptions(model.d_model, model.vocab_size).bias(false)));
   init_linear(lm_head_, kInitStd);
 }
 
-torch::Tensor GptHeadImpl::forward(torch::Tensor x) { return lm_head_(norm_(x)); }
+torch::Tensor GptHeadImpl::forward(torch::Tensor x) {
+  return lm_head_(norm_(x));
+}
 
 torch::nn::Sequential make_gpt(const ModelConfig& model) {
   TROUPE_CHECK(model.vocab_size > 0 && model.seq_len > 0 && model.d_model > 0,
@@ -127,8 +127,7 @@ torch::nn::Sequential make_gpt(const ModelConfig& model) {
 }
 
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
-                                              targets.reshape({-1}));
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
 }
 
 int64_t count_parameters(const torch::nn::Module& module) {

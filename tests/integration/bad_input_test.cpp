@@ -13,10 +13,13 @@
 namespace troupe {
 namespace {
 
-std::string troupe_command(const std::string& args) { return std::string(TROUPE_BINARY) + " " + args; }
+std::string troupe_command(const std::string& args) {
+  return std::string(TROUPE_BINARY) + " " + args;
+}
 
 // Writes `toml` to a fresh file and runs `troupe SUBCOMMAND file`.
-testing::CommandResult run_on(const std::string& subcommand, const std::string& toml, std::string* path = nullptr) {
+testing::CommandResult run_on(const std::string& subcommand, const std::string& toml,
+                              std::string* path = nullptr) {
   std::string dir = testing::make_temp_dir();
   std::string file = dir + "/job.toml";
   testing::write_file(file, toml);
@@ -49,8 +52,9 @@ TEST(BadInput, UnknownKeySuggestsTheClosestOne) {
 }
 
 TEST(BadInput, InconsistentBatchSizesShowTheArithmetic) {
-  auto r = run_on("run", "[parallel]\ndp = 2\n[batch]\nmicro_batch_size = 4\ngradient_accumulation_steps = 1\n"
-                         "global_batch_size = 10\n");
+  auto r = run_on("run",
+                  "[parallel]\ndp = 2\n[batch]\nmicro_batch_size = 4\ngradient_accumulation_steps = 1\n"
+                  "global_batch_size = 10\n");
   expect_refused(r, "4 × gradient_accumulation_steps 1 × dp 2 = 8");
 }
 
@@ -93,8 +97,9 @@ class BusyPort {
 TEST(BadInput, CoordinatorPortInUseIsRefusedBeforeAnyRankStarts) {
   BusyPort busy(29721);
   ASSERT_TRUE(busy.ok());
-  auto r = testing::run_command(troupe_command(std::string("run ") + TROUPE_SOURCE_DIR +
-                                               "/configs/tiny-gpt.toml --set cluster.coordinator=127.0.0.1:29721"));
+  auto r = testing::run_command(
+      troupe_command(std::string("run ") + TROUPE_SOURCE_DIR +
+                     "/configs/tiny-gpt.toml --set cluster.coordinator=127.0.0.1:29721"));
   expect_refused(r, "127.0.0.1:29721");
   expect_refused(r, "Address already in use");
 }
@@ -102,9 +107,10 @@ TEST(BadInput, CoordinatorPortInUseIsRefusedBeforeAnyRankStarts) {
 TEST(BadInput, CoordinatorPortInUseStopsRankZeroWithAClearError) {
   BusyPort busy(29722);
   ASSERT_TRUE(busy.ok());
-  auto r = testing::run_command("TROUPE_RANK=0 TROUPE_WORLD_SIZE=2 " +
-                                troupe_command(std::string("rank ") + TROUPE_SOURCE_DIR +
-                                               "/configs/tiny-gpt.toml --set cluster.coordinator=127.0.0.1:29722"));
+  auto r = testing::run_command(
+      "TROUPE_RANK=0 TROUPE_WORLD_SIZE=2 " +
+      troupe_command(std::string("rank ") + TROUPE_SOURCE_DIR +
+                     "/configs/tiny-gpt.toml --set cluster.coordinator=127.0.0.1:29722"));
   expect_refused(r, "cannot listen on coordinator 127.0.0.1:29722: the port is already in use");
 }
 
@@ -113,10 +119,13 @@ TEST(BadInput, RankWithTheWrongTokenIsRefusedAndRankZeroNamesTheMissingRank) {
   std::string common = " --set cluster.coordinator=127.0.0.1:29723 --set cluster.bootstrap_timeout_s=8";
   testing::CommandResult rank0;
   std::thread coordinator([&] {
-    rank0 = testing::run_command("TROUPE_RANK=0 TROUPE_WORLD_SIZE=2 " + troupe_command("rank " + config + common), 60);
+    rank0 = testing::run_command(
+        "TROUPE_RANK=0 TROUPE_WORLD_SIZE=2 " + troupe_command("rank " + config + common), 60);
   });
-  auto rank1 = testing::run_command("TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 " +
-                                    troupe_command("rank " + config + common + " --set cluster.token=not-the-token"), 60);
+  auto rank1 = testing::run_command(
+      "TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 " +
+          troupe_command("rank " + config + common + " --set cluster.token=not-the-token"),
+      60);
   coordinator.join();
   expect_refused(rank1, "refused rank 1: wrong cluster token");
   expect_refused(rank0, "rank(s) 1 did not join within 8 s");

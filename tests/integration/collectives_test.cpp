@@ -15,15 +15,28 @@ void expect_collectives_match(int world, int port, int seed) {
   auto r = testing::run_command(command, 120);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   for (int rank = 0; rank < world; ++rank)
-    EXPECT_NE(r.output.find("rank " + std::to_string(rank) + ": all collectives match"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("rank " + std::to_string(rank) + ": all collectives match"), std::string::npos)
+        << r.output;
 }
 
-TEST(Collectives, OneRankIsItsOwnResult) { expect_collectives_match(1, 29701, 11); }
-TEST(Collectives, TwoRanksMatchExactSums) { expect_collectives_match(2, 29702, 12); }
-TEST(Collectives, ThreeRanksMatchExactSums) { expect_collectives_match(3, 29703, 13); }
-TEST(Collectives, FourRanksMatchExactSums) { expect_collectives_match(4, 29704, 14); }
-TEST(Collectives, FiveRanksMatchExactSums) { expect_collectives_match(5, 29705, 15); }
-TEST(Collectives, EightRanksMatchExactSums) { expect_collectives_match(8, 29708, 18); }
+TEST(Collectives, OneRankIsItsOwnResult) {
+  expect_collectives_match(1, 29701, 11);
+}
+TEST(Collectives, TwoRanksMatchExactSums) {
+  expect_collectives_match(2, 29702, 12);
+}
+TEST(Collectives, ThreeRanksMatchExactSums) {
+  expect_collectives_match(3, 29703, 13);
+}
+TEST(Collectives, FourRanksMatchExactSums) {
+  expect_collectives_match(4, 29704, 14);
+}
+TEST(Collectives, FiveRanksMatchExactSums) {
+  expect_collectives_match(5, 29705, 15);
+}
+TEST(Collectives, EightRanksMatchExactSums) {
+  expect_collectives_match(8, 29708, 18);
+}
 
 }  // namespace
 }  // namespace troupe

@@ -33,13 +33,16 @@ inline std::string read_file(const std::string& path) {
   return s.str();
 }
 
-inline void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+inline void write_file(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
 
 /// Runs `command` through /bin/sh, killed after `timeout_s`; stdout and stderr together.
 inline CommandResult run_command(const std::string& command, int timeout_s = 120) {
   std::string dir = make_temp_dir();
   std::string out = dir + "/output";
-  std::string line = "timeout -s KILL " + std::to_string(timeout_s) + " /bin/sh -c '" + command + "' > " + out + " 2>&1";
+  std::string line =
+      "timeout -s KILL " + std::to_string(timeout_s) + " /bin/sh -c '" + command + "' > " + out + " 2>&1";
   int status = std::system(line.c_str());
   CommandResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

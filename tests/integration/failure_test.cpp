@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <chrono>
 #include <dirent.h>
+#include <chrono>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -26,7 +26,8 @@ int find_process(const std::string& marker, const std::string& env) {
     std::string cmdline = testing::read_file("/proc/" + std::to_string(pid) + "/cmdline");
     if (cmdline.find(marker) == std::string::npos || cmdline.find("rank") == std::string::npos) continue;
     std::string environ = testing::read_file("/proc/" + std::to_string(pid) + "/environ");
-    if (environ.find(env + '\0') == std::string::npos && environ.find('\0' + env) == std::string::npos) continue;
+    if (environ.find(env + '\0') == std::string::npos && environ.find('\0' + env) == std::string::npos)
+      continue;
     found = pid;
   }
   closedir(proc);
@@ -37,7 +38,8 @@ TEST(Failure, KilledRankStopsTheJobWithinTenSecondsAndIsNamed) {
   std::string dir = testing::make_temp_dir();
   std::string metrics = dir + "/metrics.jsonl";
   std::string command = std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR + "/configs/tiny-gpt.toml" +
-                        " --set train.steps=100000 --set cluster.coordinator=127.0.0.1:29741 --metrics " + metrics;
+                        " --set train.steps=100000 --set cluster.coordinator=127.0.0.1:29741 --metrics " +
+                        metrics;
   testing::CommandResult result;
   Clock::time_point killed_at;
   std::thread job([&] { result = testing::run_command(command, 120); });
@@ -66,8 +68,11 @@ TEST(Failure, RankOutsideALauncherLosesItsPeerAndNamesIt) {
                      " --set train.steps=100000 --set cluster.coordinator=127.0.0.1:29742" +
                      " --set cluster.collective_timeout_s=5 --metrics " + metrics;
   testing::CommandResult rank0;
-  std::thread coordinator([&] { rank0 = testing::run_command("TROUPE_RANK=0 TROUPE_WORLD_SIZE=2 " + base, 120); });
-  std::thread other([&] { testing::run_command("TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 " + base + " --set train.log_interval=7", 120); });
+  std::thread coordinator(
+      [&] { rank0 = testing::run_command("TROUPE_RANK=0 TROUPE_WORLD_SIZE=2 " + base, 120); });
+  std::thread other([&] {
+    testing::run_command("TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 " + base + " --set train.log_interval=7", 120);
+  });
   auto deadline = Clock::now() + std::chrono::seconds(60);
   while (testing::read_file(metrics).size() < 200 && Clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

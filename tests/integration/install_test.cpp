@@ -14,18 +14,20 @@ namespace {
 TEST(Install, OutsideProjectBuildsAgainstTheInstalledPackageAndTrainsOnTwoRanks) {
   std::string dir = testing::make_temp_dir();
   std::string prefix = dir + "/prefix";
-  auto installed = testing::run_command(std::string("cmake --install ") + TROUPE_BUILD_DIR + " --prefix " + prefix, 120);
+  auto installed =
+      testing::run_command(std::string("cmake --install ") + TROUPE_BUILD_DIR + " --prefix " + prefix, 120);
   ASSERT_EQ(installed.exit_code, 0) << installed.output;
 
   std::string build = dir + "/embed-build";
-  auto built = testing::run_command(std::string("cmake -S ") + TROUPE_SOURCE_DIR + "/examples/embed -B " + build +
-                                        " -G Ninja -DCMAKE_PREFIX_PATH=" + prefix +
+  auto built = testing::run_command(std::string("cmake -S ") + TROUPE_SOURCE_DIR + "/examples/embed -B " +
+                                        build + " -G Ninja -DCMAKE_PREFIX_PATH=" + prefix +
                                         " -DCMAKE_CXX_COMPILER_LAUNCHER=ccache && cmake --build " + build,
                                     480);
   ASSERT_EQ(built.exit_code, 0) << built.output;
 
-  auto trained = testing::run_command(prefix + "/bin/troupe launch --ranks 2 -- " + build + "/embed_trainer " +
-                                          TROUPE_SOURCE_DIR + "/examples/embed/job.toml cluster.coordinator=127.0.0.1:29761",
+  auto trained = testing::run_command(prefix + "/bin/troupe launch --ranks 2 -- " + build +
+                                          "/embed_trainer " + TROUPE_SOURCE_DIR +
+                                          "/examples/embed/job.toml cluster.coordinator=127.0.0.1:29761",
                                       180);
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
   std::smatch m;

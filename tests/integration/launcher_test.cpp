@@ -36,8 +36,7 @@ LaunchRun run_captured(const LaunchOptions& options) {
   testing::internal::CaptureStderr();
   auto start = std::chrono::steady_clock::now();
   run.exit_code = launch_ranks(options);
-  run.elapsed_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  run.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   run.out = testing::internal::GetCapturedStdout();
   run.err = testing::internal::GetCapturedStderr();
   return run;
@@ -78,8 +77,7 @@ bool is_running(pid_t pid) {
   std::string line;
   if (!std::getline(stat, line)) return false;
   auto close_paren = line.rfind(')');
-  return close_paren != std::string::npos && close_paren + 2 < line.size() &&
-         line[close_paren + 2] != 'Z';
+  return close_paren != std::string::npos && close_paren + 2 < line.size() && line[close_paren + 2] != 'Z';
 }
 
 TEST(LaunchRanks, AllRanksSucceedingReturnsZero) {
@@ -89,8 +87,7 @@ TEST(LaunchRanks, AllRanksSucceedingReturnsZero) {
 }
 
 TEST(LaunchRanks, OutputLinesArePrefixedWithTheirRank) {
-  auto run = run_captured(
-      shell(2, "echo \"hello from $TROUPE_RANK\"; echo \"oops $TROUPE_RANK\" >&2"));
+  auto run = run_captured(shell(2, "echo \"hello from $TROUPE_RANK\"; echo \"oops $TROUPE_RANK\" >&2"));
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_TRUE(contains(run.out, "[rank 0] hello from 0\n")) << run.out;
   EXPECT_TRUE(contains(run.out, "[rank 1] hello from 1\n")) << run.out;
@@ -117,8 +114,7 @@ TEST(LaunchRanks, EachRankGetsItsTroupeVariablesAndExtraEnvironment) {
 }
 
 TEST(LaunchRanks, FailingRankStopsTheOthersWithinTheGracePeriod) {
-  auto run = run_captured(
-      shell(3, "if [ \"$TROUPE_RANK\" = 1 ]; then sleep 0.2; exit 3; fi; sleep 60"));
+  auto run = run_captured(shell(3, "if [ \"$TROUPE_RANK\" = 1 ]; then sleep 0.2; exit 3; fi; sleep 60"));
   EXPECT_EQ(run.exit_code, 3);
   EXPECT_LT(run.elapsed_s, 12);
   EXPECT_TRUE(contains(run.err, "troupe: rank 1 exited with status 3\n")) << run.err;
@@ -126,10 +122,8 @@ TEST(LaunchRanks, FailingRankStopsTheOthersWithinTheGracePeriod) {
 
 TEST(LaunchRanks, RankIgnoringSigtermIsKilledAfterTheGracePeriod) {
   ReadyDir ready;
-  auto options = shell(2,
-                       std::string(kRank0FailsOnceRank1IsReady) +
-                           "trap '' TERM; touch \"$READY_DIR/ready\"; sleep 60",
-                       1);
+  auto options = shell(
+      2, std::string(kRank0FailsOnceRank1IsReady) + "trap '' TERM; touch \"$READY_DIR/ready\"; sleep 60", 1);
   options.extra_env = {{"READY_DIR", ready.path()}};
   auto run = run_captured(options);
   EXPECT_EQ(run.exit_code, 4);
@@ -164,8 +158,7 @@ TEST(LaunchRanks, BackgroundChildHoldingTheOutputDoesNotHangTheLauncher) {
 }
 
 TEST(LaunchRanks, RankKilledBySignalIsNamed) {
-  auto run = run_captured(
-      shell(2, "if [ \"$TROUPE_RANK\" = 1 ]; then kill -KILL $$; fi; sleep 60"));
+  auto run = run_captured(shell(2, "if [ \"$TROUPE_RANK\" = 1 ]; then kill -KILL $$; fi; sleep 60"));
   EXPECT_EQ(run.exit_code, 128 + 9);
   EXPECT_LT(run.elapsed_s, 12);
   EXPECT_TRUE(contains(run.err, "troupe: rank 1 was killed by signal 9 (Killed)\n")) << run.err;
@@ -173,12 +166,10 @@ TEST(LaunchRanks, RankKilledBySignalIsNamed) {
 
 TEST(LaunchRanks, SigtermToTheLauncherStopsAllRanks) {
   // Rank 0's parent is the launcher (this test process).
-  auto run = run_captured(
-      shell(2, "if [ \"$TROUPE_RANK\" = 0 ]; then kill -TERM $PPID; fi; sleep 60"));
+  auto run = run_captured(shell(2, "if [ \"$TROUPE_RANK\" = 0 ]; then kill -TERM $PPID; fi; sleep 60"));
   EXPECT_EQ(run.exit_code, 128 + 15);
   EXPECT_LT(run.elapsed_s, 12);
-  EXPECT_TRUE(contains(run.err, "troupe: received signal 15 (Terminated); stopping all ranks"))
-      << run.err;
+  EXPECT_TRUE(contains(run.err, "troupe: received signal 15 (Terminated); stopping all ranks")) << run.err;
 }
 
 TEST(LaunchRanks, ProgressLinesArePlainPrefixedLinesWhenNotATerminal) {
@@ -193,8 +184,7 @@ TEST(LaunchRanks, MissingProgramFailsWithAClearMessage) {
   options.argv = {"troupe-no-such-program"};
   auto run = run_captured(options);
   EXPECT_EQ(run.exit_code, kCannotStartExitCode);
-  EXPECT_TRUE(contains(run.err,
-                       "troupe: cannot start troupe-no-such-program: No such file or directory"))
+  EXPECT_TRUE(contains(run.err, "troupe: cannot start troupe-no-such-program: No such file or directory"))
       << run.err;
   EXPECT_TRUE(contains(run.err, "troupe: rank 0 exited with status 127")) << run.err;
 }

@@ -15,9 +15,10 @@ namespace {
 TEST(Trace, TwoRanksMergeIntoOneTimelineWithTracksPerActorAndStream) {
   std::string dir = testing::make_temp_dir();
   std::string trace = dir + "/trace.json";
-  auto r = testing::run_command(std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR +
-                                "/configs/tiny-gpt.toml --set train.steps=3 --set cluster.coordinator=127.0.0.1:29751" +
-                                " --set trace.path=" + trace);
+  auto r = testing::run_command(
+      std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR +
+      "/configs/tiny-gpt.toml --set train.steps=3 --set cluster.coordinator=127.0.0.1:29751" +
+      " --set trace.path=" + trace);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto json = nlohmann::json::parse(testing::read_file(trace), nullptr, false);
   ASSERT_FALSE(json.is_discarded());

@@ -2,9 +2,11 @@
 // collectives on seeded random sizes (0, 1, odd, smaller than the world size, larger
 // than a chunk), checking every result exactly. Exits 0 when all match.
 // Usage: transport_rank PORT SEED [abort-at-rank]; rank and world from TROUPE_RANK/TROUPE_WORLD_SIZE.
+#include <chrono>
 #include <cstdio>
-#include <future>
+#include <thread>
 #include <cstdlib>
+#include <future>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,7 +21,9 @@ int64_t env_int(const char* name) {
 }
 
 // Integer-valued floats, so sums are exact whatever the order of addition.
-float value_of(int64_t rank, std::size_t i) { return static_cast<float>((rank + 1) * 3 + static_cast<int64_t>(i % 13)); }
+float value_of(int64_t rank, std::size_t i) {
+  return static_cast<float>((rank + 1) * 3 + static_cast<int64_t>(i % 13));
+}
 
 bool check_all_reduce(troupe::Transport& t, std::size_t count, troupe::ReduceOp op) {
   int64_t n = t.world_size();
@@ -35,7 +39,8 @@ bool check_all_reduce(troupe::Transport& t, std::size_t count, troupe::ReduceOp 
     for (int64_t r = 0; r < n; ++r) sum += value_of(r, i);
     float expected = op == troupe::ReduceOp::sum ? sum : sum * (1.0f / static_cast<float>(n));
     if (data[i] != expected) {
-      std::fprintf(stderr, "all_reduce of %zu: element %zu is %g, expected %g\n", count, i, data[i], expected);
+      std::fprintf(stderr, "all_reduce of %zu: element %zu is %g, expected %g\n", count, i, data[i],
+                   expected);
       return false;
     }
   }
@@ -59,6 +64,27 @@ bool check_broadcast(troupe::Transport& t, std::size_t count, int64_t root) {
   return true;
 }
 
+// The last rank enters late; no rank may leave the barrier before it has entered.
+bool check_barrier_waits_for_the_last_rank(troupe::Transport& t) {
+  using Clock = std::chrono::steady_clock;
+  constexpr auto late = std::chrono::milliseconds(300);
+  bool last = t.rank() == t.world_size() - 1;
+  auto start = Clock::now();
+  if (last) std::this_thread::sleep_for(late);
+  auto s = t.barrier_sync();
+  auto waited = Clock::now() - start;
+  if (!s) {
+    std::fprintf(stderr, "barrier failed: %s\n", s.error().message.c_str());
+    return false;
+  }
+  if (t.world_size() > 1 && waited < late - std::chrono::milliseconds(50)) {
+    std::fprintf(stderr, "barrier returned after %lld ms, before the last rank entered\n",
+                 static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()));
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -73,12 +99,13 @@ int main(int argc, char** argv) {
   unsigned seed = static_cast<unsigned>(std::atoi(argv[2]));
   auto transport = troupe::Transport::make(o);
   if (!transport) {
-    std::fprintf(stderr, "rank %lld: %s\n", static_cast<long long>(o.rank), transport.error().message.c_str());
+    std::fprintf(stderr, "rank %lld: %s\n", static_cast<long long>(o.rank),
+                 transport.error().message.c_str());
     return 1;
   }
   auto& t = **transport;
-  std::vector<std::size_t> sizes = {0, 1, 2, 3, static_cast<std::size_t>(o.world_size) - 1, 1001, 4096 / 4 * 3 + 1,
-                                    100003};
+  std::vector<std::size_t> sizes = {
+      0, 1, 2, 3, static_cast<std::size_t>(o.world_size) - 1, 1001, 4096 / 4 * 3 + 1, 100003};
   std::mt19937 rng(seed);
   for (int i = 0; i < 6; ++i) sizes.push_back(std::uniform_int_distribution<std::size_t>(0, 50000)(rng));
   bool ok = true;
@@ -97,8 +124,8 @@ int main(int argc, char** argv) {
     auto s = done[k].get_future().get();
     ok = ok && s.ok() && many[k][776] == static_cast<float>(o.world_size);
   }
-  ok = ok && t.barrier_sync().ok();
-  std::printf("rank %lld: %s (seed %u)\n", static_cast<long long>(o.rank), ok ? "all collectives match" : "MISMATCH",
-              seed);
+  ok = ok && check_barrier_waits_for_the_last_rank(t);
+  std::printf("rank %lld: %s (seed %u)\n", static_cast<long long>(o.rank),
+              ok ? "all collectives match" : "MISMATCH", seed);
   return ok ? 0 : 1;
 }

@@ -237,11 +237,10 @@ TEST(ConfigLoad, ErrorsComeInFileOrderNotAlphabetical) {
 }
 
 TEST(ConfigLoad, OptimizerTypeAcceptsAdamwAdamAndSgd) {
-  for (const auto& [name, type] : {std::pair{"adamw", OptimizerType::adamw},
-                                   std::pair{"adam", OptimizerType::adam},
-                                   std::pair{"sgd", OptimizerType::sgd}}) {
-    Result<JobConfig> config =
-        load(std::string(kMinimal) + "[optimizer]\ntype = \"" + name + "\"\n");
+  for (const auto& [name, type] :
+       {std::pair{"adamw", OptimizerType::adamw}, std::pair{"adam", OptimizerType::adam},
+        std::pair{"sgd", OptimizerType::sgd}}) {
+    Result<JobConfig> config = load(std::string(kMinimal) + "[optimizer]\ntype = \"" + name + "\"\n");
     ASSERT_TRUE(config.ok()) << config.error().message;
     EXPECT_EQ(config->optimizer.type, type) << name;
   }
@@ -307,9 +306,8 @@ TEST(ConfigOverride, LaterOverrideOfTheSameKeyWins) {
 
 TEST(ConfigOverride, ValueIsParsedAsToml) {
   Result<JobConfig> config =
-      load(kMinimal, {"optimizer.lr=1e-3", "optimizer.betas=[0.9, 0.95]",
-                      "optimizer.nesterov=true", "optimizer.momentum=0.5",
-                      "cluster.token=\"quoted\""});
+      load(kMinimal, {"optimizer.lr=1e-3", "optimizer.betas=[0.9, 0.95]", "optimizer.nesterov=true",
+                      "optimizer.momentum=0.5", "cluster.token=\"quoted\""});
   ASSERT_TRUE(config.ok()) << config.error().message;
   EXPECT_EQ(config->optimizer.lr, 1e-3);
   EXPECT_EQ(config->optimizer.beta2, 0.95);
@@ -318,8 +316,7 @@ TEST(ConfigOverride, ValueIsParsedAsToml) {
 }
 
 TEST(ConfigOverride, ValueThatIsNotTomlIsABareString) {
-  Result<JobConfig> config =
-      load(kMinimal, {"cluster.token=abc", "cluster.coordinator=node7:2000"});
+  Result<JobConfig> config = load(kMinimal, {"cluster.token=abc", "cluster.coordinator=node7:2000"});
   ASSERT_TRUE(config.ok()) << config.error().message;
   EXPECT_EQ(config->cluster.token, "abc");
   EXPECT_EQ(config->cluster.coordinator, "node7:2000");
@@ -393,8 +390,7 @@ TEST(ConfigResolve, WorldSizeAndDpBothUnsetMeanOneRank) {
 }
 
 TEST(ConfigResolve, WorldSizeThatDisagreesWithDpShowsTheArithmetic) {
-  const std::string text =
-      std::string(kMinimal) + "[cluster]\nworld_size = 3\n[parallel]\ndp = 2\n";
+  const std::string text = std::string(kMinimal) + "[cluster]\nworld_size = 3\n[parallel]\ndp = 2\n";
   EXPECT_EQ(error_of(load(text)),
             "job.toml:4:14: [cluster] world_size = 3 does not equal dp 2 × pp 1 × tp 1 = 2");
 }
@@ -508,8 +504,7 @@ TEST(ConfigResolve, BatchProductThatOverflowsIsAnError) {
   JobConfig raw = minimal_struct();
   raw.batch.micro_batch_size = int64_t{1} << 40;
   raw.batch.gradient_accumulation_steps = int64_t{1} << 30;
-  EXPECT_NE(error_of(resolve_config(raw)).find("does not fit in a 64-bit integer"),
-            std::string::npos);
+  EXPECT_NE(error_of(resolve_config(raw)).find("does not fit in a 64-bit integer"), std::string::npos);
 }
 
 // ---- Resolution: model, optimizer, cluster, data, train ----
@@ -517,8 +512,7 @@ TEST(ConfigResolve, BatchProductThatOverflowsIsAnError) {
 TEST(ConfigResolve, DModelMustBeDivisibleByHeads) {
   JobConfig raw = minimal_struct();
   raw.model.n_heads = 5;
-  EXPECT_EQ(error_of(resolve_config(raw)),
-            "<struct>: [model] d_model = 64 is not divisible by n_heads = 5");
+  EXPECT_EQ(error_of(resolve_config(raw)), "<struct>: [model] d_model = 64 is not divisible by n_heads = 5");
 }
 
 TEST(ConfigResolve, ZeroDffBecomesFourTimesDModel) {
@@ -536,8 +530,7 @@ TEST(ConfigResolve, VocabBelowByteRangeIsAnError) {
 TEST(ConfigResolve, NonPositiveModelSizeIsAnError) {
   JobConfig raw = minimal_struct();
   raw.model.n_layers = 0;
-  EXPECT_EQ(error_of(resolve_config(raw)),
-            "<struct>: [model] n_layers must be a positive integer, got 0");
+  EXPECT_EQ(error_of(resolve_config(raw)), "<struct>: [model] n_layers must be a positive integer, got 0");
 }
 
 TEST(ConfigResolve, ModelTypeMustBeGptAndTyposAreSuggested) {
@@ -566,8 +559,7 @@ TEST(ConfigResolve, BetaOfOneIsAnError) {
 TEST(ConfigResolve, EpsMustBePositive) {
   JobConfig raw = minimal_struct();
   raw.optimizer.eps = 0;
-  EXPECT_EQ(error_of(resolve_config(raw)),
-            "<struct>: [optimizer] eps must be a positive number, got 0.0");
+  EXPECT_EQ(error_of(resolve_config(raw)), "<struct>: [optimizer] eps must be a positive number, got 0.0");
 }
 
 TEST(ConfigResolve, NegativeWeightDecayIsAnError) {
@@ -689,8 +681,7 @@ TEST(ConfigResolve, StructErrorsNameTheSourceAndTheKey) {
   JobConfig raw = minimal_struct();
   raw.source = "trainer.cpp";
   raw.train.steps = 0;
-  EXPECT_EQ(error_of(resolve_config(raw)),
-            "trainer.cpp: [train] steps must be a positive integer, got 0");
+  EXPECT_EQ(error_of(resolve_config(raw)), "trainer.cpp: [train] steps must be a positive integer, got 0");
 }
 
 TEST(ConfigResolve, ResolvedConfigResolvesToItself) {
@@ -740,8 +731,8 @@ TEST(ConfigRender, ShowsTheBatchArithmetic) {
 
 TEST(ConfigRender, ListsEverySection) {
   const std::string text = render_config(JobConfig{});
-  for (const char* section : {"[cluster]", "[parallel]", "[batch]", "[optimizer]", "[model]",
-                              "[data]", "[train]", "[trace]"}) {
+  for (const char* section :
+       {"[cluster]", "[parallel]", "[batch]", "[optimizer]", "[model]", "[data]", "[train]", "[trace]"}) {
     EXPECT_NE(text.find(section), std::string::npos) << section;
   }
 }

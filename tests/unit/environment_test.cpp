@@ -57,8 +57,12 @@ TEST(RankEnvironment, ReadsTroupeVariables) {
 }
 
 TEST(RankEnvironment, TroupeTakesPrecedenceOverTorchrun) {
-  auto env = detect_ok({{"TROUPE_RANK", "1"}, {"TROUPE_WORLD_SIZE", "2"}, {"RANK", "5"},
-                        {"WORLD_SIZE", "6"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}});
+  auto env = detect_ok({{"TROUPE_RANK", "1"},
+                        {"TROUPE_WORLD_SIZE", "2"},
+                        {"RANK", "5"},
+                        {"WORLD_SIZE", "6"},
+                        {"MASTER_ADDR", "h"},
+                        {"MASTER_PORT", "1"}});
   EXPECT_EQ(env.rank, 1);
   EXPECT_EQ(env.world_size, 2);
   EXPECT_EQ(env.coordinator, "");
@@ -81,14 +85,14 @@ TEST(RankEnvironment, ReadsTorchrunVariablesWithMasterAsCoordinator) {
 }
 
 TEST(RankEnvironment, BracketsAnIpv6MasterAddress) {
-  auto env = detect_ok({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "::1"},
-                        {"MASTER_PORT", "29500"}});
+  auto env =
+      detect_ok({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "::1"}, {"MASTER_PORT", "29500"}});
   EXPECT_EQ(env.coordinator, "[::1]:29500");
 }
 
 TEST(RankEnvironment, TorchrunTakesPrecedenceOverOpenMpi) {
-  auto env = detect_ok({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_RANK", "3"},
-                        {"OMPI_COMM_WORLD_SIZE", "4"}});
+  auto env = detect_ok(
+      {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"}});
   EXPECT_EQ(env.rank, 1);
   EXPECT_EQ(env.source, "RANK/WORLD_SIZE");
 }
@@ -108,10 +112,8 @@ TEST(RankEnvironment, ReadsOpenMpiVariables) {
 }
 
 TEST(RankEnvironment, ReadsSlurmVariables) {
-  auto env = detect_ok({{"SLURM_PROCID", "5"},
-                        {"SLURM_NTASKS", "8"},
-                        {"SLURM_LOCALID", "1"},
-                        {"SLURM_NTASKS_PER_NODE", "4"}});
+  auto env = detect_ok(
+      {{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"}, {"SLURM_NTASKS_PER_NODE", "4"}});
   EXPECT_EQ(env.rank, 5);
   EXPECT_EQ(env.world_size, 8);
   EXPECT_EQ(env.local_rank, 1);
@@ -135,8 +137,7 @@ TEST(RankEnvironment, LocalRankAndLocalWorldSizeDefaultToGlobal) {
 }
 
 TEST(RankEnvironment, EmptyVariableCountsAsUnset) {
-  auto env = detect_ok({{"TROUPE_RANK", ""}, {"TROUPE_WORLD_SIZE", ""}, {"RANK", "0"},
-                        {"WORLD_SIZE", "1"}});
+  auto env = detect_ok({{"TROUPE_RANK", ""}, {"TROUPE_WORLD_SIZE", ""}, {"RANK", "0"}, {"WORLD_SIZE", "1"}});
   EXPECT_EQ(env.source, "RANK/WORLD_SIZE");
 }
 
@@ -177,8 +178,7 @@ TEST(RankEnvironment, RankNotBelowWorldSizeIsAnError) {
 
 TEST(RankEnvironment, RankWithoutWorldSizeIsAnError) {
   auto message = detect_error({{"TROUPE_RANK", "0"}});
-  EXPECT_NE(message.find("TROUPE_RANK is set (0) but TROUPE_WORLD_SIZE is not"),
-            std::string::npos)
+  EXPECT_NE(message.find("TROUPE_RANK is set (0) but TROUPE_WORLD_SIZE is not"), std::string::npos)
       << message;
 }
 
@@ -188,45 +188,41 @@ TEST(RankEnvironment, WorldSizeWithoutRankIsAnError) {
 }
 
 TEST(RankEnvironment, LocalRankNotBelowLocalWorldSizeIsAnError) {
-  auto message = detect_error({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"},
-                               {"LOCAL_WORLD_SIZE", "2"}});
+  auto message =
+      detect_error({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"}});
   EXPECT_NE(message.find("LOCAL_RANK is 2"), std::string::npos) << message;
 }
 
 TEST(RankEnvironment, LocalWorldSizeAboveWorldSizeIsAnError) {
-  auto message = detect_error({{"TROUPE_RANK", "0"}, {"TROUPE_WORLD_SIZE", "2"},
-                               {"TROUPE_LOCAL_WORLD_SIZE", "3"}});
+  auto message =
+      detect_error({{"TROUPE_RANK", "0"}, {"TROUPE_WORLD_SIZE", "2"}, {"TROUPE_LOCAL_WORLD_SIZE", "3"}});
   EXPECT_NE(message.find("TROUPE_LOCAL_WORLD_SIZE is 3"), std::string::npos) << message;
 }
 
 TEST(RankEnvironment, MasterAddrWithoutPortIsAnError) {
   auto message = detect_error({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "node0"}});
-  EXPECT_NE(message.find("MASTER_ADDR is set (node0) but MASTER_PORT is not"), std::string::npos)
-      << message;
+  EXPECT_NE(message.find("MASTER_ADDR is set (node0) but MASTER_PORT is not"), std::string::npos) << message;
 }
 
 TEST(RankEnvironment, MasterPortWithoutAddrIsAnError) {
   auto message = detect_error({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_PORT", "29500"}});
-  EXPECT_NE(message.find("MASTER_PORT is set (29500) but MASTER_ADDR is not"), std::string::npos)
-      << message;
+  EXPECT_NE(message.find("MASTER_PORT is set (29500) but MASTER_ADDR is not"), std::string::npos) << message;
 }
 
 TEST(RankEnvironment, BadMasterPortIsAnError) {
   for (const char* port : {"0", "65536", "http", "-5"}) {
-    auto message = detect_error(
-        {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "node0"}, {"MASTER_PORT", port}});
-    EXPECT_NE(message.find(std::string("MASTER_PORT is '") + port + "'"), std::string::npos)
-        << message;
+    auto message =
+        detect_error({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "node0"}, {"MASTER_PORT", port}});
+    EXPECT_NE(message.find(std::string("MASTER_PORT is '") + port + "'"), std::string::npos) << message;
     EXPECT_NE(message.find("from 1 to 65535"), std::string::npos) << message;
   }
 }
 
 TEST(RankEnvironment, MalformedTroupeCoordinatorIsAnError) {
   for (const char* coordinator : {"node0", "node0:", ":29500", "node0:99999"}) {
-    auto message = detect_error({{"TROUPE_RANK", "0"}, {"TROUPE_WORLD_SIZE", "1"},
-                                 {"TROUPE_COORDINATOR", coordinator}});
-    EXPECT_NE(message.find(std::string("TROUPE_COORDINATOR is '") + coordinator + "'"),
-              std::string::npos)
+    auto message =
+        detect_error({{"TROUPE_RANK", "0"}, {"TROUPE_WORLD_SIZE", "1"}, {"TROUPE_COORDINATOR", coordinator}});
+    EXPECT_NE(message.find(std::string("TROUPE_COORDINATOR is '") + coordinator + "'"), std::string::npos)
         << message;
   }
 }

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "runtime/data/corpus.hpp"
 #include "runtime/metrics.hpp"
@@ -92,8 +92,8 @@ TEST(Gpt, FlattenedParametersCoverEveryParameter) {
   auto gpt = make_gpt(tiny_model());
   // embedding 256×32 + 32×32; block 2×(32+32) LN + 32×96+96 + 32×32+32 + 32×128+128 +
   // 128×32+32; head 32+32 LN + 32×256.
-  const int64_t expected = 256 * 32 + 32 * 32 + 4 * 32 + (32 * 96 + 96) + (32 * 32 + 32) +
-                           (32 * 128 + 128) + (128 * 32 + 32) + 2 * 32 + 32 * 256;
+  const int64_t expected = 256 * 32 + 32 * 32 + 4 * 32 + (32 * 96 + 96) + (32 * 32 + 32) + (32 * 128 + 128) +
+                           (128 * 32 + 32) + 2 * 32 + 32 * 256;
   EXPECT_EQ(count_parameters(*gpt), expected);
   EXPECT_EQ(flatten_parameters(*gpt).numel(), expected);
 }
@@ -108,10 +108,8 @@ TEST(Gpt, ChangingAFutureTokenLeavesEarlierLogitsUnchanged) {
   auto before = gpt->forward(tokens);
   auto after = gpt->forward(changed);
   using torch::indexing::Slice;
-  EXPECT_TRUE(torch::equal(before.index({Slice(), Slice(0, 20)}),
-                           after.index({Slice(), Slice(0, 20)})));
-  EXPECT_FALSE(torch::allclose(before.index({Slice(), Slice(20)}),
-                               after.index({Slice(), Slice(20)})));
+  EXPECT_TRUE(torch::equal(before.index({Slice(), Slice(0, 20)}), after.index({Slice(), Slice(0, 20)})));
+  EXPECT_FALSE(torch::allclose(before.index({Slice(), Slice(20)}), after.index({Slice(), Slice(20)})));
 }
 
 TEST(Gpt, InitialLossIsNearUniformOverBytes) {
@@ -198,8 +196,8 @@ TEST(Corpus, TargetIsInputShiftedByOneByte) {
   EXPECT_EQ(batch.input.sizes(), (std::vector<int64_t>{6, 32}));
   EXPECT_EQ(batch.input.scalar_type(), torch::kLong);
   using torch::indexing::Slice;
-  EXPECT_TRUE(torch::equal(batch.input.index({Slice(), Slice(1)}),
-                           batch.target.index({Slice(), Slice(0, 31)})));
+  EXPECT_TRUE(
+      torch::equal(batch.input.index({Slice(), Slice(1)}), batch.target.index({Slice(), Slice(0, 31)})));
 }
 
 TEST(Reference, LossFallsOverThirtySteps) {
@@ -253,9 +251,8 @@ TEST(Reference, UnresolvedBatchIsAnError) {
 
 TEST(Reference, ReportsEveryStepToTheCallback) {
   std::vector<int64_t> steps;
-  auto history =
-      train_reference(tiny_job(8, 3), [&](const StepMetrics& m) { steps.push_back(m.step); },
-                      nullptr);
+  auto history = train_reference(
+      tiny_job(8, 3), [&](const StepMetrics& m) { steps.push_back(m.step); }, nullptr);
   ASSERT_TRUE(history.ok());
   EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3}));
   EXPECT_EQ((*history)[0].tokens, 8 * 32);

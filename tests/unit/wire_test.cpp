@@ -37,7 +37,9 @@ TEST(Wire, TruncatedPayloadIsRefused) {
 
 TEST(Wire, WrongMagicVersionKindOrRankIsRefused) {
   Frame good = encode_reason(Kind::abort, 1, 2, "why");
-  auto check = [&](Header h) { return decode_reason(Kind::abort, &h, sizeof h, good.payload.data(), good.payload.size()); };
+  auto check = [&](Header h) {
+    return decode_reason(Kind::abort, &h, sizeof h, good.payload.data(), good.payload.size());
+  };
   Header h = good.header;
   EXPECT_TRUE(check(h).ok());
   h.magic ^= 1;
