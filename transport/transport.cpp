@@ -1,6 +1,7 @@
 #include "transport/transport.hpp"
 
 #include <chrono>
+#include <cstring>
 #include <condition_variable>
 #include <future>
 #include <map>
@@ -40,9 +41,22 @@ class Transport::Impl final : public TransferIo {
   void issue(uint64_t id, std::unique_ptr<Collective> collective, Completion done,
              std::vector<float> owned = {});
   void abort_now(const std::string& reason);
-  CollectiveShape next_shape() {
-    return CollectiveShape{next_id_++, options_.rank, options_.world_size, options_.chunk_bytes,
+  /// The shape of the next collective on the world communicator, in issue order.
+  CollectiveShape next_shape(uint64_t descriptor) {
+    return CollectiveShape{next_id_++, 0, descriptor, options_.rank, options_.world_size, options_.chunk_bytes,
                            options_.chunks_in_flight};
+  }
+  /// Identity and tag of the next point-to-point message to (send) or from (recv) `peer`.
+  std::pair<uint64_t, uint64_t> next_point_to_point(int64_t peer, bool receive) {
+    uint64_t& sequence = receive ? received_from_[peer] : sent_to_[peer];
+    uint64_t tag = point_to_point_tag(sequence++, receive ? peer : options_.rank);
+    return {point_to_point_ids_++, tag};
+  }
+  Status check_peer(int64_t peer) const {
+    if (peer < 0 || peer >= options_.world_size || peer == options_.rank)
+      return make_error(fmt::format("rank {} cannot exchange messages with rank {}: peers are 0-{} except itself",
+                                    options_.rank, peer, options_.world_size - 1));
+    return {};
   }
 
   void post_send(int64_t peer, const void* data, std::size_t bytes, uint64_t tag, uint64_t op,
@@ -59,8 +73,12 @@ class Transport::Impl final : public TransferIo {
     uint64_t chunk;
     int64_t peer;
     bool recv;
+    uint64_t tag = 0;
+    std::size_t bytes = 0;
     void* request = nullptr;
     ucs_status_t status = UCS_OK;
+    uint64_t received_tag = 0;  // receives: what actually arrived
+    std::size_t received_bytes = 0;
   };
   struct Operation {
     std::unique_ptr<Collective> collective;
@@ -83,10 +101,14 @@ class Transport::Impl final : public TransferIo {
   void track(Transfer* t, ucs_status_ptr_t request);
   void drain_finished();
   void check_deadlines();
-  void fail_all(const Error& error);
+  /// Whether a failure is passed on: not when a peer's own abort frame reported it.
+  enum class Notify { peers, nobody };
+  void fail_all(const Error& error, Notify notify);
+  void tell_peers(const std::string& reason);
   void complete(uint64_t id, const Status& status);
   void close_endpoints();
   std::string waiting_on(uint64_t op) const;
+  std::string transfer_failure(const Transfer& t, const std::string& what) const;
 
   TransportOptions options_;
   std::unique_ptr<UcxWorker> worker_;
@@ -100,10 +122,13 @@ class Transport::Impl final : public TransferIo {
 
   // Below: owned by the progress thread.
   uint64_t next_id_ = 0;
+  uint64_t point_to_point_ids_ = uint64_t{1} << 63;  // operation ids apart from the collectives'
+  std::map<int64_t, uint64_t> sent_to_, received_from_;
   std::map<uint64_t, Operation> operations_;
   std::unordered_set<Transfer*> in_flight_;
   std::vector<Transfer*> finished_;         // filled by UCX callbacks
-  std::vector<std::string> peer_failures_;  // filled by UCX callbacks
+  std::vector<std::string> peer_failures_;  // lost endpoints, filled by UCX callbacks
+  std::vector<std::string> peer_aborts_;    // abort frames, filled by UCX callbacks
   std::optional<Error> failed_;
   bool closing_ = false;
 };
@@ -190,7 +215,8 @@ void Transport::Impl::run() {
     for (auto& command : commands) command();
     worker_->progress();
     drain_finished();
-    if (!peer_failures_.empty() && !closing_) fail_all(make_error(peer_failures_.front()));
+    if (!peer_failures_.empty() && !closing_) fail_all(make_error(peer_failures_.front()), Notify::peers);
+    if (!peer_aborts_.empty() && !closing_) fail_all(make_error(peer_aborts_.front()), Notify::nobody);
     check_deadlines();
     if (stopping) break;
     worker_->wait(idle_wait_ms);
@@ -243,7 +269,7 @@ void Transport::Impl::track(Transfer* t, ucs_status_ptr_t request) {
 
 void Transport::Impl::post_send(int64_t peer, const void* data, std::size_t bytes, uint64_t tag, uint64_t op,
                                 uint64_t chunk) {
-  auto* t = new Transfer{this, op, chunk, peer, false};
+  auto* t = new Transfer{this, op, chunk, peer, false, tag, bytes};
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   p.cb.send = on_send;
@@ -253,12 +279,16 @@ void Transport::Impl::post_send(int64_t peer, const void* data, std::size_t byte
 
 void Transport::Impl::post_recv(int64_t peer, void* data, std::size_t bytes, uint64_t tag, uint64_t op,
                                 uint64_t chunk) {
-  auto* t = new Transfer{this, op, chunk, peer, true};
+  auto* t = new Transfer{this, op, chunk, peer, true, tag, bytes};
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   p.cb.recv = on_recv;
   p.user_data = t;
-  track(t, ucp_tag_recv_nbx(worker_->worker(), data, bytes, tag, ~uint64_t{0}, &p));
+  // Collectives match regardless of the descriptor bits, so that a peer which issued
+  // another call in this one's place is caught (drain_finished) instead of waited for.
+  bool point_to_point = tag >> tag_bits::point_to_point_shift;
+  uint64_t mask = point_to_point ? ~uint64_t{0} : ~tag_bits::descriptor_mask;
+  track(t, ucp_tag_recv_nbx(worker_->worker(), data, bytes, tag, mask, &p));
 }
 
 void Transport::Impl::on_send(void* request, ucs_status_t status, void* user_data) {
@@ -272,8 +302,11 @@ void Transport::Impl::on_recv(void* request, ucs_status_t status, const ucp_tag_
                               void* user_data) {
   auto* t = static_cast<Transfer*>(user_data);
   t->status = status;
+  if (info != nullptr) {
+    t->received_tag = info->sender_tag;
+    t->received_bytes = info->length;
+  }
   ucp_request_free(request);
-  (void)info;
   t->self->finished_.push_back(t);
 }
 
@@ -286,12 +319,12 @@ void Transport::Impl::drain_finished() {
     for (Transfer* t : batch) {
       std::unique_ptr<Transfer> owner(t);
       if (failed_ || closing_) continue;
-      if (t->status != UCS_OK) {
-        fail_all(make_error(fmt::format("{} rank {} failed: {}", t->recv ? "receiving from" : "sending to",
-                                        t->peer, ucs_status_string(t->status))));
+      auto it = operations_.find(t->op);
+      if (t->status != UCS_OK || (t->recv && (t->received_tag != t->tag || t->received_bytes != t->bytes))) {
+        std::string what = it == operations_.end() ? "an operation" : it->second.collective->describe();
+        fail_all(make_error(transfer_failure(*t, what)), Notify::peers);
         continue;
       }
-      auto it = operations_.find(t->op);
       if (it == operations_.end()) continue;
       it->second.collective->on_transfer(*this, t->chunk);
       if (it->second.collective->done()) complete(t->op, {});
@@ -320,6 +353,20 @@ ucs_status_t Transport::Impl::on_abort(void* arg, const void* header, size_t hea
   return UCS_OK;
 }
 
+// Why a transfer failed, in words naming the peer and what this rank was doing.
+std::string Transport::Impl::transfer_failure(const Transfer& t, const std::string& what) const {
+  if (t.status == UCS_ERR_MESSAGE_TRUNCATED || (t.status == UCS_OK && t.received_bytes != t.bytes))
+    return fmt::format("rank {} sent a message of another size than this rank expected during {}: the ranks "
+                       "issued different calls, or the same calls in different orders",
+                       t.peer, what);
+  if (t.status == UCS_OK)
+    return fmt::format("rank {} issued another call where this rank issued {}: every rank must issue the same "
+                       "collectives in the same order",
+                       t.peer, what);
+  return fmt::format("{} rank {} failed during {}: {}", t.recv ? "receiving from" : "sending to", t.peer, what,
+                     ucs_status_string(t.status));
+}
+
 std::string Transport::Impl::waiting_on(uint64_t op) const {
   std::string peers;
   for (const Transfer* t : in_flight_)
@@ -333,15 +380,17 @@ void Transport::Impl::check_deadlines() {
     if (now < op.deadline) continue;
     fail_all(
         make_error(fmt::format("{} did not complete within {} s; still waiting for {}",
-                               op.collective->describe(), options_.collective_timeout_s, waiting_on(id))));
+                               op.collective->describe(), options_.collective_timeout_s, waiting_on(id))),
+        Notify::peers);
     return;
   }
 }
 
-void Transport::Impl::fail_all(const Error& error) {
+void Transport::Impl::fail_all(const Error& error, Notify notify) {
   if (failed_) return;
   failed_ = error;
   spdlog::error("transport: {}", error.message);
+  if (notify == Notify::peers) tell_peers(error.message);
   for (Transfer* t : in_flight_)
     if (t->recv) ucp_request_cancel(worker_->worker(), t->request);
   close_endpoints();  // cancels the sends; every buffer is released before anyone hears of the failure
@@ -350,8 +399,8 @@ void Transport::Impl::fail_all(const Error& error) {
   for (auto& [id, op] : operations) op.done(error);
 }
 
-void Transport::Impl::abort_now(const std::string& reason) {
-  if (failed_) return;
+// Best effort, bounded: every peer still reachable learns why this rank stops.
+void Transport::Impl::tell_peers(const std::string& reason) {
   auto frame = wire::encode_reason(wire::Kind::abort, options_.rank, options_.world_size, reason);
   std::vector<ucs_status_ptr_t> sends;
   ucp_request_param_t p{};
@@ -361,7 +410,10 @@ void Transport::Impl::abort_now(const std::string& reason) {
                                     sizeof frame.header, frame.payload.data(), frame.payload.size(), &p));
   }
   for (auto request : sends) wait_request(*worker_, request, 0.5);
-  fail_all(make_error(fmt::format("rank {} stopped the job: {}", options_.rank, reason)));
+}
+
+void Transport::Impl::abort_now(const std::string& reason) {
+  fail_all(make_error(fmt::format("rank {} stopped the job: {}", options_.rank, reason)), Notify::peers);
 }
 
 // ---- the public face ---------------------------------------------------------------
@@ -391,27 +443,66 @@ int64_t Transport::world_size() const {
   return impl_->options().world_size;
 }
 
-void Transport::all_reduce(float* data, std::size_t count, ReduceOp op, Completion done) {
-  impl_->submit([impl = impl_.get(), data, count, op, done = std::move(done)]() mutable {
-    auto shape = impl->next_shape();
-    impl->issue(shape.id, make_all_reduce(shape, data, count, op), std::move(done));
+void Transport::all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Completion done) {
+  impl_->submit([impl = impl_.get(), data, count, type, op, done = std::move(done)]() mutable {
+    auto shape = impl->next_shape(describe_call("all_reduce", type, count, 0, op));
+    impl->issue(shape.id, make_all_reduce(shape, data, count, type, op), std::move(done));
   });
 }
 
-void Transport::broadcast(float* data, std::size_t count, int64_t root, Completion done) {
-  impl_->submit([impl = impl_.get(), data, count, root, done = std::move(done)]() mutable {
-    auto shape = impl->next_shape();
-    impl->issue(shape.id, make_broadcast(shape, data, count, root), std::move(done));
+void Transport::reduce_scatter(const void* input, void* output, std::size_t count, DataType type, ReduceOp op,
+                               Completion done) {
+  impl_->submit([impl = impl_.get(), input, output, count, type, op, done = std::move(done)]() mutable {
+    auto shape = impl->next_shape(describe_call("reduce_scatter", type, count, 0, op));
+    impl->issue(shape.id, make_reduce_scatter(shape, input, output, count, type, op), std::move(done));
+  });
+}
+
+void Transport::all_gather(const void* input, void* output, std::size_t count, DataType type, Completion done) {
+  impl_->submit([impl = impl_.get(), input, output, count, type, done = std::move(done)]() mutable {
+    auto shape = impl->next_shape(describe_call("all_gather", type, count, 0, ReduceOp::sum));
+    std::size_t bytes = count * element_bytes(type);
+    auto* own = static_cast<std::byte*>(output) + static_cast<std::size_t>(shape.rank) * bytes;
+    if (input != own) std::memmove(own, input, bytes);  // out of place: start from this rank's block
+    impl->issue(shape.id, make_all_gather(shape, output, count, type), std::move(done));
+  });
+}
+
+void Transport::broadcast(void* data, std::size_t count, DataType type, int64_t root, Completion done) {
+  impl_->submit([impl = impl_.get(), data, count, type, root, done = std::move(done)]() mutable {
+    if (root < 0 || root >= impl->options().world_size) {
+      done(make_error(fmt::format("broadcast from rank {}: the root must be 0-{}", root,
+                                  impl->options().world_size - 1)));
+      return;
+    }
+    auto shape = impl->next_shape(describe_call("broadcast", type, count, root, ReduceOp::sum));
+    impl->issue(shape.id, make_broadcast(shape, data, count * element_bytes(type), root), std::move(done));
+  });
+}
+
+void Transport::send(const void* data, std::size_t bytes, int64_t peer, Completion done) {
+  impl_->submit([impl = impl_.get(), data, bytes, peer, done = std::move(done)]() mutable {
+    if (auto ok = impl->check_peer(peer); !ok) return done(ok.error());
+    auto [id, tag] = impl->next_point_to_point(peer, false);
+    impl->issue(id, make_send(id, peer, data, bytes, tag), std::move(done));
+  });
+}
+
+void Transport::recv(void* data, std::size_t bytes, int64_t peer, Completion done) {
+  impl_->submit([impl = impl_.get(), data, bytes, peer, done = std::move(done)]() mutable {
+    if (auto ok = impl->check_peer(peer); !ok) return done(ok.error());
+    auto [id, tag] = impl->next_point_to_point(peer, true);
+    impl->issue(id, make_recv(id, peer, data, bytes, tag), std::move(done));
   });
 }
 
 void Transport::barrier(Completion done) {
   impl_->submit([impl = impl_.get(), done = std::move(done)]() mutable {
     // An all-reduce whose every segment is non-empty cannot finish on any rank
-    // before every rank has contributed: that is a barrier.
-    // The collective is made before `word` moves into the operation that keeps it alive.
+    // before every rank has contributed: that is a barrier. The collective is made
+    // before `word` moves into the operation that keeps it alive.
     std::vector<float> word(impl->options().world_size, 0.0f);
-    auto shape = impl->next_shape();
+    auto shape = impl->next_shape(describe_call("barrier", DataType::f32, word.size(), 0, ReduceOp::sum));
     auto collective = make_all_reduce(shape, word.data(), word.size(), ReduceOp::sum);
     impl->issue(shape.id, std::move(collective), std::move(done), std::move(word));
   });
@@ -432,18 +523,36 @@ Status wait_for(const std::function<void(Completion)>& start, double timeout_s) 
 }
 }  // namespace
 
-Status Transport::all_reduce_sync(float* data, std::size_t count, ReduceOp op) {
-  return wait_for([&](Completion c) { all_reduce(data, count, op, std::move(c)); },
-                  impl_->options().collective_timeout_s + 10);
+double Transport::sync_timeout_s() const { return impl_->options().collective_timeout_s + 10; }
+
+Status Transport::all_reduce_sync(void* data, std::size_t count, DataType type, ReduceOp op) {
+  return wait_for([&](Completion c) { all_reduce(data, count, type, op, std::move(c)); }, sync_timeout_s());
 }
 
-Status Transport::broadcast_sync(float* data, std::size_t count, int64_t root) {
-  return wait_for([&](Completion c) { broadcast(data, count, root, std::move(c)); },
-                  impl_->options().collective_timeout_s + 10);
+Status Transport::reduce_scatter_sync(const void* input, void* output, std::size_t count, DataType type,
+                                      ReduceOp op) {
+  return wait_for([&](Completion c) { reduce_scatter(input, output, count, type, op, std::move(c)); },
+                  sync_timeout_s());
+}
+
+Status Transport::all_gather_sync(const void* input, void* output, std::size_t count, DataType type) {
+  return wait_for([&](Completion c) { all_gather(input, output, count, type, std::move(c)); }, sync_timeout_s());
+}
+
+Status Transport::broadcast_sync(void* data, std::size_t count, DataType type, int64_t root) {
+  return wait_for([&](Completion c) { broadcast(data, count, type, root, std::move(c)); }, sync_timeout_s());
+}
+
+Status Transport::send_sync(const void* data, std::size_t bytes, int64_t peer) {
+  return wait_for([&](Completion c) { send(data, bytes, peer, std::move(c)); }, sync_timeout_s());
+}
+
+Status Transport::recv_sync(void* data, std::size_t bytes, int64_t peer) {
+  return wait_for([&](Completion c) { recv(data, bytes, peer, std::move(c)); }, sync_timeout_s());
 }
 
 Status Transport::barrier_sync() {
-  return wait_for([&](Completion c) { barrier(std::move(c)); }, impl_->options().collective_timeout_s + 10);
+  return wait_for([&](Completion c) { barrier(std::move(c)); }, sync_timeout_s());
 }
 
 }  // namespace troupe

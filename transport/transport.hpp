@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "base/result.hpp"
 #include "transport/collective.hpp"
@@ -37,24 +38,51 @@ class Transport {
   int64_t rank() const;
   int64_t world_size() const;
 
-  /// In-place all-reduce of `count` floats; `data` must stay valid until `done`.
-  void all_reduce(float* data, std::size_t count, ReduceOp op, Completion done);
-  /// In-place broadcast of `count` floats from `root`.
-  void broadcast(float* data, std::size_t count, int64_t root, Completion done);
+  /// In-place all-reduce of `count` elements; `data` must stay valid until `done`.
+  void all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Completion done);
+  void all_reduce(float* data, std::size_t count, ReduceOp op, Completion done) {
+    all_reduce(data, count, DataType::f32, op, std::move(done));
+  }
+  /// `input` holds world_size blocks of `count` elements; block r reduced over all ranks
+  /// lands in `output` on rank r. `output` may alias this rank's own block of `input`.
+  void reduce_scatter(const void* input, void* output, std::size_t count, DataType type, ReduceOp op,
+                      Completion done);
+  /// Every rank's `count` elements of `input` land in block r of `output` (world_size
+  /// blocks) on every rank. `input` may alias this rank's own block of `output`.
+  void all_gather(const void* input, void* output, std::size_t count, DataType type, Completion done);
+  /// In-place broadcast of `count` elements from `root`.
+  void broadcast(void* data, std::size_t count, DataType type, int64_t root, Completion done);
+  void broadcast(float* data, std::size_t count, int64_t root, Completion done) {
+    broadcast(data, count, DataType::f32, root, std::move(done));
+  }
+  /// Point to point: sends complete in order per peer and match the peer's receives in order.
+  void send(const void* data, std::size_t bytes, int64_t peer, Completion done);
+  void recv(void* data, std::size_t bytes, int64_t peer, Completion done);
   /// Completes once every rank has entered the barrier.
   void barrier(Completion done);
   /// Stops the job: tells every peer why, and fails every operation in flight.
   void abort(const std::string& reason);
 
-  /// Blocking forms for callers outside the actor system (tests, shutdown).
-  Status all_reduce_sync(float* data, std::size_t count, ReduceOp op);
-  Status broadcast_sync(float* data, std::size_t count, int64_t root);
+  /// Blocking forms for callers outside the actor system (tests, benchmarks, shutdown).
+  Status all_reduce_sync(void* data, std::size_t count, DataType type, ReduceOp op);
+  Status all_reduce_sync(float* data, std::size_t count, ReduceOp op) {
+    return all_reduce_sync(data, count, DataType::f32, op);
+  }
+  Status reduce_scatter_sync(const void* input, void* output, std::size_t count, DataType type, ReduceOp op);
+  Status all_gather_sync(const void* input, void* output, std::size_t count, DataType type);
+  Status broadcast_sync(void* data, std::size_t count, DataType type, int64_t root);
+  Status broadcast_sync(float* data, std::size_t count, int64_t root) {
+    return broadcast_sync(data, count, DataType::f32, root);
+  }
+  Status send_sync(const void* data, std::size_t bytes, int64_t peer);
+  Status recv_sync(void* data, std::size_t bytes, int64_t peer);
   Status barrier_sync();
 
   class Impl;
 
  private:
   explicit Transport(std::unique_ptr<Impl> impl);
+  double sync_timeout_s() const;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -38,5 +38,16 @@ TEST(Collectives, EightRanksMatchExactSums) {
   expect_collectives_match(8, 29708, 18);
 }
 
+TEST(Collectives, RanksIssuingDifferentCallsGetAnErrorNotAHang) {
+  std::string command = std::string(TROUPE_BINARY) + " launch --ranks 2 -- " + TRANSPORT_RANK_BINARY + " 29709 1 mismatch";
+  auto r = testing::run_command(command, 60);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // Whichever rank notices first names the other and tells it why.
+  EXPECT_NE(r.output.find("rank 0: rank 1 stopped the job: rank 0 sent"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("issued different calls"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("did not complete within"), std::string::npos) << "caught by the timeout, not the check: "
+                                                                         << r.output;
+}
+
 }  // namespace
 }  // namespace troupe

@@ -3,7 +3,9 @@
 // than a chunk), checking every result exactly. Exits 0 when all match.
 // Usage: transport_rank PORT SEED [abort-at-rank]; rank and world from TROUPE_RANK/TROUPE_WORLD_SIZE.
 #include <chrono>
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 #include <cstdlib>
 #include <future>
@@ -11,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/reduce.hpp"
 #include "transport/transport.hpp"
 
 namespace {
@@ -64,6 +67,77 @@ bool check_broadcast(troupe::Transport& t, std::size_t count, int64_t root) {
   return true;
 }
 
+// Small integers, exact in every type and in sums over a few ranks.
+float small_value(int64_t rank, std::size_t i) { return static_cast<float>((rank * 7 + static_cast<int64_t>(i)) % 16); }
+
+std::vector<uint8_t> encode(const std::vector<float>& v, troupe::DataType type) {
+  std::vector<uint8_t> out(v.size() * troupe::element_bytes(type));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (type == troupe::DataType::f32) {
+      std::memcpy(&out[i * 4], &v[i], 4);
+      continue;
+    }
+    uint16_t h = type == troupe::DataType::bf16 ? troupe::kernels::float_to_bf16(v[i]) : troupe::kernels::float_to_f16(v[i]);
+    std::memcpy(&out[i * 2], &h, 2);
+  }
+  return out;
+}
+
+float decode(const std::vector<uint8_t>& b, std::size_t i, troupe::DataType type) {
+  if (type == troupe::DataType::f32) {
+    float f;
+    std::memcpy(&f, &b[i * 4], 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, &b[i * 2], 2);
+  return type == troupe::DataType::bf16 ? troupe::kernels::bf16_to_float(h) : troupe::kernels::f16_to_float(h);
+}
+
+// Reduce-scatter then all-gather, out of place, in every type: the sum of every rank's blocks.
+bool check_scatter_gather(troupe::Transport& t, std::size_t count, troupe::DataType type) {
+  int64_t n = t.world_size(), r = t.rank();
+  std::vector<float> mine(count * n);
+  for (std::size_t i = 0; i < mine.size(); ++i) mine[i] = small_value(r, i);
+  auto input = encode(mine, type);
+  std::vector<uint8_t> block(count * troupe::element_bytes(type)), gathered(input.size());
+  auto s = t.reduce_scatter_sync(input.data(), block.data(), count, type, troupe::ReduceOp::sum);
+  if (s) s = t.all_gather_sync(block.data(), gathered.data(), count, type);
+  if (!s) {
+    std::fprintf(stderr, "scatter/gather of %zu %s failed: %s\n", count, troupe::data_type_name(type),
+                 s.error().message.c_str());
+    return false;
+  }
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    float expected = 0;
+    for (int64_t q = 0; q < n; ++q) expected += small_value(q, i);
+    if (decode(gathered, i, type) != expected) {
+      std::fprintf(stderr, "scatter/gather of %zu %s: element %zu is %g, expected %g\n", count,
+                   troupe::data_type_name(type), i, decode(gathered, i, type), expected);
+      return false;
+    }
+  }
+  return true;
+}
+
+// Every rank sends to its right neighbour and receives from its left, several messages in order.
+bool check_point_to_point(troupe::Transport& t) {
+  int64_t n = t.world_size(), r = t.rank();
+  if (n == 1) return true;
+  bool ok = true;
+  for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{4097}, std::size_t{3} << 20}) {
+    std::vector<uint8_t> out(bytes, static_cast<uint8_t>(r + bytes)), in(bytes);
+    std::promise<troupe::Status> sent;
+    t.send(out.data(), bytes, (r + 1) % n, [&sent](troupe::Status s) { sent.set_value(s); });
+    auto got = t.recv_sync(in.data(), bytes, (r + n - 1) % n);
+    auto s = sent.get_future().get();
+    uint8_t from = static_cast<uint8_t>((r + n - 1) % n + bytes);
+    ok = ok && got.ok() && s.ok() && std::all_of(in.begin(), in.end(), [from](uint8_t b) { return b == from; });
+  }
+  if (!ok) std::fprintf(stderr, "point-to-point exchange failed\n");
+  return ok;
+}
+
 // The last rank enters late; no rank may leave the barrier before it has entered.
 bool check_barrier_waits_for_the_last_rank(troupe::Transport& t) {
   using Clock = std::chrono::steady_clock;
@@ -104,6 +178,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto& t = **transport;
+  if (argc > 3 && std::string(argv[3]) == "mismatch") {
+    // Rank 0 issues an all-reduce where the others issue a broadcast: an error, not a hang.
+    std::vector<float> data(1000, 1.0f);
+    auto s = o.rank == 0 ? t.all_reduce_sync(data.data(), data.size(), troupe::ReduceOp::sum)
+                         : t.broadcast_sync(data.data(), data.size(), 0);
+    std::printf("rank %lld: %s\n", static_cast<long long>(o.rank), s.ok() ? "no error" : s.error().message.c_str());
+    return s.ok() ? 1 : 0;
+  }
   std::vector<std::size_t> sizes = {
       0, 1, 2, 3, static_cast<std::size_t>(o.world_size) - 1, 1001, 4096 / 4 * 3 + 1, 100003};
   std::mt19937 rng(seed);
@@ -114,6 +196,10 @@ int main(int argc, char** argv) {
     ok = ok && check_all_reduce(t, count, troupe::ReduceOp::average);
     ok = ok && check_broadcast(t, count, static_cast<int64_t>(count % o.world_size));
   }
+  for (auto type : {troupe::DataType::f32, troupe::DataType::bf16, troupe::DataType::f16})
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{2049}})
+      ok = ok && check_scatter_gather(t, count, type);
+  ok = ok && check_point_to_point(t);
   // Several collectives in flight at once complete in order and correctly.
   std::vector<std::vector<float>> many(5, std::vector<float>(777, 1.0f));
   std::vector<std::promise<troupe::Status>> done(many.size());

@@ -7,6 +7,8 @@
 #include <deque>
 #include <map>
 #include <numeric>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "transport/collective.hpp"
@@ -91,7 +93,7 @@ class FakeNetwork {
 void run_to_completion(std::vector<std::unique_ptr<Collective>>& ops, FakeNetwork& net,
                        std::vector<std::unique_ptr<FakeNetwork::Io>>& ios) {
   for (std::size_t r = 0; r < ops.size(); ++r) ops[r]->start(*ios[r]);
-  for (int round = 0; round < 1000000; ++round) {
+  for (int round = 0; round < 10000000; ++round) {
     auto it = std::find_if(net.sends.begin(), net.sends.end(),
                            [&](auto& kv) { return !kv.second.empty() && !net.recvs[kv.first].empty(); });
     if (it == net.sends.end()) break;
@@ -107,56 +109,197 @@ void run_to_completion(std::vector<std::unique_ptr<Collective>>& ops, FakeNetwor
     ops[recv.rank]->on_transfer(*ios[recv.rank], recv.chunk);
   }
   for (auto& op : ops) EXPECT_TRUE(op->done()) << op->describe();
+  for (auto& [tag, left] : net.sends) EXPECT_TRUE(left.empty()) << "unmatched send, tag " << tag;
+  for (auto& [tag, left] : net.recvs) EXPECT_TRUE(left.empty()) << "unmatched receive, tag " << tag;
 }
 
-TEST(Collective, AllReduceOverFakeNetworkSumsEveryElement) {
+CollectiveShape shape_of(int64_t rank, int64_t world, std::size_t chunk_bytes, std::size_t in_flight) {
+  CollectiveShape s;
+  s.id = 5;
+  s.rank = rank;
+  s.world_size = world;
+  s.chunk_bytes = chunk_bytes;
+  s.chunks_in_flight = in_flight;
+  return s;
+}
+
+// Values small enough to be exact in bf16 and fp16 and in their sums over 4 ranks.
+float value_of(int64_t rank, std::size_t i) { return static_cast<float>((rank * 5 + static_cast<int64_t>(i) * 3) % 16); }
+
+std::vector<uint8_t> encode(const std::vector<float>& v, DataType type) {
+  std::vector<uint8_t> out(v.size() * element_bytes(type));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (type == DataType::f32) std::memcpy(&out[i * 4], &v[i], 4);
+    uint16_t h = type == DataType::bf16 ? kernels::float_to_bf16(v[i]) : kernels::float_to_f16(v[i]);
+    if (type != DataType::f32) std::memcpy(&out[i * 2], &h, 2);
+  }
+  return out;
+}
+
+float decode(const std::vector<uint8_t>& bytes, std::size_t i, DataType type) {
+  if (type == DataType::f32) {
+    float f;
+    std::memcpy(&f, &bytes[i * 4], 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, &bytes[i * 2], 2);
+  return type == DataType::bf16 ? kernels::bf16_to_float(h) : kernels::f16_to_float(h);
+}
+
+// Runs one collective on `world` in-process ranks; make(rank, io-shape, buffers) builds it.
+struct Cluster {
+  FakeNetwork net;
+  std::vector<std::unique_ptr<FakeNetwork::Io>> ios;
+  std::vector<std::unique_ptr<Collective>> ops;
+};
+
+class Collectives : public ::testing::TestWithParam<DataType> {};
+
+TEST_P(Collectives, AllReduceMatchesANaiveSumForRandomSizes) {
+  DataType type = GetParam();
+  std::mt19937 rng(7);
   for (int64_t world : {1, 2, 3, 4}) {
-    for (std::size_t count : {0u, 1u, 3u, 17u, 1000u}) {
-      FakeNetwork net;
-      std::vector<std::vector<float>> data(world);
-      std::vector<std::unique_ptr<Collective>> ops;
-      std::vector<std::unique_ptr<FakeNetwork::Io>> ios;
+    for (int trial = 0; trial < 6; ++trial) {
+      std::size_t count = trial < 2 ? static_cast<std::size_t>(trial) : std::uniform_int_distribution<std::size_t>(2, 300)(rng);
+      Cluster c;
+      std::vector<std::vector<uint8_t>> data(world);
       for (int64_t r = 0; r < world; ++r) {
-        data[r].resize(count);
-        for (std::size_t i = 0; i < count; ++i) data[r][i] = static_cast<float>(r * 100 + i % 7);
-        ios.push_back(std::make_unique<FakeNetwork::Io>(net, r));
-        CollectiveShape shape{5, r, world, 16, 3};  // tiny chunks, few in flight
-        ops.push_back(make_all_reduce(shape, data[r].data(), count, ReduceOp::sum));
+        std::vector<float> v(count);
+        for (std::size_t i = 0; i < count; ++i) v[i] = value_of(r, i);
+        data[r] = encode(v, type);
+        c.ios.push_back(std::make_unique<FakeNetwork::Io>(c.net, r));
+        c.ops.push_back(make_all_reduce(shape_of(r, world, 16, 3), data[r].data(), count, type, ReduceOp::sum));
       }
-      run_to_completion(ops, net, ios);
+      run_to_completion(c.ops, c.net, c.ios);
       for (int64_t r = 0; r < world; ++r)
         for (std::size_t i = 0; i < count; ++i) {
           float expected = 0;
-          for (int64_t q = 0; q < world; ++q) expected += static_cast<float>(q * 100 + i % 7);
-          ASSERT_EQ(data[r][i], expected) << "world " << world << " count " << count << " rank " << r;
+          for (int64_t q = 0; q < world; ++q) expected += value_of(q, i);
+          ASSERT_EQ(decode(data[r], i, type), expected) << data_type_name(type) << " world " << world << " count "
+                                                        << count << " rank " << r << " element " << i;
         }
     }
   }
 }
 
+TEST_P(Collectives, ReduceScatterOutOfPlaceLeavesTheInputAndMatchesANaiveSum) {
+  DataType type = GetParam();
+  for (int64_t world : {1, 2, 3, 4}) {
+    for (std::size_t count : {0u, 1u, 5u, 37u}) {
+      Cluster c;
+      std::vector<std::vector<uint8_t>> input(world), output(world), original(world);
+      for (int64_t r = 0; r < world; ++r) {
+        std::vector<float> v(count * world);
+        for (std::size_t i = 0; i < v.size(); ++i) v[i] = value_of(r, i);
+        input[r] = original[r] = encode(v, type);
+        output[r].assign(count * element_bytes(type), 0xAB);
+        c.ios.push_back(std::make_unique<FakeNetwork::Io>(c.net, r));
+        c.ops.push_back(make_reduce_scatter(shape_of(r, world, 8, 2), input[r].data(), output[r].data(), count,
+                                            type, ReduceOp::sum));
+      }
+      run_to_completion(c.ops, c.net, c.ios);
+      for (int64_t r = 0; r < world; ++r) {
+        EXPECT_EQ(input[r], original[r]) << "input changed on rank " << r;
+        for (std::size_t i = 0; i < count; ++i) {
+          float expected = 0;
+          for (int64_t q = 0; q < world; ++q) expected += value_of(q, r * count + i);
+          ASSERT_EQ(decode(output[r], i, type), expected) << "world " << world << " rank " << r << " element " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(Collectives, ReduceScatterInPlaceAveragesIntoTheOwnBlock) {
+  DataType type = GetParam();
+  const int64_t world = 4;  // a power of two: the average of small integers stays exact
+  const std::size_t count = 9;
+  Cluster c;
+  std::vector<std::vector<uint8_t>> data(world);
+  for (int64_t r = 0; r < world; ++r) {
+    std::vector<float> v(count * world);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = value_of(r, i);
+    data[r] = encode(v, type);
+    c.ios.push_back(std::make_unique<FakeNetwork::Io>(c.net, r));
+    void* own = data[r].data() + r * count * element_bytes(type);
+    c.ops.push_back(make_reduce_scatter(shape_of(r, world, 8, 4), data[r].data(), own, count, type, ReduceOp::average));
+  }
+  run_to_completion(c.ops, c.net, c.ios);
+  for (int64_t r = 0; r < world; ++r)
+    for (std::size_t i = 0; i < count; ++i) {
+      float expected = 0;
+      for (int64_t q = 0; q < world; ++q) expected += value_of(q, r * count + i);
+      ASSERT_EQ(decode(data[r], r * count + i, type), expected / world) << "rank " << r << " element " << i;
+    }
+}
+
+TEST_P(Collectives, AllGatherGivesEveryRankEveryBlock) {
+  DataType type = GetParam();
+  for (int64_t world : {1, 2, 3, 5}) {
+    for (std::size_t count : {0u, 1u, 4u, 33u}) {
+      Cluster c;
+      std::vector<std::vector<uint8_t>> data(world);
+      for (int64_t r = 0; r < world; ++r) {
+        std::vector<float> v(count * world, 99.0f);
+        for (std::size_t i = 0; i < count; ++i) v[r * count + i] = value_of(r, i);
+        data[r] = encode(v, type);
+        c.ios.push_back(std::make_unique<FakeNetwork::Io>(c.net, r));
+        c.ops.push_back(make_all_gather(shape_of(r, world, 6, 2), data[r].data(), count, type));
+      }
+      run_to_completion(c.ops, c.net, c.ios);
+      for (int64_t r = 0; r < world; ++r)
+        for (int64_t q = 0; q < world; ++q)
+          for (std::size_t i = 0; i < count; ++i)
+            ASSERT_EQ(decode(data[r], q * count + i, type), value_of(q, i)) << "rank " << r << " block " << q;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, Collectives, ::testing::Values(DataType::f32, DataType::bf16, DataType::f16),
+                         [](const auto& info) { return std::string(data_type_name(info.param)); });
+
 TEST(Collective, BroadcastOverFakeNetworkCopiesTheRootEverywhere) {
   for (int64_t world : {1, 2, 4}) {
     for (int64_t root = 0; root < world; ++root) {
-      FakeNetwork net;
+      Cluster c;
       std::vector<std::vector<float>> data(world, std::vector<float>(33));
-      std::vector<std::unique_ptr<Collective>> ops;
-      std::vector<std::unique_ptr<FakeNetwork::Io>> ios;
       for (int64_t r = 0; r < world; ++r) {
         std::iota(data[r].begin(), data[r].end(), static_cast<float>(r * 1000));
-        ios.push_back(std::make_unique<FakeNetwork::Io>(net, r));
-        ops.push_back(make_broadcast(CollectiveShape{9, r, world, 8, 2}, data[r].data(), 33, root));
+        c.ios.push_back(std::make_unique<FakeNetwork::Io>(c.net, r));
+        c.ops.push_back(make_broadcast(shape_of(r, world, 8, 2), data[r].data(), 33 * sizeof(float), root));
       }
-      run_to_completion(ops, net, ios);
+      run_to_completion(c.ops, c.net, c.ios);
       for (int64_t r = 0; r < world; ++r) EXPECT_EQ(data[r], data[root]);
     }
   }
 }
 
-TEST(Collective, TagsOfDifferentOperationsChunksStepsAndSendersDiffer) {
-  EXPECT_NE(transfer_tag(1, 0, 0, 0), transfer_tag(2, 0, 0, 0));
-  EXPECT_NE(transfer_tag(1, 1, 0, 0), transfer_tag(1, 0, 0, 0));
-  EXPECT_NE(transfer_tag(1, 0, 1, 0), transfer_tag(1, 0, 0, 0));
-  EXPECT_NE(transfer_tag(1, 0, 0, 1), transfer_tag(1, 0, 0, 0));
+TEST(Collective, TagsOfDifferentOperationsChunksStepsSendersAndCallsDiffer) {
+  CollectiveShape a = shape_of(0, 4, 16, 2), b = a;
+  uint64_t base = transfer_tag(a, 0, 0, 0);
+  b.id = 6;
+  EXPECT_NE(transfer_tag(b, 0, 0, 0), base);
+  EXPECT_NE(transfer_tag(a, 1, 0, 0), base);
+  EXPECT_NE(transfer_tag(a, 0, 1, 0), base);
+  EXPECT_NE(transfer_tag(a, 0, 0, 1), base);
+  b = a;
+  b.communicator = 1;
+  EXPECT_NE(transfer_tag(b, 0, 0, 0), base);
+  b = a;
+  b.descriptor = 3;
+  EXPECT_NE(transfer_tag(b, 0, 0, 0), base);
+  EXPECT_EQ(transfer_tag(b, 0, 0, 0) & ~tag_bits::descriptor_mask, base & ~tag_bits::descriptor_mask);
+  EXPECT_NE(point_to_point_tag(0, 0), base);
+  EXPECT_NE(point_to_point_tag(1, 0), point_to_point_tag(0, 0));
+}
+
+TEST(Collective, CallsOfAnotherKindSizeOrTypeHaveAnotherDescriptor) {
+  auto d = describe_call("all_reduce", DataType::f32, 100, 0, ReduceOp::sum);
+  EXPECT_NE(describe_call("broadcast", DataType::f32, 100, 0, ReduceOp::sum), d);
+  EXPECT_NE(describe_call("all_reduce", DataType::bf16, 100, 0, ReduceOp::sum), d);
+  EXPECT_NE(describe_call("all_reduce", DataType::f32, 101, 0, ReduceOp::sum), d);
+  EXPECT_NE(describe_call("all_reduce", DataType::f32, 100, 0, ReduceOp::average), d);
 }
 
 }  // namespace
