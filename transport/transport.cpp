@@ -21,6 +21,7 @@
 namespace troupe {
 namespace {
 using Clock = std::chrono::steady_clock;
+constexpr int busy_wait_ms = 1;           // longest sleep while operations are in flight
 constexpr int idle_wait_ms = 100;         // longest sleep between deadline checks
 constexpr double teardown_bound_s = 2.0;  // flush and cancel at shutdown or failure
 }  // namespace
@@ -99,7 +100,8 @@ class Transport::Impl final : public TransferIo {
 
   void run();
   void track(Transfer* t, ucs_status_ptr_t request);
-  void drain_finished();
+  /// Reacts to the transfers UCX finished; returns whether there were any.
+  bool drain_finished();
   void check_deadlines();
   /// Whether a failure is passed on: not when a peer's own abort frame reported it.
   enum class Notify { peers, nobody };
@@ -213,13 +215,18 @@ void Transport::Impl::run() {
       stopping = stopping_;
     }
     for (auto& command : commands) command();
-    worker_->progress();
-    drain_finished();
+    // Reacting to finished transfers posts new ones, which may sit in UCX's queues
+    // until the next progress: progress again until nothing finishes, or this rank
+    // would sleep on work of its own that its peers are waiting for.
+    do worker_->progress();
+    while (drain_finished());
     if (!peer_failures_.empty() && !closing_) fail_all(make_error(peer_failures_.front()), Notify::peers);
     if (!peer_aborts_.empty() && !closing_) fail_all(make_error(peer_aborts_.front()), Notify::nobody);
     check_deadlines();
     if (stopping) break;
-    worker_->wait(idle_wait_ms);
+    // With operations in flight, wake at least every busy_wait_ms: UCX 1.13's shared-memory
+    // transport does not always signal the event fd (seen with 3+ ranks on one host).
+    worker_->wait(operations_.empty() ? idle_wait_ms : busy_wait_ms);
   }
   // Shutdown: let what was sent reach its peers, then close.
   closing_ = true;
@@ -310,7 +317,8 @@ void Transport::Impl::on_recv(void* request, ucs_status_t status, const ucp_tag_
   t->self->finished_.push_back(t);
 }
 
-void Transport::Impl::drain_finished() {
+bool Transport::Impl::drain_finished() {
+  bool any = !finished_.empty();
   while (!finished_.empty()) {
     std::vector<Transfer*> batch;
     batch.swap(finished_);
@@ -330,6 +338,7 @@ void Transport::Impl::drain_finished() {
       if (it->second.collective->done()) complete(t->op, {});
     }
   }
+  return any;
 }
 
 // ---- failures --------------------------------------------------------------------

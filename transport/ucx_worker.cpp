@@ -24,6 +24,12 @@ void set_ucx_defaults(double peer_timeout_s) {
   setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
   setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
   setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
+  // Collectives move chunks of at most 256 KiB. Sent eagerly through shared memory, a
+  // chunk lands in the receiver's queue without waiting for the receiver to be
+  // scheduled; rendezvous (a pull by the receiver, then an acknowledgement) makes every
+  // ring step wait on two context switches, several times slower once ranks outnumber
+  // cores. Larger point-to-point messages still go zero-copy.
+  setenv("UCX_RNDV_THRESH", "1048576", 0);
   auto keepalive = fmt::format("{}s", std::max(1.0, peer_timeout_s / 3));
   setenv("UCX_KEEPALIVE_INTERVAL", keepalive.c_str(), 0);
 }

@@ -12,6 +12,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "runtime/bench.hpp"
 #include "runtime/config/load.hpp"
 #include "runtime/config/render.hpp"
 #include "runtime/coordinator.hpp"
@@ -105,7 +106,29 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   launch->add_option("PROGRAM", program, "program and its arguments (after --)")->required();
 
+  BenchOptions bench_options;
+  auto* bench = app.add_subcommand("bench", "measure the transport or a collective across processes of this machine");
+  auto add_bench_options = [&](CLI::App* command) {
+    command->add_option("KIND", bench_options.kind, "transport | allreduce | reduce_scatter | allgather")
+        ->required()
+        ->check(CLI::IsMember(bench_kinds()));
+    command->add_option("--bytes", bench_options.bytes, "size to measure (repeatable); default 1 KiB to 256 MiB, x4")
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 34));
+    command->add_flag("--json", bench_options.json, "one JSON line per size");
+    command->add_option("--seconds", bench_options.seconds_per_size, "measuring time per size")
+        ->check(CLI::Range(0.01, 600.0));
+    command->add_option("--window", bench_options.window, "transport: messages in flight")->check(CLI::Range(1, 1024));
+  };
+  add_bench_options(bench);
+  bench->add_option("--ranks", bench_options.ranks, "processes (transport always uses 2)")->check(CLI::Range(2, 64));
+  auto* bench_rank = app.add_subcommand("bench-rank", "");  // one rank of `troupe bench` (hidden)
+  bench_rank->group("");
+  add_bench_options(bench_rank);
+
   CLI11_PARSE(app, argc, argv);
+
+  if (*bench) return run_bench(bench_options, self_path());
+  if (*bench_rank) return run_bench_rank(bench_options);
 
   if (*check) {
     auto job = load(check_args);

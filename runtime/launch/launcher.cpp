@@ -138,9 +138,12 @@ int run_launch(const LaunchOptions& options) {
     return 1;
   }
   ProgressMode mode = ::isatty(STDOUT_FILENO) ? ProgressMode::in_place : ProgressMode::as_lines;
-  OutputRelay relay(options.ranks, mode, [](OutputStream stream, std::string_view bytes) {
-    write_all(stream == OutputStream::out ? STDOUT_FILENO : STDERR_FILENO, bytes);
-  });
+  OutputRelay relay(
+      options.ranks, mode,
+      [](OutputStream stream, std::string_view bytes) {
+        write_all(stream == OutputStream::out ? STDOUT_FILENO : STDERR_FILENO, bytes);
+      },
+      options.prefix_stdout);
   Supervisor supervisor(options.stop_grace_s, relay, (*signals)->read_fd());
   std::vector<std::string> inherited = inherited_environment();
   for (int64_t rank = 0; rank < options.ranks; ++rank) {

@@ -40,6 +40,7 @@ struct LaunchOptions {
   std::vector<std::string> argv;  ///< program and arguments; argv[0] is looked up in PATH
   std::vector<std::pair<std::string, std::string>> extra_env;  ///< added to every rank
   double stop_grace_s = 10;  ///< time between SIGTERM and SIGKILL when stopping the ranks
+  bool prefix_stdout = true; ///< false: standard output lines pass without the `[rank N] ` prefix
 };
 
 /// Starts `ranks` copies of `argv` and waits for all of them. Returns 0 when every rank

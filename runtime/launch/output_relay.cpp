@@ -8,8 +8,8 @@
 
 namespace troupe {
 
-OutputRelay::OutputRelay(int64_t ranks, ProgressMode mode, OutputSink sink)
-    : mode_(mode), sink_(std::move(sink)), pending_(static_cast<size_t>(ranks) * 2) {
+OutputRelay::OutputRelay(int64_t ranks, ProgressMode mode, OutputSink sink, bool prefix_stdout)
+    : mode_(mode), sink_(std::move(sink)), prefix_stdout_(prefix_stdout), pending_(static_cast<size_t>(ranks) * 2) {
   TROUPE_CHECK(ranks >= 0, "negative rank count");
   TROUPE_CHECK(static_cast<bool>(sink_), "OutputRelay needs a sink");
 }
@@ -66,7 +66,8 @@ void OutputRelay::relay_line(int64_t rank, OutputStream stream, std::string_view
     return;
   }
   end_progress_line();
-  sink_(stream, fmt::format("[rank {}] {}\n", rank, line));
+  if (stream == OutputStream::out && !prefix_stdout_) sink_(stream, fmt::format("{}\n", line));
+  else sink_(stream, fmt::format("[rank {}] {}\n", rank, line));
 }
 
 void OutputRelay::end_progress_line() {

@@ -39,7 +39,9 @@ using OutputSink = std::function<void(OutputStream, std::string_view)>;
 
 class OutputRelay {
  public:
-  OutputRelay(int64_t ranks, ProgressMode mode, OutputSink sink);
+  /// `prefix_stdout` false: standard output lines pass unchanged (machine-readable
+  /// output such as `troupe bench --json`); standard error keeps its prefix.
+  OutputRelay(int64_t ranks, ProgressMode mode, OutputSink sink, bool prefix_stdout = true);
 
   /// Adds bytes read from `rank`'s `stream`; relays every line they complete.
   void append(int64_t rank, OutputStream stream, std::string_view bytes);
@@ -60,6 +62,7 @@ class OutputRelay {
 
   ProgressMode mode_;
   OutputSink sink_;
+  bool prefix_stdout_;
   std::vector<std::string> pending_;  // two per rank: stdout, stderr
   bool progress_drawn_ = false;       // a progress line is on screen without a newline
 };

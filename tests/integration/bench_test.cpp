@@ -1,0 +1,61 @@
+// `troupe bench` starts its own ranks and prints one JSON line per size with the
+// nccl-tests fields. Only the shape of the output is checked: figures are measured,
+// never asserted, in tests.
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/integration/command.hpp"
+
+namespace troupe {
+namespace {
+
+std::vector<nlohmann::json> bench(const std::string& args) {
+  auto r = testing::run_command(std::string(TROUPE_BINARY) + " bench " + args + " --json --seconds 0.05", 120);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(r.output);
+  for (std::string line; std::getline(in, line);) {
+    auto json = nlohmann::json::parse(line, nullptr, false);
+    EXPECT_FALSE(json.is_discarded()) << "not JSON: " << line;
+    if (!json.is_discarded()) lines.push_back(json);
+  }
+  return lines;
+}
+
+TEST(Bench, CollectivesPrintAlgorithmAndBusBandwidthPerSize) {
+  for (const char* kind : {"allreduce", "reduce_scatter", "allgather"}) {
+    auto lines = bench(std::string(kind) + " --ranks 2 --bytes 4096 --bytes 1048576");
+    ASSERT_EQ(lines.size(), 2u) << kind;
+    for (const auto& l : lines) {
+      EXPECT_EQ(l.at("bench"), kind);
+      EXPECT_EQ(l.at("ranks"), 2);
+      EXPECT_GT(l.at("seconds").get<double>(), 0);
+      EXPECT_GT(l.at("algbw_GBps").get<double>(), 0);
+      double factor = std::string(kind) == "allreduce" ? 1.0 : 0.5;  // 2(n-1)/n and (n-1)/n for n = 2
+      EXPECT_NEAR(l.at("busbw_GBps").get<double>(), factor * l.at("algbw_GBps").get<double>(), 1e-9);
+    }
+    EXPECT_EQ(lines[0].at("bytes"), 4096);
+    EXPECT_EQ(lines[1].at("bytes"), 1048576);
+  }
+}
+
+TEST(Bench, TransportStreamsBetweenTwoProcessesInMegabytesPerSecond) {
+  auto lines = bench("transport --bytes 65536");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].at("bench"), "transport");
+  EXPECT_EQ(lines[0].at("ranks"), 2);
+  EXPECT_GT(lines[0].at("MBps").get<double>(), 0);
+}
+
+TEST(Bench, UnknownKindIsRefused) {
+  auto r = testing::run_command(std::string(TROUPE_BINARY) + " bench alltoall");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("alltoall"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace troupe
