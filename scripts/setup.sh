@@ -16,6 +16,7 @@ packages=(
   liburing-dev
   nlohmann-json3-dev
   iproute2
+  clang libclang-rt-14-dev
 )
 
 missing=()
