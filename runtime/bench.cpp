@@ -213,6 +213,7 @@ int run_bench_rank(const BenchOptions& o) {
   options.world_size = (*env)->world_size;
   options.coordinator_host = address->host;
   options.coordinator_port = address->port;
+  if (!ranks_fit_cores((*env)->local_world_size)) options.poll_before_sleep_us = 0;
   auto transport = Transport::make(options);
   if (!transport) {
     std::fprintf(stderr, "troupe: bench: %s\n", transport.error().message.c_str());

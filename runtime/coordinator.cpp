@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <thread>
+#include <algorithm>
 
 #include <fmt/format.h>
 
@@ -24,6 +26,10 @@ Result<HostPort> parse_host_port(const std::string& text, const std::string& wha
   if (*end != '\0' || port < 1 || port > 65535)
     return make_error(fmt::format("{} \"{}\": port must be 1-65535", what, text));
   return HostPort{host, static_cast<uint16_t>(port)};
+}
+
+bool ranks_fit_cores(int64_t local_ranks) {
+  return local_ranks <= static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 Status check_port_free(const HostPort& address) {

@@ -58,6 +58,7 @@ Result<TransportOptions> transport_options(const JobConfig& config, const RankEn
   o.bootstrap_timeout_s = config.cluster.bootstrap_timeout_s;
   o.peer_timeout_s = config.cluster.peer_timeout_s;
   o.collective_timeout_s = config.cluster.collective_timeout_s;
+  o.poll_before_sleep_us = ranks_fit_cores(rank.local_world_size) ? o.poll_before_sleep_us : 0;
   return o;
 }
 

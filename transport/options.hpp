@@ -18,6 +18,9 @@ struct TransportOptions {
   double collective_timeout_s = 120;    ///< bound on one collective, start to finish
   std::size_t chunk_bytes = 256 << 10;  ///< pipelining unit of ring collectives
   std::size_t chunks_in_flight = 8;     ///< chunks of one collective moving at once
+  /// Polling before the progress thread sleeps while operations are in flight: saves
+  /// wake-ups when every rank has a core; 0 when ranks outnumber cores (it would steal them).
+  int poll_before_sleep_us = 50;
 };
 
 }  // namespace troupe

@@ -95,6 +95,17 @@ void UcxWorker::progress() {
   }
 }
 
+bool UcxWorker::poll_for(int microseconds) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(microseconds);
+  do {
+    if (ucp_worker_progress(worker_) != 0) {
+      progress();
+      return true;
+    }
+  } while (std::chrono::steady_clock::now() < deadline);
+  return false;
+}
+
 void UcxWorker::wait(int timeout_ms) {
   ucs_status_t s = ucp_worker_arm(worker_);
   if (s == UCS_ERR_BUSY) return;  // events arrived meanwhile: progress again

@@ -34,6 +34,8 @@ class UcxWorker {
 
   /// Progresses until UCX reports nothing more to do.
   void progress();
+  /// Polls for up to `microseconds`; returns whether UCX made progress meanwhile.
+  bool poll_for(int microseconds);
   /// Sleeps until UCX has events, signal() is called, or timeout_ms passes.
   void wait(int timeout_ms);
   /// Wakes the owner from wait(); safe from any thread.
