@@ -2,7 +2,9 @@
 // seeded random sizes including 0, 1, odd and larger than a chunk (transport_rank.cpp).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "tests/integration/command.hpp"
 
@@ -47,6 +49,40 @@ TEST(Collectives, RanksIssuingDifferentCallsGetAnErrorNotAHang) {
   EXPECT_NE(r.output.find("issued different calls"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("did not complete within"), std::string::npos) << "caught by the timeout, not the check: "
                                                                          << r.output;
+}
+
+// Runs two ranks of transport_rank in MODE without a launcher (which would stop the
+// survivor itself); returns rank 0's result and how long it took.
+struct Survivor {
+  testing::CommandResult rank0;
+  double seconds = 0;
+};
+Survivor run_pair(const std::string& mode, int port) {
+  std::string args = std::string(" ") + std::to_string(port) + " 1 " + mode;
+  Survivor s;
+  auto start = std::chrono::steady_clock::now();
+  std::thread other([&] {
+    testing::run_command("TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 " + std::string(TRANSPORT_RANK_BINARY) + args, 60);
+  });
+  s.rank0 = testing::run_command("TROUPE_RANK=0 TROUPE_WORLD_SIZE=2 " + std::string(TRANSPORT_RANK_BINARY) + args, 60);
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  other.join();
+  return s;
+}
+
+TEST(Collectives, ACollectiveNotJoinedInTimeFailsNamingTheMissingRank) {
+  auto s = run_pair("timeout", 29711);
+  EXPECT_EQ(s.rank0.exit_code, 0) << s.rank0.output;
+  EXPECT_NE(s.rank0.output.find("did not complete within 2 s; still waiting for rank(s) 1"), std::string::npos)
+      << s.rank0.output;
+  EXPECT_LT(s.seconds, 7.0) << "rank 0 must stop at its deadline, before rank 1 leaves";
+}
+
+TEST(Collectives, APeerDyingMidCollectiveFailsItOnTheSurvivorNamingTheDeadRank) {
+  auto s = run_pair("die", 29712);
+  EXPECT_EQ(s.rank0.exit_code, 0) << s.rank0.output;
+  EXPECT_NE(s.rank0.output.find("rank 1"), std::string::npos) << s.rank0.output;
+  EXPECT_LT(s.seconds, 10.0) << s.rank0.output;
 }
 
 }  // namespace

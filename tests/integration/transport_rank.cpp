@@ -3,6 +3,7 @@
 // than a chunk), checking every result exactly. Exits 0 when all match.
 // Usage: transport_rank PORT SEED [abort-at-rank]; rank and world from TROUPE_RANK/TROUPE_WORLD_SIZE.
 #include <chrono>
+#include <csignal>
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -169,7 +170,7 @@ int main(int argc, char** argv) {
   o.coordinator_port = static_cast<uint16_t>(std::atoi(argv[1]));
   o.chunk_bytes = 4096;  // small chunks, so modest sizes span many of them
   o.bootstrap_timeout_s = 30;
-  o.collective_timeout_s = 30;
+  o.collective_timeout_s = argc > 3 && std::string(argv[3]) == "timeout" ? 2 : 30;
   unsigned seed = static_cast<unsigned>(std::atoi(argv[2]));
   auto transport = troupe::Transport::make(o);
   if (!transport) {
@@ -178,7 +179,31 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto& t = **transport;
-  if (argc > 3 && std::string(argv[3]) == "mismatch") {
+  std::string mode = argc > 3 ? argv[3] : "";
+  if (mode == "timeout") {
+    // Rank 1 never joins the all-reduce: rank 0 must fail at its deadline, naming rank 1.
+    if (o.rank != 0) {
+      std::this_thread::sleep_for(std::chrono::seconds(8));
+      return 0;
+    }
+    std::vector<float> data(1000, 1.0f);
+    auto s = t.all_reduce_sync(data.data(), data.size(), troupe::ReduceOp::sum);
+    std::printf("rank 0: %s\n", s.ok() ? "no error" : s.error().message.c_str());
+    return s.ok() ? 1 : 0;
+  }
+  if (mode == "die") {
+    // Rank 1 dies in the middle of a large all-reduce; rank 0 must fail, naming rank 1.
+    std::vector<float> data(64 << 20, 1.0f);  // 256 MiB: tens of milliseconds
+    if (o.rank != 0) {
+      t.all_reduce(data.data(), data.size(), troupe::ReduceOp::sum, [](troupe::Status) {});
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      std::raise(SIGKILL);
+    }
+    auto s = t.all_reduce_sync(data.data(), data.size(), troupe::ReduceOp::sum);
+    std::printf("rank 0: %s\n", s.ok() ? "no error" : s.error().message.c_str());
+    return s.ok() ? 1 : 0;
+  }
+  if (mode == "mismatch") {
     // Rank 0 issues an all-reduce where the others issue a broadcast: an error, not a hang.
     std::vector<float> data(1000, 1.0f);
     auto s = o.rank == 0 ? t.all_reduce_sync(data.data(), data.size(), troupe::ReduceOp::sum)
