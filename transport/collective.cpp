@@ -176,11 +176,11 @@ class Ring final : public ChunkedCollective {
       bool carried = p.reduce && !plan_.in_place && step > 0;
       if (send.count > 0)
         io.post_send((r + 1) % n, carried ? carry(chunk) : at(send.begin), send.count * element_,
-                     tag(chunk, step, r), shape_.id, chunk);
+                     tag(chunk, step, r), shape_.key, chunk);
       if (recv.count > 0) {
         int64_t left = (r + n - 1) % n;
         io.post_recv(left, p.reduce ? scratch(chunk) : at(recv.begin), recv.count * element_,
-                     tag(chunk, step, left), shape_.id, chunk);
+                     tag(chunk, step, left), shape_.key, chunk);
       }
       if (transfers > 0) return false;
       finish_step(chunk);
@@ -248,7 +248,7 @@ class Broadcast final : public ChunkedCollective {
     int64_t prev = (shape_.rank + shape_.world_size - 1) % shape_.world_size;
     auto s = span(chunk);
     expect(chunk, 1);
-    io.post_recv(prev, data_ + s.begin, s.count, tag(chunk, 0, prev), shape_.id, chunk);
+    io.post_recv(prev, data_ + s.begin, s.count, tag(chunk, 0, prev), shape_.key, chunk);
     return false;
   }
 
@@ -264,7 +264,7 @@ class Broadcast final : public ChunkedCollective {
     auto s = span(chunk);
     expect(chunk, 1);
     io.post_send((shape_.rank + 1) % shape_.world_size, data_ + s.begin, s.count, tag(chunk, 0, shape_.rank),
-                 shape_.id, chunk);
+                 shape_.key, chunk);
     return false;
   }
 

@@ -52,6 +52,7 @@ constexpr uint64_t communicators_max = uint64_t{1} << tag_bits::communicator;
 /// Everything that identifies one collective on one rank.
 struct CollectiveShape {
   uint64_t id = 0;           ///< sequence number on its communicator; equal on every rank
+  uint64_t key = 0;          ///< the transport's handle for completions, unique across communicators
   uint64_t communicator = 0;
   uint64_t descriptor = 0;   ///< hash of kind, type, size and root: equal only for the same call
   int64_t rank = 0;          ///< position in the communicator

@@ -1,5 +1,6 @@
 #include "transport/transport.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <condition_variable>
@@ -39,13 +40,38 @@ class Transport::Impl final : public TransferIo {
   void stop();
   void submit(std::function<void()> command);
 
-  void issue(uint64_t id, std::unique_ptr<Collective> collective, Completion done,
-             std::vector<float> owned = {});
+  void issue(uint64_t key, std::unique_ptr<Collective> collective, Completion done,
+             std::vector<float> owned = {}, CommunicatorId comm = world_communicator);
   void abort_now(const std::string& reason);
-  /// The shape of the next collective on the world communicator, in issue order.
-  CollectiveShape next_shape(uint64_t descriptor) {
-    return CollectiveShape{next_id_++, 0, descriptor, options_.rank, options_.world_size, options_.chunk_bytes,
+  /// The shape of the next collective on `comm`, in issue order; an error when this
+  /// rank is not a member or the communicator does not exist.
+  Result<CollectiveShape> next_shape(CommunicatorId comm, uint64_t descriptor) {
+    std::lock_guard<std::mutex> lock(communicators_mutex_);
+    if (comm >= communicators_.size())
+      return make_error(fmt::format("communicator {} does not exist on rank {}", comm, options_.rank));
+    CommunicatorState& c = communicators_[comm];
+    if (c.position < 0)
+      return make_error(fmt::format("rank {} is not a member of communicator {}", options_.rank, comm));
+    uint64_t sequence = c.next_sequence++;
+    return CollectiveShape{sequence, comm << 48 | (sequence & ((uint64_t{1} << 48) - 1)), comm, descriptor,
+                           c.position, static_cast<int64_t>(c.members.size()), options_.chunk_bytes,
                            options_.chunks_in_flight};
+  }
+  /// Registers a communicator every rank agreed on; returns its id.
+  CommunicatorId add_communicator(std::vector<int64_t> members) {
+    std::lock_guard<std::mutex> lock(communicators_mutex_);
+    auto it = std::find(members.begin(), members.end(), options_.rank);
+    int64_t position = it == members.end() ? -1 : it - members.begin();
+    communicators_.push_back(CommunicatorState{std::move(members), position, 0});
+    return communicators_.size() - 1;
+  }
+  int64_t position_in(CommunicatorId comm) const {
+    std::lock_guard<std::mutex> lock(communicators_mutex_);
+    return comm < communicators_.size() ? communicators_[comm].position : -1;
+  }
+  std::size_t communicator_count() const {
+    std::lock_guard<std::mutex> lock(communicators_mutex_);
+    return communicators_.size();
   }
   /// Identity and tag of the next point-to-point message to (send) or from (recv) `peer`.
   std::pair<uint64_t, uint64_t> next_point_to_point(int64_t peer, bool receive) {
@@ -86,11 +112,24 @@ class Transport::Impl final : public TransferIo {
     Completion done;
     Clock::time_point deadline;
     std::vector<float> owned;  // buffers the transport itself provides (barrier)
+    CommunicatorId communicator = world_communicator;
   };
   struct PeerSlot {
     Impl* self;
     int64_t rank;
   };
+  struct CommunicatorState {
+    std::vector<int64_t> members;  // world ranks, by position
+    int64_t position;              // this rank's, or -1
+    uint64_t next_sequence;
+  };
+  /// The world rank of position `peer` in the communicator of operation `op`.
+  int64_t world_rank_of(uint64_t op, int64_t peer) const {
+    auto it = operations_.find(op);
+    if (it == operations_.end() || it->second.communicator == world_communicator) return peer;
+    std::lock_guard<std::mutex> lock(communicators_mutex_);
+    return communicators_[it->second.communicator].members[static_cast<std::size_t>(peer)];
+  }
 
   static void on_send(void* request, ucs_status_t status, void* user_data);
   static void on_recv(void* request, ucs_status_t status, const ucp_tag_recv_info_t*, void* user_data);
@@ -117,6 +156,8 @@ class Transport::Impl final : public TransferIo {
   std::vector<ucp_ep_h> endpoints_;
   std::vector<std::unique_ptr<PeerSlot>> slots_;
 
+  mutable std::mutex communicators_mutex_;  // guards communicators_
+  std::vector<CommunicatorState> communicators_;
   std::mutex mutex_;  // guards commands_ and stopping_
   std::vector<std::function<void()>> commands_;
   bool stopping_ = false;
@@ -147,6 +188,9 @@ Status Transport::Impl::connect(const AddressTable& table) {
   ucs_status_t s = ucp_worker_set_am_recv_handler(worker_->worker(), &h);
   if (s != UCS_OK) return ucx_error("registering the abort handler", s);
 
+  std::vector<int64_t> everyone(static_cast<std::size_t>(options_.world_size));
+  for (int64_t r = 0; r < options_.world_size; ++r) everyone[static_cast<std::size_t>(r)] = r;
+  add_communicator(std::move(everyone));  // id 0: the world
   endpoints_.assign(options_.world_size, nullptr);
   for (int64_t peer = 0; peer < options_.world_size; ++peer) {
     if (peer == options_.rank) continue;
@@ -244,7 +288,7 @@ void Transport::Impl::run() {
 }
 
 void Transport::Impl::issue(uint64_t id, std::unique_ptr<Collective> collective, Completion done,
-                            std::vector<float> owned) {
+                            std::vector<float> owned, CommunicatorId comm) {
   if (failed_) {
     done(*failed_);
     return;
@@ -252,7 +296,7 @@ void Transport::Impl::issue(uint64_t id, std::unique_ptr<Collective> collective,
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(options_.collective_timeout_s));
   auto& op = operations_[id];
-  op = Operation{std::move(collective), std::move(done), deadline, std::move(owned)};
+  op = Operation{std::move(collective), std::move(done), deadline, std::move(owned), comm};
   op.collective->start(*this);
   if (op.collective->done()) complete(id, {});
 }
@@ -279,6 +323,7 @@ void Transport::Impl::track(Transfer* t, ucs_status_ptr_t request) {
 
 void Transport::Impl::post_send(int64_t peer, const void* data, std::size_t bytes, uint64_t tag, uint64_t op,
                                 uint64_t chunk) {
+  peer = world_rank_of(op, peer);
   auto* t = new Transfer{this, op, chunk, peer, false, tag, bytes};
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
@@ -289,6 +334,7 @@ void Transport::Impl::post_send(int64_t peer, const void* data, std::size_t byte
 
 void Transport::Impl::post_recv(int64_t peer, void* data, std::size_t bytes, uint64_t tag, uint64_t op,
                                 uint64_t chunk) {
+  peer = world_rank_of(op, peer);
   auto* t = new Transfer{this, op, chunk, peer, true, tag, bytes};
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
@@ -455,40 +501,46 @@ int64_t Transport::world_size() const {
   return impl_->options().world_size;
 }
 
-void Transport::all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Completion done) {
-  impl_->submit([impl = impl_.get(), data, count, type, op, done = std::move(done)]() mutable {
-    auto shape = impl->next_shape(describe_call("all_reduce", type, count, 0, op));
-    impl->issue(shape.id, make_all_reduce(shape, data, count, type, op), std::move(done));
+void Transport::all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Completion done,
+                           CommunicatorId comm) {
+  impl_->submit([impl = impl_.get(), data, count, type, op, comm, done = std::move(done)]() mutable {
+    auto shape = impl->next_shape(comm, describe_call("all_reduce", type, count, 0, op));
+    if (!shape) return done(shape.error());
+    impl->issue(shape->key, make_all_reduce(*shape, data, count, type, op), std::move(done), {}, comm);
   });
 }
 
 void Transport::reduce_scatter(const void* input, void* output, std::size_t count, DataType type, ReduceOp op,
-                               Completion done) {
-  impl_->submit([impl = impl_.get(), input, output, count, type, op, done = std::move(done)]() mutable {
-    auto shape = impl->next_shape(describe_call("reduce_scatter", type, count, 0, op));
-    impl->issue(shape.id, make_reduce_scatter(shape, input, output, count, type, op), std::move(done));
+                               Completion done, CommunicatorId comm) {
+  impl_->submit([impl = impl_.get(), input, output, count, type, op, comm, done = std::move(done)]() mutable {
+    auto shape = impl->next_shape(comm, describe_call("reduce_scatter", type, count, 0, op));
+    if (!shape) return done(shape.error());
+    impl->issue(shape->key, make_reduce_scatter(*shape, input, output, count, type, op), std::move(done), {}, comm);
   });
 }
 
-void Transport::all_gather(const void* input, void* output, std::size_t count, DataType type, Completion done) {
-  impl_->submit([impl = impl_.get(), input, output, count, type, done = std::move(done)]() mutable {
-    auto shape = impl->next_shape(describe_call("all_gather", type, count, 0, ReduceOp::sum));
+void Transport::all_gather(const void* input, void* output, std::size_t count, DataType type, Completion done,
+                           CommunicatorId comm) {
+  impl_->submit([impl = impl_.get(), input, output, count, type, comm, done = std::move(done)]() mutable {
+    auto shape = impl->next_shape(comm, describe_call("all_gather", type, count, 0, ReduceOp::sum));
+    if (!shape) return done(shape.error());
     std::size_t bytes = count * element_bytes(type);
-    auto* own = static_cast<std::byte*>(output) + static_cast<std::size_t>(shape.rank) * bytes;
+    auto* own = static_cast<std::byte*>(output) + static_cast<std::size_t>(shape->rank) * bytes;
     if (input != own) std::memmove(own, input, bytes);  // out of place: start from this rank's block
-    impl->issue(shape.id, make_all_gather(shape, output, count, type), std::move(done));
+    impl->issue(shape->key, make_all_gather(*shape, output, count, type), std::move(done), {}, comm);
   });
 }
 
-void Transport::broadcast(void* data, std::size_t count, DataType type, int64_t root, Completion done) {
-  impl_->submit([impl = impl_.get(), data, count, type, root, done = std::move(done)]() mutable {
-    if (root < 0 || root >= impl->options().world_size) {
-      done(make_error(fmt::format("broadcast from rank {}: the root must be 0-{}", root,
-                                  impl->options().world_size - 1)));
-      return;
-    }
-    auto shape = impl->next_shape(describe_call("broadcast", type, count, root, ReduceOp::sum));
-    impl->issue(shape.id, make_broadcast(shape, data, count * element_bytes(type), root), std::move(done));
+void Transport::broadcast(void* data, std::size_t count, DataType type, int64_t root, Completion done,
+                          CommunicatorId comm) {
+  impl_->submit([impl = impl_.get(), data, count, type, root, comm, done = std::move(done)]() mutable {
+    auto shape = impl->next_shape(comm, describe_call("broadcast", type, count, root, ReduceOp::sum));
+    if (!shape) return done(shape.error());
+    if (root < 0 || root >= shape->world_size)
+      return done(make_error(fmt::format("broadcast from position {} of communicator {}: the root must be 0-{}",
+                                         root, comm, shape->world_size - 1)));
+    impl->issue(shape->key, make_broadcast(*shape, data, count * element_bytes(type), root), std::move(done), {},
+                comm);
   });
 }
 
@@ -508,17 +560,49 @@ void Transport::recv(void* data, std::size_t bytes, int64_t peer, Completion don
   });
 }
 
-void Transport::barrier(Completion done) {
-  impl_->submit([impl = impl_.get(), done = std::move(done)]() mutable {
+void Transport::barrier(Completion done, CommunicatorId comm) {
+  impl_->submit([impl = impl_.get(), comm, done = std::move(done)]() mutable {
     // An all-reduce whose every segment is non-empty cannot finish on any rank
     // before every rank has contributed: that is a barrier. The collective is made
     // before `word` moves into the operation that keeps it alive.
-    std::vector<float> word(impl->options().world_size, 0.0f);
-    auto shape = impl->next_shape(describe_call("barrier", DataType::f32, word.size(), 0, ReduceOp::sum));
-    auto collective = make_all_reduce(shape, word.data(), word.size(), ReduceOp::sum);
-    impl->issue(shape.id, std::move(collective), std::move(done), std::move(word));
+    auto probe = impl->next_shape(comm, describe_call("barrier", DataType::f32, 0, 0, ReduceOp::sum));
+    if (!probe) return done(probe.error());
+    std::vector<float> word(static_cast<std::size_t>(probe->world_size), 0.0f);
+    auto collective = make_all_reduce(*probe, word.data(), word.size(), ReduceOp::sum);
+    impl->issue(probe->key, std::move(collective), std::move(done), std::move(word), comm);
   });
 }
+
+Result<CommunicatorId> Transport::make_communicator(const std::vector<int64_t>& members) {
+  int64_t n = world_size();
+  std::vector<int64_t> seen;
+  for (int64_t m : members) {
+    if (m < 0 || m >= n)
+      return make_error(fmt::format("communicator member {} is not a rank (0-{})", m, n - 1));
+    if (std::find(seen.begin(), seen.end(), m) != seen.end())
+      return make_error(fmt::format("communicator lists rank {} twice", m));
+    seen.push_back(m);
+  }
+  if (members.empty()) return make_error("a communicator needs at least one member");
+  if (impl_->communicator_count() >= communicators_max)
+    return make_error(fmt::format("at most {} communicators", communicators_max));
+  // Every rank must agree on the list: gather each rank's digest of it and compare.
+  uint64_t digest = 1469598103934665603ull;
+  for (int64_t m : members) digest = (digest ^ static_cast<uint64_t>(m)) * 1099511628211ull;
+  std::vector<uint64_t> digests(static_cast<std::size_t>(n));
+  TROUPE_TRY(all_gather_sync(&digest, digests.data(), 2, DataType::f32));  // moved as raw bits
+  for (int64_t r = 0; r < n; ++r)
+    if (digests[static_cast<std::size_t>(r)] != digest)
+      return make_error(fmt::format("rank {} asked for a communicator with other members than rank {} did; "
+                                    "every rank must pass the same list",
+                                    r, rank()));
+  auto promise = std::make_shared<std::promise<CommunicatorId>>();
+  auto future = promise->get_future();
+  impl_->submit([impl = impl_.get(), members, promise] { promise->set_value(impl->add_communicator(members)); });
+  return future.get();
+}
+
+int64_t Transport::position_in(CommunicatorId comm) const { return impl_->position_in(comm); }
 
 void Transport::abort(const std::string& reason) {
   impl_->submit([impl = impl_.get(), reason] { impl->abort_now(reason); });
@@ -537,22 +621,24 @@ Status wait_for(const std::function<void(Completion)>& start, double timeout_s) 
 
 double Transport::sync_timeout_s() const { return impl_->options().collective_timeout_s + 10; }
 
-Status Transport::all_reduce_sync(void* data, std::size_t count, DataType type, ReduceOp op) {
-  return wait_for([&](Completion c) { all_reduce(data, count, type, op, std::move(c)); }, sync_timeout_s());
+Status Transport::all_reduce_sync(void* data, std::size_t count, DataType type, ReduceOp op, CommunicatorId comm) {
+  return wait_for([&](Completion c) { all_reduce(data, count, type, op, std::move(c), comm); }, sync_timeout_s());
 }
 
 Status Transport::reduce_scatter_sync(const void* input, void* output, std::size_t count, DataType type,
-                                      ReduceOp op) {
-  return wait_for([&](Completion c) { reduce_scatter(input, output, count, type, op, std::move(c)); },
+                                      ReduceOp op, CommunicatorId comm) {
+  return wait_for([&](Completion c) { reduce_scatter(input, output, count, type, op, std::move(c), comm); },
                   sync_timeout_s());
 }
 
-Status Transport::all_gather_sync(const void* input, void* output, std::size_t count, DataType type) {
-  return wait_for([&](Completion c) { all_gather(input, output, count, type, std::move(c)); }, sync_timeout_s());
+Status Transport::all_gather_sync(const void* input, void* output, std::size_t count, DataType type,
+                                  CommunicatorId comm) {
+  return wait_for([&](Completion c) { all_gather(input, output, count, type, std::move(c), comm); },
+                  sync_timeout_s());
 }
 
-Status Transport::broadcast_sync(void* data, std::size_t count, DataType type, int64_t root) {
-  return wait_for([&](Completion c) { broadcast(data, count, type, root, std::move(c)); }, sync_timeout_s());
+Status Transport::broadcast_sync(void* data, std::size_t count, DataType type, int64_t root, CommunicatorId comm) {
+  return wait_for([&](Completion c) { broadcast(data, count, type, root, std::move(c), comm); }, sync_timeout_s());
 }
 
 Status Transport::send_sync(const void* data, std::size_t bytes, int64_t peer) {
@@ -563,8 +649,8 @@ Status Transport::recv_sync(void* data, std::size_t bytes, int64_t peer) {
   return wait_for([&](Completion c) { recv(data, bytes, peer, std::move(c)); }, sync_timeout_s());
 }
 
-Status Transport::barrier_sync() {
-  return wait_for([&](Completion c) { barrier(std::move(c)); }, sync_timeout_s());
+Status Transport::barrier_sync(CommunicatorId comm) {
+  return wait_for([&](Completion c) { barrier(std::move(c), comm); }, sync_timeout_s());
 }
 
 }  // namespace troupe

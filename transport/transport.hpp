@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "base/result.hpp"
 #include "transport/collective.hpp"
@@ -24,6 +25,11 @@ namespace troupe {
 
 /// Called once per operation, on the progress thread.
 using Completion = std::function<void(Status)>;
+
+/// A communicator: an ordered subset of the ranks with its own sequence of collectives.
+/// Ranks inside a communicator are numbered by their position in its member list.
+using CommunicatorId = uint64_t;
+constexpr CommunicatorId world_communicator = 0;
 
 class Transport {
  public:
@@ -39,19 +45,22 @@ class Transport {
   int64_t world_size() const;
 
   /// In-place all-reduce of `count` elements; `data` must stay valid until `done`.
-  void all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Completion done);
+  void all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Completion done,
+                  CommunicatorId comm = world_communicator);
   void all_reduce(float* data, std::size_t count, ReduceOp op, Completion done) {
     all_reduce(data, count, DataType::f32, op, std::move(done));
   }
   /// `input` holds world_size blocks of `count` elements; block r reduced over all ranks
   /// lands in `output` on rank r. `output` may alias this rank's own block of `input`.
   void reduce_scatter(const void* input, void* output, std::size_t count, DataType type, ReduceOp op,
-                      Completion done);
+                      Completion done, CommunicatorId comm = world_communicator);
   /// Every rank's `count` elements of `input` land in block r of `output` (world_size
   /// blocks) on every rank. `input` may alias this rank's own block of `output`.
-  void all_gather(const void* input, void* output, std::size_t count, DataType type, Completion done);
+  void all_gather(const void* input, void* output, std::size_t count, DataType type, Completion done,
+                  CommunicatorId comm = world_communicator);
   /// In-place broadcast of `count` elements from `root`.
-  void broadcast(void* data, std::size_t count, DataType type, int64_t root, Completion done);
+  void broadcast(void* data, std::size_t count, DataType type, int64_t root, Completion done,
+                 CommunicatorId comm = world_communicator);
   void broadcast(float* data, std::size_t count, int64_t root, Completion done) {
     broadcast(data, count, DataType::f32, root, std::move(done));
   }
@@ -59,24 +68,36 @@ class Transport {
   void send(const void* data, std::size_t bytes, int64_t peer, Completion done);
   void recv(void* data, std::size_t bytes, int64_t peer, Completion done);
   /// Completes once every rank has entered the barrier.
-  void barrier(Completion done);
+  void barrier(Completion done, CommunicatorId comm = world_communicator);
+  /// Creates a communicator of `members` (world ranks, in the order that numbers them).
+  /// Collective over the world: every rank calls it, with the same list, in the same
+  /// order relative to its other calls; a rank that is not a member gets the id but may
+  /// not use it. Blocks for at most collective_timeout_s.
+  Result<CommunicatorId> make_communicator(const std::vector<int64_t>& members);
+  /// This rank's position in `comm`, or -1 when it is not a member.
+  int64_t position_in(CommunicatorId comm) const;
+
   /// Stops the job: tells every peer why, and fails every operation in flight.
   void abort(const std::string& reason);
 
   /// Blocking forms for callers outside the actor system (tests, benchmarks, shutdown).
-  Status all_reduce_sync(void* data, std::size_t count, DataType type, ReduceOp op);
+  Status all_reduce_sync(void* data, std::size_t count, DataType type, ReduceOp op,
+                         CommunicatorId comm = world_communicator);
   Status all_reduce_sync(float* data, std::size_t count, ReduceOp op) {
     return all_reduce_sync(data, count, DataType::f32, op);
   }
-  Status reduce_scatter_sync(const void* input, void* output, std::size_t count, DataType type, ReduceOp op);
-  Status all_gather_sync(const void* input, void* output, std::size_t count, DataType type);
-  Status broadcast_sync(void* data, std::size_t count, DataType type, int64_t root);
+  Status reduce_scatter_sync(const void* input, void* output, std::size_t count, DataType type, ReduceOp op,
+                             CommunicatorId comm = world_communicator);
+  Status all_gather_sync(const void* input, void* output, std::size_t count, DataType type,
+                         CommunicatorId comm = world_communicator);
+  Status broadcast_sync(void* data, std::size_t count, DataType type, int64_t root,
+                        CommunicatorId comm = world_communicator);
   Status broadcast_sync(float* data, std::size_t count, int64_t root) {
     return broadcast_sync(data, count, DataType::f32, root);
   }
   Status send_sync(const void* data, std::size_t bytes, int64_t peer);
   Status recv_sync(void* data, std::size_t bytes, int64_t peer);
-  Status barrier_sync();
+  Status barrier_sync(CommunicatorId comm = world_communicator);
 
   class Impl;
 

@@ -51,6 +51,13 @@ TEST(Collectives, RanksIssuingDifferentCallsGetAnErrorNotAHang) {
                                                                          << r.output;
 }
 
+TEST(Collectives, RanksDisagreeingOnCommunicatorMembersGetAnError) {
+  std::string command = std::string(TROUPE_BINARY) + " launch --ranks 2 -- " + TRANSPORT_RANK_BINARY + " 29713 1 members";
+  auto r = testing::run_command(command, 60);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("asked for a communicator with other members"), std::string::npos) << r.output;
+}
+
 // Runs two ranks of transport_rank in MODE without a launcher (which would stop the
 // survivor itself); returns rank 0's result and how long it took.
 struct Survivor {

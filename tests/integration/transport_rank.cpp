@@ -139,6 +139,41 @@ bool check_point_to_point(troupe::Transport& t) {
   return ok;
 }
 
+// Communicators over subsets: even ranks, odd ranks and the world in reverse order, with
+// collectives on them in flight at the same time as one on the world.
+bool check_communicators(troupe::Transport& t) {
+  int64_t n = t.world_size(), r = t.rank();
+  std::vector<int64_t> evens, odds, reversed;
+  for (int64_t q = 0; q < n; ++q) (q % 2 ? odds : evens).push_back(q);
+  for (int64_t q = n - 1; q >= 0; --q) reversed.push_back(q);
+  auto even = t.make_communicator(evens);
+  auto odd = n > 1 ? t.make_communicator(odds) : troupe::Result<troupe::CommunicatorId>(troupe::CommunicatorId{0});
+  auto backwards = t.make_communicator(reversed);
+  if (!even || !odd || !backwards) {
+    std::fprintf(stderr, "make_communicator failed\n");
+    return false;
+  }
+  const auto& group = r % 2 ? odds : evens;
+  troupe::CommunicatorId mine = r % 2 ? *odd : *even;
+  std::vector<float> in_group(1001), in_world(777, 1.0f), from_last(513, static_cast<float>(r));
+  for (std::size_t i = 0; i < in_group.size(); ++i) in_group[i] = value_of(r, i);
+  std::promise<troupe::Status> group_done, world_done;
+  t.all_reduce(in_group.data(), in_group.size(), troupe::DataType::f32, troupe::ReduceOp::sum,
+               [&](troupe::Status s) { group_done.set_value(s); }, mine);
+  t.all_reduce(in_world.data(), in_world.size(), troupe::ReduceOp::sum, [&](troupe::Status s) { world_done.set_value(s); });
+  auto b = t.broadcast_sync(from_last.data(), from_last.size(), troupe::DataType::f32, 0, *backwards);  // position 0 is rank n-1
+  bool ok = group_done.get_future().get().ok() && world_done.get_future().get().ok() && b.ok();
+  for (std::size_t i = 0; ok && i < in_group.size(); ++i) {
+    float expected = 0;
+    for (int64_t q : group) expected += value_of(q, i);
+    ok = in_group[i] == expected;
+  }
+  ok = ok && in_world[776] == static_cast<float>(n) && from_last[512] == static_cast<float>(n - 1);
+  ok = ok && t.position_in(*backwards) == n - 1 - r && t.barrier_sync(mine).ok();
+  if (!ok) std::fprintf(stderr, "communicator collectives failed\n");
+  return ok;
+}
+
 // The last rank enters late; no rank may leave the barrier before it has entered.
 bool check_barrier_waits_for_the_last_rank(troupe::Transport& t) {
   using Clock = std::chrono::steady_clock;
@@ -203,6 +238,12 @@ int main(int argc, char** argv) {
     std::printf("rank 0: %s\n", s.ok() ? "no error" : s.error().message.c_str());
     return s.ok() ? 1 : 0;
   }
+  if (mode == "members") {
+    // The ranks disagree on a communicator's member list: an error on every rank.
+    auto c = t.make_communicator(o.rank == 0 ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{1, 0});
+    std::printf("rank %lld: %s\n", static_cast<long long>(o.rank), c ? "no error" : c.error().message.c_str());
+    return c ? 1 : 0;
+  }
   if (mode == "mismatch") {
     // Rank 0 issues an all-reduce where the others issue a broadcast: an error, not a hang.
     std::vector<float> data(1000, 1.0f);
@@ -225,6 +266,7 @@ int main(int argc, char** argv) {
     for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{2049}})
       ok = ok && check_scatter_gather(t, count, type);
   ok = ok && check_point_to_point(t);
+  ok = ok && check_communicators(t);
   // Several collectives in flight at once complete in order and correctly.
   std::vector<std::vector<float>> many(5, std::vector<float>(777, 1.0f));
   std::vector<std::promise<troupe::Status>> done(many.size());
