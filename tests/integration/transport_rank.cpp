@@ -203,6 +203,7 @@ int main(int argc, char** argv) {
   o.rank = env_int("TROUPE_RANK");
   o.world_size = env_int("TROUPE_WORLD_SIZE");
   o.coordinator_port = static_cast<uint16_t>(std::atoi(argv[1]));
+  if (const char* host = std::getenv("TROUPE_TEST_COORDINATOR_HOST")) o.coordinator_host = host;
   o.chunk_bytes = 4096;  // small chunks, so modest sizes span many of them
   o.bootstrap_timeout_s = 30;
   o.collective_timeout_s = argc > 3 && std::string(argv[3]) == "timeout" ? 2 : 30;
