@@ -58,6 +58,10 @@ Result<TransportOptions> transport_options(const JobConfig& config, const RankEn
   o.bootstrap_timeout_s = config.cluster.bootstrap_timeout_s;
   o.peer_timeout_s = config.cluster.peer_timeout_s;
   o.collective_timeout_s = config.cluster.collective_timeout_s;
+  o.host_id = config.cluster.host_id;
+  o.topology = config.cluster.topology == "flat"        ? Topology::flat
+               : config.cluster.topology == "two_level" ? Topology::two_level
+                                                        : Topology::automatic;
   o.poll_before_sleep_us = ranks_fit_cores(rank.local_world_size) ? o.poll_before_sleep_us : 0;
   return o;
 }

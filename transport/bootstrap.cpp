@@ -3,6 +3,9 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <chrono>
 #include <cstring>
@@ -124,7 +127,8 @@ ucs_status_t on_hello(void* arg, const void* header, size_t header_bytes, void* 
     c.refusals.push_back({param->reply_ep, refusal});
     return UCS_OK;
   }
-  c.table[hello->rank] = std::move(hello->address);
+  c.table.addresses[hello->rank] = std::move(hello->address);
+  c.table.hosts[hello->rank] = std::move(hello->host);
   c.joiners[hello->rank] = Joiner{param->reply_ep, true};
   return UCS_OK;
 }
@@ -182,8 +186,11 @@ Error listen_error(const TransportOptions& o, ucs_status_t s) {
 Result<AddressTable> coordinate(UcxWorker& worker, const TransportOptions& o) {
   auto addr = resolve(o.coordinator_host, o.coordinator_port);
   if (!addr) return addr.error();
-  Coordinator c{&worker, &o, AddressTable(o.world_size), std::vector<Joiner>(o.world_size), {}, {}, {}};
-  c.table[0] = worker.address();
+  Coordinator c{&worker, &o, AddressTable{}, std::vector<Joiner>(o.world_size), {}, {}, {}};
+  c.table.addresses.assign(o.world_size, {});
+  c.table.hosts.assign(o.world_size, {});
+  c.table.addresses[0] = worker.address();
+  c.table.hosts[0] = host_identity(o);
   set_handler(worker, wire::Kind::hello, on_hello, &c);
 
   ucp_listener_params_t lp{};
@@ -211,7 +218,7 @@ Result<AddressTable> coordinate(UcxWorker& worker, const TransportOptions& o) {
     worker.wait(50);
   }
   if (result.ok()) {
-    auto frame = wire::encode_table(o.world_size, wire::Table{c.table});
+    auto frame = wire::encode_table(o.world_size, wire::Table{c.table.addresses, c.table.hosts});
     for (std::size_t r = 1; r < c.joiners.size() && result.ok(); ++r)
       result = send_frame(worker, c.joiners[r].reply_ep, frame, false);
   }
@@ -243,7 +250,7 @@ ucs_status_t on_table(void* arg, const void* header, size_t header_bytes, void* 
   if (!table)
     j.failure = "malformed address table: " + table.error().message;
   else
-    j.table = std::move(table->addresses);
+    j.table = AddressTable{std::move(table->addresses), std::move(table->hosts)};
   return UCS_OK;
 }
 
@@ -275,7 +282,7 @@ Status try_join(UcxWorker& worker, const TransportOptions& o, const sockaddr_in&
   ucs_status_t s = ucp_ep_create(worker.worker(), &p, &ep);
   if (s != UCS_OK) return ucx_error("connecting to the coordinator", s);
 
-  auto hello = wire::encode_hello(wire::Hello{o.rank, o.world_size, o.token, worker.address()});
+  auto hello = wire::encode_hello(wire::Hello{o.rank, o.world_size, o.token, worker.address(), host_identity(o)});
   Status sent = send_frame(worker, ep, hello, true);
   while (sent.ok() && !j.table && !j.refusal && !j.failure && Clock::now() < deadline) {
     worker.progress();
@@ -314,8 +321,22 @@ Result<AddressTable> join(UcxWorker& worker, const TransportOptions& o) {
 
 }  // namespace
 
+std::string host_identity(const TransportOptions& o) {
+  if (!o.host_id.empty()) return o.host_id.substr(0, wire::host_bytes_max);
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  std::string boot;
+  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char id[64] = {};
+    if (std::fgets(id, sizeof id, f)) boot = id;
+    std::fclose(f);
+  }
+  while (!boot.empty() && (boot.back() == '\n' || boot.back() == ' ')) boot.pop_back();
+  return (std::string(name) + "/" + boot).substr(0, wire::host_bytes_max);
+}
+
 Result<AddressTable> bootstrap(UcxWorker& worker, const TransportOptions& o) {
-  if (o.world_size == 1) return AddressTable{worker.address()};
+  if (o.world_size == 1) return AddressTable{{worker.address()}, {host_identity(o)}};
   return o.rank == 0 ? coordinate(worker, o) : join(worker, o);
 }
 

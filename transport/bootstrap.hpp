@@ -15,10 +15,16 @@
 
 namespace troupe {
 
-/// Every rank's worker address, indexed by rank.
-using AddressTable = std::vector<std::vector<uint8_t>>;
+/// Every rank's worker address and host, indexed by rank.
+struct AddressTable {
+  std::vector<std::vector<uint8_t>> addresses;
+  std::vector<std::string> hosts;
+};
 
 /// Joins the cluster described by `options`; returns the address table.
 Result<AddressTable> bootstrap(UcxWorker& worker, const TransportOptions& options);
+
+/// This machine's identity: options.host_id when set, else host name and boot id.
+std::string host_identity(const TransportOptions& options);
 
 }  // namespace troupe

@@ -338,8 +338,19 @@ std::unique_ptr<Collective> make_reduce_scatter(const CollectiveShape& shape, co
 
 std::unique_ptr<Collective> make_all_gather(const CollectiveShape& shape, void* data, std::size_t count,
                                             DataType type) {
-  return std::make_unique<Ring>(shape, RingPlan{"all_gather", false, true, -1, true}, bytes_of(data), nullptr,
-                                count * static_cast<std::size_t>(shape.world_size), type, ReduceOp::sum);
+  return make_all_gather_segments(shape, data, count * static_cast<std::size_t>(shape.world_size), type);
+}
+
+std::unique_ptr<Collective> make_reduce_scatter_segments(const CollectiveShape& shape, void* data, std::size_t total,
+                                                         DataType type, ReduceOp op) {
+  return std::make_unique<Ring>(shape, RingPlan{"reduce_scatter", true, false, -1, true}, bytes_of(data), nullptr,
+                                total, type, op);
+}
+
+std::unique_ptr<Collective> make_all_gather_segments(const CollectiveShape& shape, void* data, std::size_t total,
+                                                     DataType type) {
+  return std::make_unique<Ring>(shape, RingPlan{"all_gather", false, true, -1, true}, bytes_of(data), nullptr, total,
+                                type, ReduceOp::sum);
 }
 
 std::unique_ptr<Collective> make_send(uint64_t id, int64_t peer, const void* data, std::size_t bytes,

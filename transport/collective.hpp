@@ -95,6 +95,13 @@ std::unique_ptr<Collective> make_reduce_scatter(const CollectiveShape& shape, co
 /// rank's in block r; afterwards every block holds its owner's data on every rank.
 std::unique_ptr<Collective> make_all_gather(const CollectiveShape& shape, void* data, std::size_t count,
                                             DataType type);
+/// Balanced-segment forms, for buffers that do not divide evenly: `total` elements cut
+/// as ring::segment does. Reduce-scatter in place leaves segment r reduced on rank r;
+/// all-gather in place spreads segment r of rank r to every rank.
+std::unique_ptr<Collective> make_reduce_scatter_segments(const CollectiveShape& shape, void* data, std::size_t total,
+                                                         DataType type, ReduceOp op);
+std::unique_ptr<Collective> make_all_gather_segments(const CollectiveShape& shape, void* data, std::size_t total,
+                                                     DataType type);
 /// Pipelined chain broadcast of `bytes` from `root` in place.
 std::unique_ptr<Collective> make_broadcast(const CollectiveShape& shape, void* data, std::size_t bytes,
                                            int64_t root);

@@ -7,6 +7,10 @@
 
 namespace troupe {
 
+/// How all-reduce uses the machines: flat ring over every rank, or two-level
+/// (within each host, then across hosts, then within each host again).
+enum class Topology { automatic, flat, two_level };
+
 struct TransportOptions {
   int64_t rank = 0;
   int64_t world_size = 1;
@@ -21,6 +25,10 @@ struct TransportOptions {
   /// Polling before the progress thread sleeps while operations are in flight: saves
   /// wake-ups when every rank has a core; 0 when ranks outnumber cores (it would steal them).
   int poll_before_sleep_us = 50;
+  /// Identity of this machine; empty = host name and boot id. Ranks with equal ids share memory.
+  std::string host_id;
+  /// automatic: two-level when there are several hosts with equal numbers of ranks, several per host.
+  Topology topology = Topology::automatic;
 };
 
 }  // namespace troupe

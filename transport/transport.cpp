@@ -15,7 +15,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "kernels/cpu/reduce.hpp"
 #include "transport/bootstrap.hpp"
+#include "transport/ring.hpp"
 #include "transport/ucx_worker.hpp"
 #include "transport/wire.hpp"
 
@@ -43,6 +45,13 @@ class Transport::Impl final : public TransferIo {
   void issue(uint64_t key, std::unique_ptr<Collective> collective, Completion done,
              std::vector<float> owned = {}, CommunicatorId comm = world_communicator);
   void abort_now(const std::string& reason);
+  /// Set when all-reduce runs in two levels: this rank's host and cross-host communicators.
+  struct TwoLevel {
+    CommunicatorId local = 0;
+    CommunicatorId cross = 0;
+  };
+  std::optional<TwoLevel> two_level_;
+  void issue_two_level_all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Completion done);
   /// The shape of the next collective on `comm`, in issue order; an error when this
   /// rank is not a member or the communicator does not exist.
   Result<CollectiveShape> next_shape(CommunicatorId comm, uint64_t descriptor) {
@@ -149,6 +158,7 @@ class Transport::Impl final : public TransferIo {
   void complete(uint64_t id, const Status& status);
   void close_endpoints();
   std::string waiting_on(uint64_t op) const;
+  Status plan_topology(const std::vector<std::string>& hosts);
   std::string transfer_failure(const Transfer& t, const std::string& what) const;
 
   TransportOptions options_;
@@ -198,14 +208,84 @@ Status Transport::Impl::connect(const AddressTable& table) {
     ucp_ep_params_t p{};
     p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    p.address = reinterpret_cast<const ucp_address_t*>(table[peer].data());
+    p.address = reinterpret_cast<const ucp_address_t*>(table.addresses[peer].data());
     p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     p.err_handler.cb = on_peer_error;
     p.err_handler.arg = slots_.back().get();
     s = ucp_ep_create(worker_->worker(), &p, &endpoints_[peer]);
     if (s != UCS_OK) return ucx_error(fmt::format("connecting to rank {}", peer), s);
   }
+  return plan_topology(table.hosts);
+}
+
+// Groups the ranks by host. Every rank registers the same communicators in the same
+// order — one per host, then one per local position across hosts — from the table that
+// every rank received, so no agreement round is needed.
+Status Transport::Impl::plan_topology(const std::vector<std::string>& hosts) {
+  std::vector<std::string> order;
+  std::vector<std::vector<int64_t>> ranks_of;
+  for (int64_t r = 0; r < options_.world_size; ++r) {
+    auto it = std::find(order.begin(), order.end(), hosts[static_cast<std::size_t>(r)]);
+    if (it == order.end()) {
+      order.push_back(hosts[static_cast<std::size_t>(r)]);
+      ranks_of.emplace_back();
+      it = order.end() - 1;
+    }
+    ranks_of[static_cast<std::size_t>(it - order.begin())].push_back(r);
+  }
+  std::size_t local = ranks_of[0].size();
+  bool even = std::all_of(ranks_of.begin(), ranks_of.end(), [&](const auto& v) { return v.size() == local; });
+  bool fits = order.size() + local + 1 <= communicators_max;
+  bool useful = order.size() > 1 && local > 1;
+  if (options_.topology == Topology::flat || (options_.topology == Topology::automatic && !(even && fits && useful)))
+    return {};
+  if (!even || !fits)
+    return make_error(fmt::format("two-level topology needs the same number of ranks on every host (and at most {} "
+                                  "hosts plus ranks per host); {} hosts have {} to {} ranks",
+                                  communicators_max - 1, order.size(), local,
+                                  std::max_element(ranks_of.begin(), ranks_of.end(),
+                                                   [](const auto& a, const auto& b) { return a.size() < b.size(); })
+                                      ->size()));
+  two_level_ = TwoLevel{};
+  for (const auto& members : ranks_of) {
+    CommunicatorId id = add_communicator(members);
+    if (position_in(id) >= 0) two_level_->local = id;
+  }
+  for (std::size_t i = 0; i < local; ++i) {
+    std::vector<int64_t> members;
+    for (const auto& on_host : ranks_of) members.push_back(on_host[i]);
+    CommunicatorId id = add_communicator(members);
+    if (position_in(id) >= 0) two_level_->cross = id;
+  }
+  spdlog::debug("transport: two-level all-reduce over {} hosts of {} ranks", order.size(), local);
   return {};
+}
+
+// Reduce-scatter within the host, all-reduce of this rank's segment across hosts,
+// all-gather within the host. The three sequence numbers are taken now, so that calls
+// issued later cannot overtake on one communicator what they follow on another.
+void Transport::Impl::issue_two_level_all_reduce(void* data, std::size_t count, DataType type, ReduceOp op,
+                                                 Completion done) {
+  auto scatter = next_shape(two_level_->local, describe_call("all_reduce.local", type, count, 0, op));
+  auto across = next_shape(two_level_->cross, describe_call("all_reduce.hosts", type, count, 0, op));
+  auto gather = next_shape(two_level_->local, describe_call("all_reduce.gather", type, count, 0, op));
+  if (!scatter || !across || !gather) return done(make_error("two-level communicators are missing"));
+  auto segment = ring::segment(count, scatter->world_size, scatter->rank);
+  auto* mine = static_cast<std::byte*>(data) + segment.begin * element_bytes(type);
+  float average = op == ReduceOp::average ? 1.0f / static_cast<float>(options_.world_size) : 0.0f;
+  CommunicatorId local = two_level_->local, cross = two_level_->cross;
+  Completion after_across = [=, gather = *gather](Status s) mutable {
+    if (!s) return done(s);
+    if (average != 0.0f) kernels::scale(mine, segment.count, average, type);  // identical bits on every host
+    issue(gather.key, make_all_gather_segments(gather, data, count, type), std::move(done), {}, local);
+  };
+  Completion after_scatter = [=, across = *across](Status s) mutable {
+    if (!s) return after_across(s);
+    issue(across.key, make_all_reduce(across, mine, segment.count, type, ReduceOp::sum), std::move(after_across), {},
+          cross);
+  };
+  issue(scatter->key, make_reduce_scatter_segments(*scatter, data, count, type, ReduceOp::sum),
+        std::move(after_scatter), {}, local);
 }
 
 void Transport::Impl::stop() {
@@ -504,6 +584,8 @@ int64_t Transport::world_size() const {
 void Transport::all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Completion done,
                            CommunicatorId comm) {
   impl_->submit([impl = impl_.get(), data, count, type, op, comm, done = std::move(done)]() mutable {
+    if (comm == world_communicator && impl->two_level_)
+      return impl->issue_two_level_all_reduce(data, count, type, op, std::move(done));
     auto shape = impl->next_shape(comm, describe_call("all_reduce", type, count, 0, op));
     if (!shape) return done(shape.error());
     impl->issue(shape->key, make_all_reduce(*shape, data, count, type, op), std::move(done), {}, comm);
@@ -603,6 +685,7 @@ Result<CommunicatorId> Transport::make_communicator(const std::vector<int64_t>& 
 }
 
 int64_t Transport::position_in(CommunicatorId comm) const { return impl_->position_in(comm); }
+bool Transport::two_level() const { return impl_->two_level_.has_value(); }
 
 void Transport::abort(const std::string& reason) {
   impl_->submit([impl = impl_.get(), reason] { impl->abort_now(reason); });

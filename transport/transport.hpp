@@ -74,6 +74,8 @@ class Transport {
   /// order relative to its other calls; a rank that is not a member gets the id but may
   /// not use it. Blocks for at most collective_timeout_s.
   Result<CommunicatorId> make_communicator(const std::vector<int64_t>& members);
+  /// Whether world all-reduces run in two levels (hosts, then across hosts).
+  bool two_level() const;
   /// This rank's position in `comm`, or -1 when it is not a member.
   int64_t position_in(CommunicatorId comm) const;
 

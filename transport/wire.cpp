@@ -73,6 +73,7 @@ Frame encode_hello(const Hello& hello) {
   Writer w;
   w.blob(hello.token.data(), hello.token.size());
   w.blob(hello.address.data(), hello.address.size());
+  w.blob(hello.host.data(), hello.host.size());
   return finish(Kind::hello, hello.rank, hello.world_size, w);
 }
 
@@ -80,6 +81,7 @@ Frame encode_table(int64_t world_size, const Table& table) {
   Writer w;
   w.u32(static_cast<uint32_t>(table.addresses.size()));
   for (const auto& a : table.addresses) w.blob(a.data(), a.size());
+  for (const auto& h : table.hosts) w.blob(h.data(), h.size());
   return finish(Kind::table, 0, world_size, w);
 }
 
@@ -124,9 +126,12 @@ Result<Hello> decode_hello(const void* header, std::size_t header_bytes, const v
   if (!token) return token.error();
   auto address = r.blob(address_bytes_max, "worker address");
   if (!address) return address.error();
+  auto host = r.blob(host_bytes_max, "host name");
+  if (!host) return host.error();
   if (!r.at_end()) return make_error("hello frame has trailing bytes");
   if (address->empty()) return make_error("hello frame without a worker address");
-  return Hello{h.rank, h.world_size, std::string(token->begin(), token->end()), std::move(*address)};
+  return Hello{h.rank, h.world_size, std::string(token->begin(), token->end()), std::move(*address),
+               std::string(host->begin(), host->end())};
 }
 
 Result<Table> decode_table(const void* header, std::size_t header_bytes, const void* payload,
@@ -144,6 +149,11 @@ Result<Table> decode_table(const void* header, std::size_t header_bytes, const v
     auto a = r.blob(address_bytes_max, "worker address");
     if (!a) return a.error();
     t.addresses.push_back(std::move(*a));
+  }
+  for (uint32_t i = 0; i < *count; ++i) {
+    auto host = r.blob(host_bytes_max, "host name");
+    if (!host) return host.error();
+    t.hosts.emplace_back(host->begin(), host->end());
   }
   if (!r.at_end()) return make_error("table frame has trailing bytes");
   return t;

@@ -21,6 +21,7 @@ constexpr uint16_t version = 1;
 constexpr std::size_t token_bytes_max = 1024;
 constexpr std::size_t address_bytes_max = 64 << 10;
 constexpr std::size_t reason_bytes_max = 4096;
+constexpr std::size_t host_bytes_max = 256;
 constexpr int64_t world_size_max = 4096;
 
 /// Active-message handler ids, one per frame kind.
@@ -42,11 +43,13 @@ struct Hello {
   int64_t world_size = 0;
   std::string token;
   std::vector<uint8_t> address;
+  std::string host;  ///< which machine the rank runs on (ranks of one host share memory)
 };
 
 /// Rank 0's answer once everyone joined: every rank's worker address, by rank.
 struct Table {
   std::vector<std::vector<uint8_t>> addresses;
+  std::vector<std::string> hosts;
 };
 
 /// A frame as it goes out: header plus payload bytes.

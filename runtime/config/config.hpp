@@ -21,6 +21,8 @@ struct ClusterConfig {
   double bootstrap_timeout_s = 60;              ///< how long rank 0 waits for all ranks
   double peer_timeout_s = 10;                   ///< silence after which a peer counts as lost
   double collective_timeout_s = 120;            ///< bound on any one collective
+  std::string topology = "auto";                ///< all-reduce: "auto", "flat" or "two_level"
+  std::string host_id;                          ///< this machine's identity; empty = host name + boot id
 };
 
 /// [parallel]: the shape of the job. Only data parallelism exists for now.

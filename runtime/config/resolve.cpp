@@ -78,6 +78,8 @@ Status resolve_cluster(const ClusterConfig& cluster, const ConfigOrigins& origin
   TROUPE_TRY(
       require(is_host_port(cluster.coordinator), origins, "cluster", "coordinator", cluster.coordinator));
   TROUPE_TRY(require(!cluster.token.empty(), origins, "cluster", "token", cluster.token));
+  TROUPE_TRY(require(cluster.topology == "auto" || cluster.topology == "flat" || cluster.topology == "two_level",
+                     origins, "cluster", "topology", cluster.topology));
   const std::pair<const char*, double> timeouts[] = {{"bootstrap_timeout_s", cluster.bootstrap_timeout_s},
                                                      {"peer_timeout_s", cluster.peer_timeout_s},
                                                      {"collective_timeout_s", cluster.collective_timeout_s}};

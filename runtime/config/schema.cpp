@@ -22,6 +22,10 @@ std::vector<KeySpec> make_key_specs() {
        [](C& c) -> FieldRef { return &c.cluster.peer_timeout_s; }},
       {"cluster", "collective_timeout_s", "a positive number of seconds",
        [](C& c) -> FieldRef { return &c.cluster.collective_timeout_s; }},
+      {"cluster", "topology", R"(one of "auto", "flat" or "two_level")",
+       [](C& c) -> FieldRef { return &c.cluster.topology; }},
+      {"cluster", "host_id", "a string (empty = this machine's host name and boot id)",
+       [](C& c) -> FieldRef { return &c.cluster.host_id; }},
 
       {"parallel", "dp", "a non-negative integer (0 = world_size / (pp × tp))",
        [](C& c) -> FieldRef { return &c.parallel.dp; }},

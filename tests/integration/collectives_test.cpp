@@ -11,14 +11,16 @@
 namespace troupe {
 namespace {
 
-void expect_collectives_match(int world, int port, int seed) {
-  std::string command = std::string(TROUPE_BINARY) + " launch --ranks " + std::to_string(world) + " -- " +
+void expect_collectives_match(int world, int port, int seed, const std::string& env = "") {
+  std::string command = env + std::string(TROUPE_BINARY) + " launch --ranks " + std::to_string(world) + " -- " +
                         TRANSPORT_RANK_BINARY + " " + std::to_string(port) + " " + std::to_string(seed);
   auto r = testing::run_command(command, 120);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   for (int rank = 0; rank < world; ++rank)
     EXPECT_NE(r.output.find("rank " + std::to_string(rank) + ": all collectives match"), std::string::npos)
         << r.output;
+  bool two_level = env.find("RANKS_PER_HOST") != std::string::npos;
+  EXPECT_NE(r.output.find(two_level ? "two-level)" : "flat)"), std::string::npos) << r.output;
 }
 
 TEST(Collectives, OneRankIsItsOwnResult) {
@@ -38,6 +40,18 @@ TEST(Collectives, FiveRanksMatchExactSums) {
 }
 TEST(Collectives, EightRanksMatchExactSums) {
   expect_collectives_match(8, 29708, 18);
+}
+
+// Two-level all-reduce (within each pretend host, across hosts, within again) gives the
+// flat ring's exact sums, for every size the other tests use.
+TEST(Collectives, TwoLevelOnTwoHostsOfTwoRanksMatchesExactSums) {
+  expect_collectives_match(4, 29715, 25, "TROUPE_TEST_RANKS_PER_HOST=2 ");
+}
+TEST(Collectives, TwoLevelOnThreeHostsOfTwoRanksMatchesExactSums) {
+  expect_collectives_match(6, 29716, 26, "TROUPE_TEST_RANKS_PER_HOST=2 ");
+}
+TEST(Collectives, TwoLevelOnTwoHostsOfFourRanksMatchesExactSums) {
+  expect_collectives_match(8, 29717, 27, "TROUPE_TEST_RANKS_PER_HOST=4 ");
 }
 
 TEST(Collectives, RanksIssuingDifferentCallsGetAnErrorNotAHang) {

@@ -204,6 +204,11 @@ int main(int argc, char** argv) {
   o.world_size = env_int("TROUPE_WORLD_SIZE");
   o.coordinator_port = static_cast<uint16_t>(std::atoi(argv[1]));
   if (const char* host = std::getenv("TROUPE_TEST_COORDINATOR_HOST")) o.coordinator_host = host;
+  if (const char* per_host = std::getenv("TROUPE_TEST_RANKS_PER_HOST")) {
+    // Pretend ranks [k·n, (k+1)·n) share host k, and reduce in two levels.
+    o.host_id = "host-" + std::to_string(o.rank / std::atoll(per_host));
+    o.topology = troupe::Topology::two_level;
+  }
   o.chunk_bytes = 4096;  // small chunks, so modest sizes span many of them
   o.bootstrap_timeout_s = 30;
   o.collective_timeout_s = argc > 3 && std::string(argv[3]) == "timeout" ? 2 : 30;
@@ -279,7 +284,7 @@ int main(int argc, char** argv) {
     ok = ok && s.ok() && many[k][776] == static_cast<float>(o.world_size);
   }
   ok = ok && check_barrier_waits_for_the_last_rank(t);
-  std::printf("rank %lld: %s (seed %u)\n", static_cast<long long>(o.rank),
-              ok ? "all collectives match" : "MISMATCH", seed);
+  std::printf("rank %lld: %s (seed %u, %s)\n", static_cast<long long>(o.rank),
+              ok ? "all collectives match" : "MISMATCH", seed, t.two_level() ? "two-level" : "flat");
   return ok ? 0 : 1;
 }

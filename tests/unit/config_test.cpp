@@ -49,6 +49,8 @@ void expect_same(const JobConfig& a, const JobConfig& b) {
   EXPECT_EQ(a.cluster.bootstrap_timeout_s, b.cluster.bootstrap_timeout_s);
   EXPECT_EQ(a.cluster.peer_timeout_s, b.cluster.peer_timeout_s);
   EXPECT_EQ(a.cluster.collective_timeout_s, b.cluster.collective_timeout_s);
+  EXPECT_EQ(a.cluster.topology, b.cluster.topology);
+  EXPECT_EQ(a.cluster.host_id, b.cluster.host_id);
   EXPECT_EQ(a.parallel.dp, b.parallel.dp);
   EXPECT_EQ(a.parallel.pp, b.parallel.pp);
   EXPECT_EQ(a.parallel.tp, b.parallel.tp);
@@ -697,7 +699,7 @@ TEST(ConfigResolve, ResolvedConfigResolvesToItself) {
 TEST(ConfigRender, RoundTripGivesAnEqualConfig) {
   JobConfig raw;
   raw.source = "job.toml";
-  raw.cluster = {0, "node3:7000", "tok\"en\\with\nescapes\t", 1.5, 0.25, 7};
+  raw.cluster = {0, "node3:7000", "tok\"en\\with\nescapes\t", 1.5, 0.25, 7, "two_level", "rack-2/node-3"};
   raw.parallel = {2, 1, 1, 12345};
   raw.batch = {3, 0, 12};
   raw.optimizer = {OptimizerType::sgd, 3e-4, 0.1, 0.2, 1e-12, 0, 0.9, true};
@@ -761,6 +763,19 @@ TEST(ConfigSuggest, SuggestsNothingWhenNoCandidateIsClose) {
 
 TEST(ConfigSuggest, ShortWordsNeedACloserMatch) {
   EXPECT_EQ(suggest("xy", {"dp", "pp"}), std::nullopt);
+}
+
+}  // namespace
+}  // namespace troupe
+
+namespace troupe {
+namespace {
+
+TEST(ConfigResolve, UnknownTopologyIsRefusedNamingTheAllowedOnes) {
+  auto r = load_config_string("[cluster]\ntopology = \"ring\"\n[batch]\nmicro_batch_size = 1\n", "job.toml", {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("job.toml:2:"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("\"two_level\""), std::string::npos) << r.error().message;
 }
 
 }  // namespace

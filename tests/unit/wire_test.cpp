@@ -9,7 +9,7 @@ namespace troupe::wire {
 namespace {
 
 TEST(Wire, HelloRoundTrips) {
-  Hello h{3, 4, "secret", {1, 2, 3, 4, 5}};
+  Hello h{3, 4, "secret", {1, 2, 3, 4, 5}, "node-7"};
   Frame f = encode_hello(h);
   auto back = decode_hello(&f.header, sizeof f.header, f.payload.data(), f.payload.size());
   ASSERT_TRUE(back.ok()) << back.error().message;
@@ -17,18 +17,20 @@ TEST(Wire, HelloRoundTrips) {
   EXPECT_EQ(back->world_size, 4);
   EXPECT_EQ(back->token, "secret");
   EXPECT_EQ(back->address, h.address);
+  EXPECT_EQ(back->host, "node-7");
 }
 
 TEST(Wire, TableRoundTrips) {
-  Table t{{{1}, {2, 2}, {3, 3, 3}}};
+  Table t{{{1}, {2, 2}, {3, 3, 3}}, {"a", "a", "b"}};
   Frame f = encode_table(3, t);
   auto back = decode_table(&f.header, sizeof f.header, f.payload.data(), f.payload.size());
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(back->addresses, t.addresses);
+  EXPECT_EQ(back->hosts, t.hosts);
 }
 
 TEST(Wire, TruncatedPayloadIsRefused) {
-  Frame f = encode_hello(Hello{1, 2, "token", {9, 9, 9}});
+  Frame f = encode_hello(Hello{1, 2, "token", {9, 9, 9}, "h"});
   for (std::size_t n = 0; n < f.payload.size(); ++n) {
     f.header.payload_bytes = n;
     EXPECT_FALSE(decode_hello(&f.header, sizeof f.header, f.payload.data(), n).ok()) << n;
@@ -58,14 +60,14 @@ TEST(Wire, WrongMagicVersionKindOrRankIsRefused) {
 }
 
 TEST(Wire, LengthFieldsLargerThanTheFrameAreRefused) {
-  Frame f = encode_hello(Hello{1, 2, "token", {9}});
+  Frame f = encode_hello(Hello{1, 2, "token", {9}, "h"});
   uint32_t huge = 1u << 30;
   std::memcpy(f.payload.data(), &huge, sizeof huge);
   EXPECT_FALSE(decode_hello(&f.header, sizeof f.header, f.payload.data(), f.payload.size()).ok());
 }
 
 TEST(Wire, TableWithWrongCountIsRefused) {
-  Frame f = encode_table(3, Table{{{1}, {2}}});
+  Frame f = encode_table(3, Table{{{1}, {2}}, {"a", "b"}});
   EXPECT_FALSE(decode_table(&f.header, sizeof f.header, f.payload.data(), f.payload.size()).ok());
 }
 
