@@ -2,8 +2,14 @@
 
 #include <caf/all.hpp>
 
-#include <fmt/format.h>
+#include <map>
+#include <string>
+#include <utility>
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "actors/envelope.hpp"
 #include "actors/protocol/comm.hpp"
 
 namespace troupe {
@@ -12,9 +18,17 @@ namespace {
 struct CommAgentState {
   std::shared_ptr<Transport> transport;
   Tracer* tracer = nullptr;
+  std::map<std::pair<std::string, int64_t>, caf::actor> registry;  // local actors other ranks may address
   static inline const char* name = "comm_agent";
 };
 using CommAgent = caf::stateful_actor<CommAgentState>;
+
+void deliver(CommAgent* self, const std::string& role, int64_t index, caf::message message, int64_t from) {
+  auto it = self->state.registry.find({role, index});
+  if (it == self->state.registry.end())
+    return spdlog::warn("comm_agent: dropped a message from rank {} for {}[{}]: no such actor here", from, role, index);
+  caf::anon_send(it->second, std::move(message));
+}
 
 // Completion on the transport's progress thread: record the span, post the outcome.
 Completion reply(Tracer* tracer, std::string label, caf::actor to, uint64_t tag,
@@ -26,10 +40,45 @@ Completion reply(Tracer* tracer, std::string label, caf::actor to, uint64_t tag,
   };
 }
 
+// Actor messages between ranks: serialized into an envelope, carried by the transport,
+// delivered by the receiving rank's agent to the actor registered under (role, index).
+void route_out(CommAgent* self, remote_send& r) {
+  auto& s = self->state;
+  if (r.rank == s.transport->rank()) return deliver(self, r.role, r.index, std::move(r.message), r.rank);
+  auto bytes = pack_envelope(self->system(), Envelope{r.role, r.index, r.message});
+  if (!bytes) return spdlog::warn("comm_agent: {}", bytes.error().message);
+  s.transport->post_message(r.rank, std::move(*bytes), [rank = r.rank, role = r.role](Status status) {
+    if (!status) spdlog::warn("comm_agent: message for {} on rank {} not sent: {}", role, rank, status.error().message);
+  });
+}
+
+void route_in(CommAgent* self, incoming_frame& f) {
+  auto envelope = unpack_envelope(self->system(), f.bytes);
+  if (!envelope) return spdlog::warn("comm_agent: dropped a message from rank {}: {}", f.from, envelope.error().message);
+  deliver(self, envelope->role, envelope->index, std::move(envelope->message), f.from);
+}
+
 caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> transport, Tracer* tracer) {
   self->state.transport = std::move(transport);
   self->state.tracer = tracer;
+  // The transport's thread hands frames over; a weak handle, so the agent can still end.
+  auto weak = caf::actor_cast<caf::weak_actor_ptr>(self);
+  self->state.transport->on_message([weak](int64_t from, std::vector<uint8_t> bytes) {
+    if (auto strong = weak.lock()) caf::anon_send(caf::actor_cast<caf::actor>(strong), incoming_frame{from, std::move(bytes)});
+  });
   return {
+      [=](register_actor& r) {
+        self->state.registry[{r.role, r.index}] = r.actor;
+        return collective_done{0, ""};
+      },
+      [=](remote_send& r) {
+        Tracer::Scope span(tracer, "comm_agent", "remote_send");
+        route_out(self, r);
+      },
+      [=](incoming_frame& f) {
+        Tracer::Scope span(tracer, "comm_agent", "incoming_frame");
+        route_in(self, f);
+      },
       [=](all_reduce_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "all_reduce_request");
         auto label = fmt::format("all_reduce {} B", r.buffer.count * sizeof(float));

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memory/host_buffer.hpp"
+#include "runtime/bench_rtt.hpp"
 #include "runtime/coordinator.hpp"
 #include "runtime/launch/environment.hpp"
 #include "runtime/launch/launcher.hpp"
@@ -172,15 +173,33 @@ Status bench_size(Transport& t, const BenchOptions& o, int64_t requested) {
   return {};
 }
 
+int round_trips(std::shared_ptr<Transport> transport, const BenchOptions& o) {
+  for (int64_t bytes : o.bytes.empty() ? std::vector<int64_t>{8} : o.bytes) {
+    auto r = measure_round_trips(transport, bytes, o.seconds_per_size);
+    if (!r) {
+      std::fprintf(stderr, "troupe: bench rtt of %lld bytes: %s\n", static_cast<long long>(bytes), r.error().message.c_str());
+      return 1;
+    }
+    if (transport->rank() != 0) continue;
+    nlohmann::ordered_json line{{"bench", "rtt"}, {"ranks", 2}, {"bytes", bytes}, {"samples", r->samples},
+                                {"median_us", r->median_us}, {"p99_us", r->p99_us}};
+    if (o.json) std::printf("%s\n", line.dump().c_str());
+    else std::printf("rtt  %8lld B  median %8.2f us  p99 %8.2f us  (%lld round trips)\n", static_cast<long long>(bytes),
+                     r->median_us, r->p99_us, static_cast<long long>(r->samples));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 const std::vector<std::string>& bench_kinds() {
-  static const std::vector<std::string> kinds = {"transport", "allreduce", "reduce_scatter", "allgather"};
+  static const std::vector<std::string> kinds = {"transport", "allreduce", "reduce_scatter", "allgather", "rtt"};
   return kinds;
 }
 
 int run_bench(const BenchOptions& o, const std::string& troupe_program) {
-  int64_t ranks = o.kind == "transport" ? 2 : o.ranks;
+  int64_t ranks = o.kind == "transport" || o.kind == "rtt" ? 2 : o.ranks;
   int port = free_port();
   if (port == 0) {
     std::fprintf(stderr, "troupe: bench: no free port on 127.0.0.1 for the coordinator\n");
@@ -219,6 +238,7 @@ int run_bench_rank(const BenchOptions& o) {
     std::fprintf(stderr, "troupe: bench: %s\n", transport.error().message.c_str());
     return 1;
   }
+  if (o.kind == "rtt") return round_trips(std::move(*transport), o);
   for (int64_t bytes : o.bytes.empty() ? default_sizes() : o.bytes) {
     auto done = bench_size(**transport, o, bytes);
     if (!done) {

@@ -5,7 +5,8 @@
 // bench, ranks, bytes, seconds, algbw_GBps, busbw_GBps (nccl-tests' conventions:
 // all-reduce busbw = algbw × 2(n−1)/n, reduce-scatter and all-gather × (n−1)/n, where
 // bytes is the whole buffer); `transport` (two processes, one streaming to the other)
-// reports MBps in ucx_perftest's unit, 2^20 bytes per second.
+// reports MBps in ucx_perftest's unit, 2^20 bytes per second; `rtt` (two processes)
+// reports the median and 99th percentile round trip of an actor message.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,7 @@
 namespace troupe {
 
 struct BenchOptions {
-  std::string kind;              ///< transport | allreduce | reduce_scatter | allgather
+  std::string kind;              ///< transport | allreduce | reduce_scatter | allgather | rtt
   std::vector<int64_t> bytes;    ///< sizes to measure; empty = 1 KiB to 256 MiB, ×4
   int64_t ranks = 2;
   bool json = false;

@@ -24,6 +24,7 @@
 namespace troupe {
 namespace {
 using Clock = std::chrono::steady_clock;
+constexpr std::size_t early_messages_max = 4096;  // actor messages kept until a handler is set
 constexpr int busy_wait_ms = 1;           // longest sleep while operations are in flight
 constexpr int idle_wait_ms = 100;         // longest sleep between deadline checks
 constexpr double teardown_bound_s = 2.0;  // flush and cancel at shutdown or failure
@@ -143,6 +144,8 @@ class Transport::Impl final : public TransferIo {
   static void on_send(void* request, ucs_status_t status, void* user_data);
   static void on_recv(void* request, ucs_status_t status, const ucp_tag_recv_info_t*, void* user_data);
   static void on_peer_error(void* arg, ucp_ep_h, ucs_status_t status);
+  static ucs_status_t on_actor_message(void* arg, const void* header, size_t header_bytes, void* data, size_t bytes,
+                                       const ucp_am_recv_param_t* param);
   static ucs_status_t on_abort(void* arg, const void* header, size_t header_bytes, void* data, size_t bytes,
                                const ucp_am_recv_param_t*);
 
@@ -182,6 +185,13 @@ class Transport::Impl final : public TransferIo {
   std::vector<Transfer*> finished_;         // filled by UCX callbacks
   std::vector<std::string> peer_failures_;  // lost endpoints, filled by UCX callbacks
   std::vector<std::string> peer_aborts_;    // abort frames, filled by UCX callbacks
+
+ public:
+  MessageHandler message_handler_;  // set on the progress thread
+  std::vector<std::pair<int64_t, std::vector<uint8_t>>> early_messages_;  // arrived before the handler
+  void send_message(int64_t peer, std::vector<uint8_t> bytes, Completion done);
+
+ private:
   std::optional<Error> failed_;
   bool closing_ = false;
 };
@@ -197,6 +207,10 @@ Status Transport::Impl::connect(const AddressTable& table) {
   h.arg = this;
   ucs_status_t s = ucp_worker_set_am_recv_handler(worker_->worker(), &h);
   if (s != UCS_OK) return ucx_error("registering the abort handler", s);
+  h.id = static_cast<uint16_t>(wire::Kind::message);
+  h.cb = on_actor_message;
+  s = ucp_worker_set_am_recv_handler(worker_->worker(), &h);
+  if (s != UCS_OK) return ucx_error("registering the message handler", s);
 
   std::vector<int64_t> everyone(static_cast<std::size_t>(options_.world_size));
   for (int64_t r = 0; r < options_.world_size; ++r) everyone[static_cast<std::size_t>(r)] = r;
@@ -505,6 +519,63 @@ std::string Transport::Impl::transfer_failure(const Transfer& t, const std::stri
                      ucs_status_string(t.status));
 }
 
+ucs_status_t Transport::Impl::on_actor_message(void* arg, const void* header, size_t header_bytes, void* data,
+                                               size_t bytes, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<Impl*>(arg);
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+    spdlog::warn("transport: dropped an actor message sent by rendezvous (larger than the eager limit)");
+    return UCS_OK;
+  }
+  auto message = wire::decode_message(header, header_bytes, data, bytes);
+  if (!message) {
+    spdlog::warn("transport: dropped a malformed actor message: {}", message.error().message);
+    return UCS_OK;
+  }
+  if (self->failed_) return UCS_OK;
+  if (self->message_handler_) {
+    self->message_handler_(wire::header_rank(header), std::move(*message));
+  } else if (self->early_messages_.size() < early_messages_max) {
+    self->early_messages_.emplace_back(wire::header_rank(header), std::move(*message));  // before on_message
+  } else {
+    spdlog::warn("transport: dropped an actor message from rank {}: no handler yet and {} waiting",
+                 wire::header_rank(header), early_messages_max);
+  }
+  return UCS_OK;
+}
+
+// The frame lives until UCX has sent it; its completion releases it.
+void Transport::Impl::send_message(int64_t peer, std::vector<uint8_t> bytes, Completion done) {
+  if (failed_) return done(*failed_);
+  if (auto ok = check_peer(peer); !ok) return done(ok.error());
+  if (bytes.size() > wire::message_bytes_max)
+    return done(make_error(fmt::format("an actor message of {} bytes exceeds the limit of {}", bytes.size(),
+                                       wire::message_bytes_max)));
+  struct Pending {
+    wire::Frame frame;
+    Completion done;
+  };
+  auto* pending = new Pending{wire::encode_message(options_.rank, options_.world_size, bytes), std::move(done)};
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_AM_SEND_FLAG_EAGER;
+  p.user_data = pending;
+  p.cb.send = [](void* request, ucs_status_t status, void* user_data) {
+    std::unique_ptr<Pending> owner(static_cast<Pending*>(user_data));
+    ucp_request_free(request);
+    owner->done(status == UCS_OK ? Status{} : ucx_error("sending an actor message", status));
+  };
+  auto& f = pending->frame;
+  auto request = ucp_am_send_nbx(endpoints_[peer], static_cast<uint16_t>(wire::Kind::message), &f.header,
+                                 sizeof f.header, f.payload.data(), f.payload.size(), &p);
+  if (request == nullptr) {  // sent at once: no callback will come
+    std::unique_ptr<Pending> owner(pending);
+    owner->done({});
+  } else if (UCS_PTR_IS_ERR(request)) {
+    std::unique_ptr<Pending> owner(pending);
+    owner->done(ucx_error(fmt::format("sending an actor message to rank {}", peer), UCS_PTR_STATUS(request)));
+  }
+}
+
 std::string Transport::Impl::waiting_on(uint64_t op) const {
   std::string peers;
   for (const Transfer* t : in_flight_)
@@ -685,6 +756,20 @@ Result<CommunicatorId> Transport::make_communicator(const std::vector<int64_t>& 
 }
 
 int64_t Transport::position_in(CommunicatorId comm) const { return impl_->position_in(comm); }
+
+void Transport::on_message(MessageHandler handler) {
+  impl_->submit([impl = impl_.get(), handler = std::move(handler)]() mutable {
+    impl->message_handler_ = std::move(handler);
+    for (auto& [from, bytes] : impl->early_messages_) impl->message_handler_(from, std::move(bytes));
+    impl->early_messages_.clear();
+  });
+}
+
+void Transport::post_message(int64_t peer, std::vector<uint8_t> bytes, Completion done) {
+  impl_->submit([impl = impl_.get(), peer, bytes = std::move(bytes), done = std::move(done)]() mutable {
+    impl->send_message(peer, std::move(bytes), std::move(done));
+  });
+}
 bool Transport::two_level() const { return impl_->two_level_.has_value(); }
 
 void Transport::abort(const std::string& reason) {

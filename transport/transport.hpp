@@ -79,6 +79,12 @@ class Transport {
   /// This rank's position in `comm`, or -1 when it is not a member.
   int64_t position_in(CommunicatorId comm) const;
 
+  /// Actor messages between ranks: small opaque frames (at most wire::message_bytes_max),
+  /// in order per peer. The handler runs on the progress thread: keep it short.
+  using MessageHandler = std::function<void(int64_t from, std::vector<uint8_t> bytes)>;
+  void on_message(MessageHandler handler);
+  void post_message(int64_t peer, std::vector<uint8_t> bytes, Completion done);
+
   /// Stops the job: tells every peer why, and fails every operation in flight.
   void abort(const std::string& reason);
 

@@ -91,6 +91,22 @@ Frame encode_reason(Kind kind, int64_t rank, int64_t world_size, const std::stri
   return finish(kind, rank, world_size, w);
 }
 
+Frame encode_message(int64_t rank, int64_t world_size, const std::vector<uint8_t>& bytes) {
+  Writer w;
+  w.blob(bytes.data(), bytes.size());
+  return finish(Kind::message, rank, world_size, w);
+}
+
+Result<std::vector<uint8_t>> decode_message(const void* header, std::size_t header_bytes, const void* payload,
+                                            std::size_t payload_bytes) {
+  TROUPE_TRY(check_header(header, header_bytes, Kind::message, payload_bytes));
+  Reader r(payload, payload_bytes);
+  auto bytes = r.blob(message_bytes_max, "actor message");
+  if (!bytes) return bytes.error();
+  if (!r.at_end()) return make_error("message frame has trailing bytes");
+  return std::move(*bytes);
+}
+
 Status check_header(const void* header, std::size_t header_bytes, Kind expected, std::size_t payload_bytes) {
   if (header == nullptr || header_bytes != sizeof(Header))
     return make_error(fmt::format("frame header of {} bytes, expected {}", header_bytes, sizeof(Header)));

@@ -25,7 +25,10 @@ constexpr std::size_t host_bytes_max = 256;
 constexpr int64_t world_size_max = 4096;
 
 /// Active-message handler ids, one per frame kind.
-enum class Kind : uint16_t { hello = 1, table = 2, reject = 3, abort = 4 };
+enum class Kind : uint16_t { hello = 1, table = 2, reject = 3, abort = 4, message = 5 };
+
+/// Largest actor message the transport carries (they are control messages, not tensors).
+constexpr std::size_t message_bytes_max = 1 << 20;
 
 /// Fixed header that starts every frame.
 struct Header {
@@ -62,6 +65,11 @@ Frame encode_hello(const Hello& hello);
 Frame encode_table(int64_t world_size, const Table& table);
 /// reject (refusal of a hello) and abort (a rank stops the job) carry a reason.
 Frame encode_reason(Kind kind, int64_t rank, int64_t world_size, const std::string& reason);
+
+/// An actor message: opaque bytes (the comm agent's envelope) from the sending rank.
+Frame encode_message(int64_t rank, int64_t world_size, const std::vector<uint8_t>& bytes);
+Result<std::vector<uint8_t>> decode_message(const void* header, std::size_t header_bytes, const void* payload,
+                                            std::size_t payload_bytes);
 
 /// Checks the header against the handler's kind and the payload length.
 Status check_header(const void* header, std::size_t header_bytes, Kind expected, std::size_t payload_bytes);

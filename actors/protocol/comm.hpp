@@ -5,11 +5,13 @@
 
 #include <caf/actor.hpp>
 #include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/message.hpp>
 #include <caf/meta/type_name.hpp>
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "memory/host_buffer.hpp"
 #include "transport/collective.hpp"
@@ -57,8 +59,34 @@ typename Inspector::result_type inspect(Inspector& f, abort_request& x) {
   return f(caf::meta::type_name("abort_request"), x.reason);
 }
 
+/// Registers `actor` under (role, index) on this rank, so that messages other ranks
+/// address there reach it; answered with collective_done (tag 0) once registered.
+struct register_actor {
+  std::string role;
+  int64_t index = 0;
+  caf::actor actor;
+};
+
+/// Delivers `message` to the actor registered as (role, index) on `rank`. The message
+/// travels serialized: it may hold only types the actor systems can serialize.
+struct remote_send {
+  int64_t rank = 0;
+  std::string role;
+  int64_t index = 0;
+  caf::message message;
+};
+
+/// An actor message as it arrived from `from`, handed from the transport to the agent.
+struct incoming_frame {
+  int64_t from = 0;
+  std::vector<uint8_t> bytes;
+};
+
 }  // namespace troupe
 
 // Requests hold buffer handles and actor handles: in-process only, never serialized.
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::all_reduce_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::barrier_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::register_actor)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::remote_send)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::incoming_frame)

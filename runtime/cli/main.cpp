@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
   BenchOptions bench_options;
   auto* bench = app.add_subcommand("bench", "measure the transport or a collective across processes of this machine");
   auto add_bench_options = [&](CLI::App* command) {
-    command->add_option("KIND", bench_options.kind, "transport | allreduce | reduce_scatter | allgather")
+    command->add_option("KIND", bench_options.kind, "transport | allreduce | reduce_scatter | allgather | rtt")
         ->required()
         ->check(CLI::IsMember(bench_kinds()));
     command->add_option("--bytes", bench_options.bytes, "size to measure (repeatable); default 1 KiB to 256 MiB, x4")

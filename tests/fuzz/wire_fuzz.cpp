@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t* payload = data;
   size_t payload_bytes = size;
   if (size > 0 && (data[0] & 1)) {
-    header = Header{magic, version, static_cast<uint16_t>(1 + data[0] % 4), 1, 2, size - 1};
+    header = Header{magic, version, static_cast<uint16_t>(1 + data[0] % 5), 1, 2, size - 1};
     payload = data + 1;
     payload_bytes = size - 1;
   } else if (size >= sizeof header) {
@@ -29,5 +29,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)decode_table(&header, header_bytes, payload, payload_bytes);
   (void)decode_reason(Kind::reject, &header, header_bytes, payload, payload_bytes);
   (void)decode_reason(Kind::abort, &header, header_bytes, payload, payload_bytes);
+  (void)decode_message(&header, header_bytes, payload, payload_bytes);
   return 0;
 }

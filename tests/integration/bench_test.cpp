@@ -51,6 +51,15 @@ TEST(Bench, TransportStreamsBetweenTwoProcessesInMegabytesPerSecond) {
   EXPECT_GT(lines[0].at("MBps").get<double>(), 0);
 }
 
+TEST(Bench, ActorRoundTripReportsMedianAndTailOverManySamples) {
+  auto lines = bench("rtt --bytes 8");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].at("bench"), "rtt");
+  EXPECT_GE(lines[0].at("samples").get<int64_t>(), 50);
+  EXPECT_GT(lines[0].at("median_us").get<double>(), 0);
+  EXPECT_GE(lines[0].at("p99_us").get<double>(), lines[0].at("median_us").get<double>());
+}
+
 TEST(Bench, UnknownKindIsRefused) {
   auto r = testing::run_command(std::string(TROUPE_BINARY) + " bench alltoall");
   EXPECT_NE(r.exit_code, 0);

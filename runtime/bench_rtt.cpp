@@ -1,0 +1,82 @@
+#include "runtime/bench_rtt.hpp"
+
+#include <caf/all.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "actors/comm_agent.hpp"
+#include "actors/protocol/comm.hpp"
+
+namespace troupe {
+namespace {
+
+using ping_atom = caf::atom_constant<caf::atom("ping")>;
+using pong_atom = caf::atom_constant<caf::atom("pong")>;
+using Clock = std::chrono::steady_clock;
+constexpr auto answer_timeout = std::chrono::seconds(10);
+
+caf::behavior echo(caf::event_based_actor* self, caf::actor agent) {
+  return {[=](ping_atom, int64_t from, uint64_t sequence, const std::string& pad) {
+    self->send(agent, remote_send{from, "pinger", 0, caf::make_message(pong_atom::value, sequence, pad)});
+  }};
+}
+
+Status register_as(caf::scoped_actor& self, const caf::actor& agent, const std::string& role, caf::actor actor) {
+  Status result = make_error("the comm agent did not answer the registration");
+  self->request(agent, answer_timeout, register_actor{role, 0, std::move(actor)})
+      .receive([&](collective_done&) { result = {}; }, [&](caf::error&) {});
+  return result;
+}
+
+Result<RoundTrips> ping(caf::scoped_actor& self, const caf::actor& agent, int64_t payload_bytes, double seconds) {
+  std::string pad(static_cast<std::size_t>(payload_bytes), 'x');
+  std::vector<double> samples;
+  auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  for (uint64_t sequence = 0; Clock::now() < end || samples.size() < 100; ++sequence) {
+    auto start = Clock::now();
+    self->send(agent, remote_send{1, "echo", 0, caf::make_message(ping_atom::value, int64_t{0}, sequence, pad)});
+    bool answered = false;
+    self->receive([&](pong_atom, uint64_t s, const std::string&) { answered = s == sequence; },
+                  caf::after(answer_timeout) >> [] {});
+    if (!answered) return make_error("rank 1's echo did not answer ping " + std::to_string(sequence));
+    if (sequence >= 50) samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+  }
+  std::sort(samples.begin(), samples.end());
+  return RoundTrips{static_cast<int64_t>(samples.size()), samples[samples.size() / 2],
+                    samples[std::min(samples.size() - 1, samples.size() * 99 / 100)]};
+}
+
+}  // namespace
+
+Result<RoundTrips> measure_round_trips(std::shared_ptr<Transport> transport, int64_t payload_bytes, double seconds) {
+  caf::actor_system_config config;
+  config.set("scheduler.policy", caf::atom("sharing"));
+  config.set("scheduler.max-threads", 2);
+  caf::actor_system system{config};
+  caf::actor agent = spawn_comm_agent(system, transport, nullptr);
+  Result<RoundTrips> result = RoundTrips{};
+  {
+    caf::scoped_actor self{system};
+    caf::actor responder;
+    Status registered;
+    if (transport->rank() == 0) {
+      registered = register_as(self, agent, "pinger", caf::actor{self});
+    } else {
+      responder = system.spawn(echo, agent);
+      registered = register_as(self, agent, "echo", responder);
+    }
+    if (!registered) return registered.error();
+    TROUPE_TRY(transport->barrier_sync());  // both ends registered
+    if (transport->rank() == 0) result = ping(self, agent, payload_bytes, seconds);
+    auto done = transport->barrier_sync();
+    if (result.ok() && !done) result = done.error();
+    if (responder) caf::anon_send_exit(responder, caf::exit_reason::user_shutdown);
+  }
+  caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
+  return result;
+}
+
+}  // namespace troupe
