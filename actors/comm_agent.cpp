@@ -85,6 +85,26 @@ caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> tr
         self->state.transport->all_reduce(r.buffer.data(), r.buffer.count, r.op,
                                           reply(tracer, std::move(label), r.reply_to, r.tag, r.buffer.owner));
       },
+      [=](reduce_scatter_request& r) {
+        Tracer::Scope span(tracer, "comm_agent", "reduce_scatter_request");
+        auto label = fmt::format("reduce_scatter {} B", r.output.count * element_bytes(r.output.type));
+        auto done = reply(tracer, std::move(label), r.reply_to, r.tag, r.input.owner);
+        self->state.transport->reduce_scatter(r.input.data(), r.output.data(), r.output.count, r.output.type, r.op,
+                                              [done, keep = r.output.owner](Status s) { done(s); }, r.comm);
+      },
+      [=](all_gather_request& r) {
+        Tracer::Scope span(tracer, "comm_agent", "all_gather_request");
+        auto label = fmt::format("all_gather {} B", r.input.count * element_bytes(r.input.type));
+        auto done = reply(tracer, std::move(label), r.reply_to, r.tag, r.input.owner);
+        self->state.transport->all_gather(r.input.data(), r.output.data(), r.input.count, r.input.type,
+                                          [done, keep = r.output.owner](Status s) { done(s); }, r.comm);
+      },
+      [=](broadcast_request& r) {
+        Tracer::Scope span(tracer, "comm_agent", "broadcast_request");
+        auto label = fmt::format("broadcast {} B", r.buffer.count * element_bytes(r.buffer.type));
+        self->state.transport->broadcast(r.buffer.data(), r.buffer.count, r.buffer.type, r.root,
+                                         reply(tracer, std::move(label), r.reply_to, r.tag, r.buffer.owner), r.comm);
+      },
       [=](barrier_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "barrier_request");
         self->state.transport->barrier(reply(tracer, "barrier", r.reply_to, r.tag, nullptr));

@@ -15,6 +15,7 @@
 
 #include "memory/host_buffer.hpp"
 #include "transport/collective.hpp"
+#include "transport/transport.hpp"
 
 namespace troupe {
 
@@ -31,6 +32,43 @@ struct all_reduce_request {
   uint64_t tag = 0;
   FloatSpan buffer;
   ReduceOp op = ReduceOp::average;
+  caf::actor reply_to;
+};
+
+/// `count` elements of `type` starting `offset_bytes` into a shared host buffer.
+struct BufferSpan {
+  std::shared_ptr<HostBuffer> owner;
+  std::size_t offset_bytes = 0;
+  std::size_t count = 0;
+  DataType type = DataType::f32;
+  std::byte* data() const { return owner->data() + offset_bytes; }
+};
+
+/// Reduce-scatter on `comm`: `input` holds one block of output.count elements per member.
+struct reduce_scatter_request {
+  uint64_t tag = 0;
+  BufferSpan input;
+  BufferSpan output;
+  ReduceOp op = ReduceOp::sum;
+  CommunicatorId comm = world_communicator;
+  caf::actor reply_to;
+};
+
+/// All-gather on `comm`: every member's input (input.count elements) lands in its block of `output`.
+struct all_gather_request {
+  uint64_t tag = 0;
+  BufferSpan input;
+  BufferSpan output;
+  CommunicatorId comm = world_communicator;
+  caf::actor reply_to;
+};
+
+/// Broadcast on `comm` from the member at position `root`, in place.
+struct broadcast_request {
+  uint64_t tag = 0;
+  BufferSpan buffer;
+  int64_t root = 0;
+  CommunicatorId comm = world_communicator;
   caf::actor reply_to;
 };
 
@@ -87,6 +125,9 @@ struct incoming_frame {
 // Requests hold buffer handles and actor handles: in-process only, never serialized.
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::all_reduce_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::barrier_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::reduce_scatter_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::all_gather_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::broadcast_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::register_actor)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::remote_send)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::incoming_frame)
