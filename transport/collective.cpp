@@ -275,6 +275,93 @@ class Broadcast final : public ChunkedCollective {
   std::vector<bool> received_;
 };
 
+// Recursive doubling. Ranks at or above the largest power of two p fold their data into
+// rank r - p first and receive the result from it last; ranks below p exchange whole
+// buffers with partner r xor 2^k at step k and add. Addition is commutative, so both
+// partners compute the same bits, and so does every rank at the end.
+class RecursiveDoubling final : public Collective {
+ public:
+  RecursiveDoubling(const CollectiveShape& shape, std::byte* data, std::size_t count, DataType type, ReduceOp op)
+      : shape_(shape), data_(data), count_(count), type_(type), op_(op), bytes_(count * element_bytes(type)),
+        scratch_(bytes_) {
+    while (power_ * 2 <= shape.world_size) power_ *= 2;
+  }
+
+  void start(TransferIo& io) override { advance(io); }
+  void on_transfer(TransferIo& io, uint64_t) override {
+    TROUPE_CHECK(pending_ > 0, "transfer completion with nothing pending");
+    if (--pending_ == 0) advance(io);
+  }
+  bool done() const override { return done_; }
+  std::string describe() const override {
+    return fmt::format("all_reduce #{} of {} {} bytes on communicator {}", shape_.id, bytes_, data_type_name(type_),
+                       shape_.communicator);
+  }
+
+ private:
+  // Phases: 0 fold in, 1..log2(p) exchanges, then fold out; `stage_` is the next to post.
+  void advance(TransferIo& io) {
+    while (!done_ && pending_ == 0) {
+      if (reduce_pending_) {
+        kernels::add_into(data_, scratch_.data(), count_, type_);
+        reduce_pending_ = false;
+      }
+      post_stage(io);
+    }
+  }
+
+  void post_stage(TransferIo& io) {
+    int64_t r = shape_.rank, n = shape_.world_size;
+    int64_t exchanges = 0;
+    for (int64_t d = 1; d < power_; d *= 2) ++exchanges;
+    int64_t stage = stage_++;
+    if (n == 1 || count_ == 0) return finish();
+    if (stage == 0) {  // fold in
+      if (r >= power_) send(io, r - power_, stage);
+      else if (r + power_ < n) receive(io, r + power_, stage, true);
+      return;
+    }
+    if (stage <= exchanges) {
+      if (r >= power_) return;  // waits out the exchanges
+      int64_t partner = r ^ (int64_t{1} << (stage - 1));
+      send(io, partner, stage);
+      receive(io, partner, stage, true);
+      return;
+    }
+    if (stage == exchanges + 1) {  // fold out
+      if (op_ == ReduceOp::average) kernels::scale(data_, count_, 1.0f / static_cast<float>(n), type_);
+      if (r >= power_) receive(io, r - power_, stage, false);
+      else if (r + power_ < n) send(io, r + power_, stage);
+      return;
+    }
+    finish();
+  }
+
+  void send(TransferIo& io, int64_t peer, int64_t stage) {
+    ++pending_;
+    io.post_send(peer, data_, bytes_, transfer_tag(shape_, 0, stage, shape_.rank), shape_.key, 0);
+  }
+  void receive(TransferIo& io, int64_t peer, int64_t stage, bool reduce) {
+    ++pending_;
+    reduce_pending_ = reduce;
+    io.post_recv(peer, reduce ? scratch_.data() : data_, bytes_, transfer_tag(shape_, 0, stage, peer), shape_.key, 0);
+  }
+  void finish() { done_ = true; }
+
+  CollectiveShape shape_;
+  std::byte* data_;
+  std::size_t count_;
+  DataType type_;
+  ReduceOp op_;
+  std::size_t bytes_;
+  HostBuffer scratch_;
+  int64_t power_ = 1;
+  int64_t stage_ = 0;
+  int pending_ = 0;
+  bool reduce_pending_ = false;
+  bool done_ = false;
+};
+
 // A collective with nothing to move (a world of one): done as soon as it starts.
 class Immediate final : public Collective {
  public:
@@ -322,6 +409,11 @@ std::unique_ptr<Collective> make_all_reduce(const CollectiveShape& shape, void* 
                                             DataType type, ReduceOp op) {
   return std::make_unique<Ring>(shape, RingPlan{"all_reduce", true, true, 0, true}, bytes_of(data), nullptr, count,
                                 type, op);
+}
+
+std::unique_ptr<Collective> make_all_reduce_small(const CollectiveShape& shape, void* data, std::size_t count,
+                                                  DataType type, ReduceOp op) {
+  return std::make_unique<RecursiveDoubling>(shape, bytes_of(data), count, type, op);
 }
 
 std::unique_ptr<Collective> make_reduce_scatter(const CollectiveShape& shape, const void* input, void* output,

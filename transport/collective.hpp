@@ -43,6 +43,10 @@ constexpr int descriptor_shift = op_shift + op, communicator_shift = descriptor_
 constexpr int point_to_point_shift = communicator_shift + communicator;
 static_assert(point_to_point_shift == 63, "tag fields fill 64 bits");
 constexpr uint64_t descriptor_mask = ((uint64_t{1} << descriptor) - 1) << descriptor_shift;
+/// The bits that name one operation of one communicator (whatever its chunks and steps).
+constexpr uint64_t operation_mask =
+    ((((uint64_t{1} << (communicator + descriptor + op)) - 1) << op_shift) & ~descriptor_mask) |
+    (uint64_t{1} << point_to_point_shift);
 }  // namespace tag_bits
 
 constexpr int64_t world_size_max = int64_t{1} << tag_bits::sender;  ///< ranks per communicator
@@ -86,6 +90,14 @@ class Collective {
 /// Ring all-reduce (reduce-scatter, then all-gather) of `count` elements in place.
 std::unique_ptr<Collective> make_all_reduce(const CollectiveShape& shape, void* data, std::size_t count,
                                             DataType type, ReduceOp op);
+/// Recursive-doubling all-reduce in place: log2(n) exchanges of the whole buffer (plus
+/// two for ranks beyond the largest power of two), for buffers small enough that the
+/// number of steps, not bandwidth, decides the time. Every rank ends with identical bits.
+std::unique_ptr<Collective> make_all_reduce_small(const CollectiveShape& shape, void* data, std::size_t count,
+                                                  DataType type, ReduceOp op);
+/// Below this size all-reduce uses recursive doubling, above it the ring.
+constexpr std::size_t small_all_reduce_bytes = 64 << 10;
+
 /// Ring reduce-scatter: `input` holds world_size blocks of `count` elements; block r,
 /// reduced over all ranks, lands in `output` of rank r. `input` is left unchanged unless
 /// `output` aliases this rank's own block (the in-place form).

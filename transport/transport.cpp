@@ -24,6 +24,7 @@
 namespace troupe {
 namespace {
 using Clock = std::chrono::steady_clock;
+constexpr auto mismatch_probe_period = std::chrono::milliseconds(50);
 constexpr std::size_t early_messages_max = 4096;  // actor messages kept until a handler is set
 constexpr int busy_wait_ms = 1;           // longest sleep while operations are in flight
 constexpr int idle_wait_ms = 100;         // longest sleep between deadline checks
@@ -44,7 +45,13 @@ class Transport::Impl final : public TransferIo {
   void submit(std::function<void()> command);
 
   void issue(uint64_t key, std::unique_ptr<Collective> collective, Completion done,
-             std::vector<float> owned = {}, CommunicatorId comm = world_communicator);
+             std::vector<float> owned = {}, CommunicatorId comm = world_communicator, uint64_t tag = 0);
+  /// Issues a collective made for `shape` (its tag lets a mismatched peer be recognised).
+  void issue(const CollectiveShape& shape, std::unique_ptr<Collective> collective, Completion done,
+             std::vector<float> owned = {}) {
+    issue(shape.key, std::move(collective), std::move(done), std::move(owned), shape.communicator,
+          transfer_tag(shape, 0, 0, 0));
+  }
   void abort_now(const std::string& reason);
   /// Set when all-reduce runs in two levels: this rank's host and cross-host communicators.
   struct TwoLevel {
@@ -123,6 +130,8 @@ class Transport::Impl final : public TransferIo {
     Clock::time_point deadline;
     std::vector<float> owned;  // buffers the transport itself provides (barrier)
     CommunicatorId communicator = world_communicator;
+    uint64_t tag = 0;          // of its first transfer: names the operation and the call
+    Clock::time_point started = Clock::now();
   };
   struct PeerSlot {
     Impl* self;
@@ -162,6 +171,8 @@ class Transport::Impl final : public TransferIo {
   void close_endpoints();
   std::string waiting_on(uint64_t op) const;
   Status plan_topology(const std::vector<std::string>& hosts);
+  void check_mismatches();
+  Clock::time_point last_probe_ = Clock::now();
   std::string transfer_failure(const Transfer& t, const std::string& what) const;
 
   TransportOptions options_;
@@ -287,19 +298,16 @@ void Transport::Impl::issue_two_level_all_reduce(void* data, std::size_t count, 
   auto segment = ring::segment(count, scatter->world_size, scatter->rank);
   auto* mine = static_cast<std::byte*>(data) + segment.begin * element_bytes(type);
   float average = op == ReduceOp::average ? 1.0f / static_cast<float>(options_.world_size) : 0.0f;
-  CommunicatorId local = two_level_->local, cross = two_level_->cross;
   Completion after_across = [=, gather = *gather](Status s) mutable {
     if (!s) return done(s);
     if (average != 0.0f) kernels::scale(mine, segment.count, average, type);  // identical bits on every host
-    issue(gather.key, make_all_gather_segments(gather, data, count, type), std::move(done), {}, local);
+    issue(gather, make_all_gather_segments(gather, data, count, type), std::move(done));
   };
   Completion after_scatter = [=, across = *across](Status s) mutable {
     if (!s) return after_across(s);
-    issue(across.key, make_all_reduce(across, mine, segment.count, type, ReduceOp::sum), std::move(after_across), {},
-          cross);
+    issue(across, make_all_reduce(across, mine, segment.count, type, ReduceOp::sum), std::move(after_across));
   };
-  issue(scatter->key, make_reduce_scatter_segments(*scatter, data, count, type, ReduceOp::sum),
-        std::move(after_scatter), {}, local);
+  issue(*scatter, make_reduce_scatter_segments(*scatter, data, count, type, ReduceOp::sum), std::move(after_scatter));
 }
 
 void Transport::Impl::stop() {
@@ -382,7 +390,7 @@ void Transport::Impl::run() {
 }
 
 void Transport::Impl::issue(uint64_t id, std::unique_ptr<Collective> collective, Completion done,
-                            std::vector<float> owned, CommunicatorId comm) {
+                            std::vector<float> owned, CommunicatorId comm, uint64_t tag) {
   if (failed_) {
     done(*failed_);
     return;
@@ -390,7 +398,7 @@ void Transport::Impl::issue(uint64_t id, std::unique_ptr<Collective> collective,
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(options_.collective_timeout_s));
   auto& op = operations_[id];
-  op = Operation{std::move(collective), std::move(done), deadline, std::move(owned), comm};
+  op = Operation{std::move(collective), std::move(done), deadline, std::move(owned), comm, tag, Clock::now()};
   op.collective->start(*this);
   if (op.collective->done()) complete(id, {});
 }
@@ -583,7 +591,31 @@ std::string Transport::Impl::waiting_on(uint64_t op) const {
   return peers.empty() ? "its sends to finish" : "rank(s) " + peers;
 }
 
+// A peer that issued another call under this operation's number sends transfers whose
+// tags differ in their step or chunk as well as their descriptor; they never match a
+// receive and wait in UCX's unexpected queue. Probing that queue for the operation's
+// number, any chunk and step, finds them.
+void Transport::Impl::check_mismatches() {
+  auto now = Clock::now();
+  if (now - last_probe_ < mismatch_probe_period) return;
+  last_probe_ = now;
+  for (auto& [key, op] : operations_) {
+    if (op.tag == 0 || now - op.started < mismatch_probe_period) continue;
+    ucp_tag_recv_info_t info{};
+    if (ucp_tag_probe_nb(worker_->worker(), op.tag, tag_bits::operation_mask, 0, &info) == nullptr) continue;
+    if ((info.sender_tag & tag_bits::descriptor_mask) == (op.tag & tag_bits::descriptor_mask)) continue;
+    int64_t sender = static_cast<int64_t>(info.sender_tag & ((uint64_t{1} << tag_bits::sender) - 1));
+    int64_t from = world_rank_of(key, sender);
+    fail_all(make_error(fmt::format("rank {} issued another call where this rank issued {}: every rank must "
+                                    "issue the same collectives in the same order",
+                                    from, op.collective->describe())),
+             Notify::peers);
+    return;
+  }
+}
+
 void Transport::Impl::check_deadlines() {
+  check_mismatches();
   auto now = Clock::now();
   for (auto& [id, op] : operations_) {
     if (now < op.deadline) continue;
@@ -655,11 +687,14 @@ int64_t Transport::world_size() const {
 void Transport::all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Completion done,
                            CommunicatorId comm) {
   impl_->submit([impl = impl_.get(), data, count, type, op, comm, done = std::move(done)]() mutable {
-    if (comm == world_communicator && impl->two_level_)
+    bool small = count * element_bytes(type) <= small_all_reduce_bytes;
+    if (!small && comm == world_communicator && impl->two_level_)
       return impl->issue_two_level_all_reduce(data, count, type, op, std::move(done));
     auto shape = impl->next_shape(comm, describe_call("all_reduce", type, count, 0, op));
     if (!shape) return done(shape.error());
-    impl->issue(shape->key, make_all_reduce(*shape, data, count, type, op), std::move(done), {}, comm);
+    auto collective = small ? make_all_reduce_small(*shape, data, count, type, op)
+                            : make_all_reduce(*shape, data, count, type, op);
+    impl->issue(*shape, std::move(collective), std::move(done));
   });
 }
 
@@ -668,7 +703,7 @@ void Transport::reduce_scatter(const void* input, void* output, std::size_t coun
   impl_->submit([impl = impl_.get(), input, output, count, type, op, comm, done = std::move(done)]() mutable {
     auto shape = impl->next_shape(comm, describe_call("reduce_scatter", type, count, 0, op));
     if (!shape) return done(shape.error());
-    impl->issue(shape->key, make_reduce_scatter(*shape, input, output, count, type, op), std::move(done), {}, comm);
+    impl->issue(*shape, make_reduce_scatter(*shape, input, output, count, type, op), std::move(done));
   });
 }
 
@@ -680,7 +715,7 @@ void Transport::all_gather(const void* input, void* output, std::size_t count, D
     std::size_t bytes = count * element_bytes(type);
     auto* own = static_cast<std::byte*>(output) + static_cast<std::size_t>(shape->rank) * bytes;
     if (input != own) std::memmove(own, input, bytes);  // out of place: start from this rank's block
-    impl->issue(shape->key, make_all_gather(*shape, output, count, type), std::move(done), {}, comm);
+    impl->issue(*shape, make_all_gather(*shape, output, count, type), std::move(done));
   });
 }
 
@@ -692,8 +727,7 @@ void Transport::broadcast(void* data, std::size_t count, DataType type, int64_t 
     if (root < 0 || root >= shape->world_size)
       return done(make_error(fmt::format("broadcast from position {} of communicator {}: the root must be 0-{}",
                                          root, comm, shape->world_size - 1)));
-    impl->issue(shape->key, make_broadcast(*shape, data, count * element_bytes(type), root), std::move(done), {},
-                comm);
+    impl->issue(*shape, make_broadcast(*shape, data, count * element_bytes(type), root), std::move(done));
   });
 }
 
@@ -715,14 +749,14 @@ void Transport::recv(void* data, std::size_t bytes, int64_t peer, Completion don
 
 void Transport::barrier(Completion done, CommunicatorId comm) {
   impl_->submit([impl = impl_.get(), comm, done = std::move(done)]() mutable {
-    // An all-reduce whose every segment is non-empty cannot finish on any rank
-    // before every rank has contributed: that is a barrier. The collective is made
+    // An all-reduce cannot finish on any rank before every rank has contributed: that
+    // is a barrier. The collective is made
     // before `word` moves into the operation that keeps it alive.
     auto probe = impl->next_shape(comm, describe_call("barrier", DataType::f32, 0, 0, ReduceOp::sum));
     if (!probe) return done(probe.error());
     std::vector<float> word(static_cast<std::size_t>(probe->world_size), 0.0f);
-    auto collective = make_all_reduce(*probe, word.data(), word.size(), ReduceOp::sum);
-    impl->issue(probe->key, std::move(collective), std::move(done), std::move(word), comm);
+    auto collective = make_all_reduce_small(*probe, word.data(), word.size(), DataType::f32, ReduceOp::sum);
+    impl->issue(*probe, std::move(collective), std::move(done), std::move(word));
   });
 }
 

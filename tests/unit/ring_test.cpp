@@ -183,6 +183,34 @@ TEST_P(Collectives, AllReduceMatchesANaiveSumForRandomSizes) {
   }
 }
 
+TEST_P(Collectives, RecursiveDoublingMatchesANaiveSumOnEveryWorldSize) {
+  DataType type = GetParam();
+  for (int64_t world = 1; world <= 8; ++world) {
+    for (std::size_t count : {0u, 1u, 7u, 100u}) {
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::average}) {
+        Cluster c;
+        std::vector<std::vector<uint8_t>> data(world);
+        for (int64_t r = 0; r < world; ++r) {
+          std::vector<float> v(count);
+          for (std::size_t i = 0; i < count; ++i) v[i] = value_of(r, i);
+          data[r] = encode(v, type);
+          c.ios.push_back(std::make_unique<FakeNetwork::Io>(c.net, r));
+          c.ops.push_back(make_all_reduce_small(shape_of(r, world, 16, 3), data[r].data(), count, type, op));
+        }
+        run_to_completion(c.ops, c.net, c.ios);
+        for (int64_t r = 0; r < world; ++r) {
+          EXPECT_EQ(data[r], data[0]) << "every rank holds the same bits, world " << world;
+          for (std::size_t i = 0; i < count && op == ReduceOp::sum; ++i) {
+            float expected = 0;
+            for (int64_t q = 0; q < world; ++q) expected += value_of(q, i);
+            ASSERT_EQ(decode(data[r], i, type), expected) << "world " << world << " rank " << r << " element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_P(Collectives, ReduceScatterOutOfPlaceLeavesTheInputAndMatchesANaiveSum) {
   DataType type = GetParam();
   for (int64_t world : {1, 2, 3, 4}) {
