@@ -26,7 +26,8 @@ using CommAgent = caf::stateful_actor<CommAgentState>;
 void deliver(CommAgent* self, const std::string& role, int64_t index, caf::message message, int64_t from) {
   auto it = self->state.registry.find({role, index});
   if (it == self->state.registry.end())
-    return spdlog::warn("comm_agent: dropped a message from rank {} for {}[{}]: no such actor here", from, role, index);
+    return spdlog::warn("comm_agent: dropped a message from rank {} for {}[{}]: no such actor here", from,
+                        role, index);
   caf::anon_send(it->second, std::move(message));
 }
 
@@ -48,13 +49,15 @@ void route_out(CommAgent* self, remote_send& r) {
   auto bytes = pack_envelope(self->system(), Envelope{r.role, r.index, r.message});
   if (!bytes) return spdlog::warn("comm_agent: {}", bytes.error().message);
   s.transport->post_message(r.rank, std::move(*bytes), [rank = r.rank, role = r.role](Status status) {
-    if (!status) spdlog::warn("comm_agent: message for {} on rank {} not sent: {}", role, rank, status.error().message);
+    if (!status)
+      spdlog::warn("comm_agent: message for {} on rank {} not sent: {}", role, rank, status.error().message);
   });
 }
 
 void route_in(CommAgent* self, incoming_frame& f) {
   auto envelope = unpack_envelope(self->system(), f.bytes);
-  if (!envelope) return spdlog::warn("comm_agent: dropped a message from rank {}: {}", f.from, envelope.error().message);
+  if (!envelope)
+    return spdlog::warn("comm_agent: dropped a message from rank {}: {}", f.from, envelope.error().message);
   deliver(self, envelope->role, envelope->index, std::move(envelope->message), f.from);
 }
 
@@ -64,7 +67,8 @@ caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> tr
   // The transport's thread hands frames over; a weak handle, so the agent can still end.
   auto weak = caf::actor_cast<caf::weak_actor_ptr>(self);
   self->state.transport->on_message([weak](int64_t from, std::vector<uint8_t> bytes) {
-    if (auto strong = weak.lock()) caf::anon_send(caf::actor_cast<caf::actor>(strong), incoming_frame{from, std::move(bytes)});
+    if (auto strong = weak.lock())
+      caf::anon_send(caf::actor_cast<caf::actor>(strong), incoming_frame{from, std::move(bytes)});
   });
   return {
       [=](register_actor& r) {
@@ -89,21 +93,24 @@ caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> tr
         Tracer::Scope span(tracer, "comm_agent", "reduce_scatter_request");
         auto label = fmt::format("reduce_scatter {} B", r.output.count * element_bytes(r.output.type));
         auto done = reply(tracer, std::move(label), r.reply_to, r.tag, r.input.owner);
-        self->state.transport->reduce_scatter(r.input.data(), r.output.data(), r.output.count, r.output.type, r.op,
-                                              [done, keep = r.output.owner](Status s) { done(s); }, r.comm);
+        self->state.transport->reduce_scatter(
+            r.input.data(), r.output.data(), r.output.count, r.output.type, r.op,
+            [done, keep = r.output.owner](Status s) { done(s); }, r.comm);
       },
       [=](all_gather_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "all_gather_request");
         auto label = fmt::format("all_gather {} B", r.input.count * element_bytes(r.input.type));
         auto done = reply(tracer, std::move(label), r.reply_to, r.tag, r.input.owner);
-        self->state.transport->all_gather(r.input.data(), r.output.data(), r.input.count, r.input.type,
-                                          [done, keep = r.output.owner](Status s) { done(s); }, r.comm);
+        self->state.transport->all_gather(
+            r.input.data(), r.output.data(), r.input.count, r.input.type,
+            [done, keep = r.output.owner](Status s) { done(s); }, r.comm);
       },
       [=](broadcast_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "broadcast_request");
         auto label = fmt::format("broadcast {} B", r.buffer.count * element_bytes(r.buffer.type));
         self->state.transport->broadcast(r.buffer.data(), r.buffer.count, r.buffer.type, r.root,
-                                         reply(tracer, std::move(label), r.reply_to, r.tag, r.buffer.owner), r.comm);
+                                         reply(tracer, std::move(label), r.reply_to, r.tag, r.buffer.owner),
+                                         r.comm);
       },
       [=](barrier_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "barrier_request");

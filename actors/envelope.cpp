@@ -14,7 +14,8 @@ Result<std::vector<uint8_t>> pack_envelope(caf::actor_system& system, const Enve
   std::vector<char> body;
   caf::binary_serializer sink{system, body};
   caf::message message = e.message;
-  if (auto error = sink(message)) return make_error("cannot serialize the message for " + e.role + ": " + system.render(error));
+  if (auto error = sink(message))
+    return make_error("cannot serialize the message for " + e.role + ": " + system.render(error));
   std::vector<uint8_t> out(sizeof(uint32_t) + e.role.size() + sizeof(int64_t) + body.size());
   auto length = static_cast<uint32_t>(e.role.size());
   uint8_t* p = out.data();
@@ -42,7 +43,8 @@ Result<Envelope> unpack_envelope(caf::actor_system& system, const std::vector<ui
   p += sizeof e.index;
   std::size_t rest = bytes.size() - static_cast<std::size_t>(p - bytes.data());
   caf::binary_deserializer source{system, reinterpret_cast<const char*>(p), rest};
-  if (auto error = source(e.message)) return make_error("cannot deserialize a message for " + e.role + ": " + system.render(error));
+  if (auto error = source(e.message))
+    return make_error("cannot deserialize a message for " + e.role + ": " + system.render(error));
   return e;
 }
 

@@ -25,7 +25,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 std::vector<int64_t> default_sizes() {
   std::vector<int64_t> sizes;
@@ -103,15 +105,18 @@ Result<Measured> time_collective(Transport& t, const std::string& kind, HostBuff
 }
 
 // Rank 0 streams `iterations` messages to rank 1 with `window` in flight; rank 1 acknowledges the last.
-Result<Measured> time_transport(Transport& t, HostBuffer& buffer, int64_t bytes, int64_t iterations, int64_t window) {
+Result<Measured> time_transport(Transport& t, HostBuffer& buffer, int64_t bytes, int64_t iterations,
+                                int64_t window) {
   TROUPE_TRY(t.barrier_sync());
   auto start = Clock::now();
   Completions completions;
   bool sender = t.rank() == 0;
   for (int64_t i = 0; i < iterations; ++i) {
     TROUPE_TRY(completions.wait_until(i, window - 1));
-    if (sender) t.send(buffer.data(), static_cast<std::size_t>(bytes), 1, completions.make());
-    else t.recv(buffer.data(), static_cast<std::size_t>(bytes), 0, completions.make());
+    if (sender)
+      t.send(buffer.data(), static_cast<std::size_t>(bytes), 1, completions.make());
+    else
+      t.recv(buffer.data(), static_cast<std::size_t>(bytes), 0, completions.make());
   }
   TROUPE_TRY(completions.wait_until(iterations, 0));
   uint8_t ack = 0;
@@ -147,7 +152,8 @@ void report(const BenchOptions& o, int64_t ranks, int64_t bytes, const Measured&
   std::fflush(stdout);
 }
 
-Result<Measured> measure(Transport& t, const BenchOptions& o, HostBuffer& buffer, int64_t bytes, int64_t iterations) {
+Result<Measured> measure(Transport& t, const BenchOptions& o, HostBuffer& buffer, int64_t bytes,
+                         int64_t iterations) {
   if (o.kind == "transport") return time_transport(t, buffer, bytes, iterations, o.window);
   return time_collective(t, o.kind, buffer, bytes, iterations);
 }
@@ -165,7 +171,8 @@ Status bench_size(Transport& t, const BenchOptions& o, int64_t requested) {
   HostBuffer buffer(static_cast<std::size_t>(bytes));
   auto warm = measure(t, o, buffer, bytes, 3);
   if (!warm) return warm.error();
-  float iterations = static_cast<float>(std::clamp<double>(o.seconds_per_size / std::max(warm->seconds, 1e-7), 5, 20000));
+  float iterations =
+      static_cast<float>(std::clamp<double>(o.seconds_per_size / std::max(warm->seconds, 1e-7), 5, 20000));
   TROUPE_TRY(t.broadcast_sync(&iterations, 1, 0));
   auto m = measure(t, o, buffer, bytes, static_cast<int64_t>(iterations));
   if (!m) return m.error();
@@ -177,15 +184,22 @@ int round_trips(std::shared_ptr<Transport> transport, const BenchOptions& o) {
   for (int64_t bytes : o.bytes.empty() ? std::vector<int64_t>{8} : o.bytes) {
     auto r = measure_round_trips(transport, bytes, o.seconds_per_size);
     if (!r) {
-      std::fprintf(stderr, "troupe: bench rtt of %lld bytes: %s\n", static_cast<long long>(bytes), r.error().message.c_str());
+      std::fprintf(stderr, "troupe: bench rtt of %lld bytes: %s\n", static_cast<long long>(bytes),
+                   r.error().message.c_str());
       return 1;
     }
     if (transport->rank() != 0) continue;
-    nlohmann::ordered_json line{{"bench", "rtt"}, {"ranks", 2}, {"bytes", bytes}, {"samples", r->samples},
-                                {"median_us", r->median_us}, {"p99_us", r->p99_us}};
-    if (o.json) std::printf("%s\n", line.dump().c_str());
-    else std::printf("rtt  %8lld B  median %8.2f us  p99 %8.2f us  (%lld round trips)\n", static_cast<long long>(bytes),
-                     r->median_us, r->p99_us, static_cast<long long>(r->samples));
+    nlohmann::ordered_json line{{"bench", "rtt"},
+                                {"ranks", 2},
+                                {"bytes", bytes},
+                                {"samples", r->samples},
+                                {"median_us", r->median_us},
+                                {"p99_us", r->p99_us}};
+    if (o.json)
+      std::printf("%s\n", line.dump().c_str());
+    else
+      std::printf("rtt  %8lld B  median %8.2f us  p99 %8.2f us  (%lld round trips)\n",
+                  static_cast<long long>(bytes), r->median_us, r->p99_us, static_cast<long long>(r->samples));
     std::fflush(stdout);
   }
   return 0;
@@ -194,7 +208,8 @@ int round_trips(std::shared_ptr<Transport> transport, const BenchOptions& o) {
 }  // namespace
 
 const std::vector<std::string>& bench_kinds() {
-  static const std::vector<std::string> kinds = {"transport", "allreduce", "reduce_scatter", "allgather", "rtt"};
+  static const std::vector<std::string> kinds = {"transport", "allreduce", "reduce_scatter", "allgather",
+                                                 "rtt"};
   return kinds;
 }
 
@@ -207,8 +222,13 @@ int run_bench(const BenchOptions& o, const std::string& troupe_program) {
   }
   LaunchOptions launch;
   launch.ranks = ranks;
-  launch.argv = {troupe_program, "bench-rank", o.kind, "--seconds", fmt::format("{}", o.seconds_per_size),
-                 "--window", std::to_string(o.window)};
+  launch.argv = {troupe_program,
+                 "bench-rank",
+                 o.kind,
+                 "--seconds",
+                 fmt::format("{}", o.seconds_per_size),
+                 "--window",
+                 std::to_string(o.window)};
   for (int64_t b : o.bytes) launch.argv.insert(launch.argv.end(), {"--bytes", std::to_string(b)});
   if (o.json) launch.argv.push_back("--json");
   launch.prefix_stdout = false;  // only rank 0 prints results: keep its lines machine-readable
@@ -242,8 +262,8 @@ int run_bench_rank(const BenchOptions& o) {
   for (int64_t bytes : o.bytes.empty() ? default_sizes() : o.bytes) {
     auto done = bench_size(**transport, o, bytes);
     if (!done) {
-      std::fprintf(stderr, "troupe: bench %s of %lld bytes: %s\n", o.kind.c_str(), static_cast<long long>(bytes),
-                   done.error().message.c_str());
+      std::fprintf(stderr, "troupe: bench %s of %lld bytes: %s\n", o.kind.c_str(),
+                   static_cast<long long>(bytes), done.error().message.c_str());
       return 1;
     }
   }

@@ -16,12 +16,12 @@
 namespace troupe {
 
 struct BenchOptions {
-  std::string kind;              ///< transport | allreduce | reduce_scatter | allgather | rtt
-  std::vector<int64_t> bytes;    ///< sizes to measure; empty = 1 KiB to 256 MiB, ×4
+  std::string kind;            ///< transport | allreduce | reduce_scatter | allgather | rtt
+  std::vector<int64_t> bytes;  ///< sizes to measure; empty = 1 KiB to 256 MiB, ×4
   int64_t ranks = 2;
   bool json = false;
-  double seconds_per_size = 0.5; ///< measuring time aimed at for each size, after warm-up
-  int64_t window = 16;           ///< transport: messages in flight
+  double seconds_per_size = 0.5;  ///< measuring time aimed at for each size, after warm-up
+  int64_t window = 16;            ///< transport: messages in flight
 };
 
 /// The kinds of benchmark, for the command line.

@@ -24,25 +24,30 @@ caf::behavior echo(caf::event_based_actor* self, caf::actor agent) {
   }};
 }
 
-Status register_as(caf::scoped_actor& self, const caf::actor& agent, const std::string& role, caf::actor actor) {
+Status register_as(caf::scoped_actor& self, const caf::actor& agent, const std::string& role,
+                   caf::actor actor) {
   Status result = make_error("the comm agent did not answer the registration");
   self->request(agent, answer_timeout, register_actor{role, 0, std::move(actor)})
       .receive([&](collective_done&) { result = {}; }, [&](caf::error&) {});
   return result;
 }
 
-Result<RoundTrips> ping(caf::scoped_actor& self, const caf::actor& agent, int64_t payload_bytes, double seconds) {
+Result<RoundTrips> ping(caf::scoped_actor& self, const caf::actor& agent, int64_t payload_bytes,
+                        double seconds) {
   std::string pad(static_cast<std::size_t>(payload_bytes), 'x');
   std::vector<double> samples;
-  auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  auto end =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   for (uint64_t sequence = 0; Clock::now() < end || samples.size() < 100; ++sequence) {
     auto start = Clock::now();
-    self->send(agent, remote_send{1, "echo", 0, caf::make_message(ping_atom::value, int64_t{0}, sequence, pad)});
+    self->send(agent,
+               remote_send{1, "echo", 0, caf::make_message(ping_atom::value, int64_t{0}, sequence, pad)});
     bool answered = false;
     self->receive([&](pong_atom, uint64_t s, const std::string&) { answered = s == sequence; },
                   caf::after(answer_timeout) >> [] {});
     if (!answered) return make_error("rank 1's echo did not answer ping " + std::to_string(sequence));
-    if (sequence >= 50) samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+    if (sequence >= 50)
+      samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
   }
   std::sort(samples.begin(), samples.end());
   return RoundTrips{static_cast<int64_t>(samples.size()), samples[samples.size() / 2],
@@ -51,7 +56,8 @@ Result<RoundTrips> ping(caf::scoped_actor& self, const caf::actor& agent, int64_
 
 }  // namespace
 
-Result<RoundTrips> measure_round_trips(std::shared_ptr<Transport> transport, int64_t payload_bytes, double seconds) {
+Result<RoundTrips> measure_round_trips(std::shared_ptr<Transport> transport, int64_t payload_bytes,
+                                       double seconds) {
   caf::actor_system_config config;
   config.set("scheduler.policy", caf::atom("sharing"));
   config.set("scheduler.max-threads", 2);

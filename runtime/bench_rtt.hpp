@@ -18,6 +18,7 @@ struct RoundTrips {
 };
 
 /// Runs on both ranks; rank 0 returns the figures, rank 1 an empty RoundTrips.
-Result<RoundTrips> measure_round_trips(std::shared_ptr<Transport> transport, int64_t payload_bytes, double seconds);
+Result<RoundTrips> measure_round_trips(std::shared_ptr<Transport> transport, int64_t payload_bytes,
+                                       double seconds);
 
 }  // namespace troupe

@@ -282,7 +282,8 @@ Status try_join(UcxWorker& worker, const TransportOptions& o, const sockaddr_in&
   ucs_status_t s = ucp_ep_create(worker.worker(), &p, &ep);
   if (s != UCS_OK) return ucx_error("connecting to the coordinator", s);
 
-  auto hello = wire::encode_hello(wire::Hello{o.rank, o.world_size, o.token, worker.address(), host_identity(o)});
+  auto hello =
+      wire::encode_hello(wire::Hello{o.rank, o.world_size, o.token, worker.address(), host_identity(o)});
   Status sent = send_frame(worker, ep, hello, true);
   while (sent.ok() && !j.table && !j.refusal && !j.failure && Clock::now() < deadline) {
     worker.progress();

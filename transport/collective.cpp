@@ -19,8 +19,8 @@ uint64_t transfer_tag(const CollectiveShape& s, uint64_t chunk, int64_t step, in
                "transfer tag field overflow");
   auto field = [](uint64_t v, int bits) { return v & ((uint64_t{1} << bits) - 1); };
   return field(s.communicator, communicator) << communicator_shift |
-         field(s.descriptor, descriptor) << descriptor_shift | field(s.id, op) << op_shift | chunk << chunk_shift |
-         static_cast<uint64_t>(step) << step_shift | static_cast<uint64_t>(sender);
+         field(s.descriptor, descriptor) << descriptor_shift | field(s.id, op) << op_shift |
+         chunk << chunk_shift | static_cast<uint64_t>(step) << step_shift | static_cast<uint64_t>(sender);
 }
 
 uint64_t point_to_point_tag(uint64_t sequence, int64_t sender) {
@@ -105,10 +105,10 @@ class ChunkedCollective : public Collective {
 // Which ring phases a collective runs, and whose segment each rank ends up owning.
 struct RingPlan {
   const char* kind;
-  bool reduce;     // reduce-scatter phase
-  bool gather;     // all-gather phase
-  int64_t shift;   // rank r acts as ring position r + shift; -1 makes rank r own segment r
-  bool in_place;   // partial sums live in the buffer (all-reduce) or in carry buffers
+  bool reduce;    // reduce-scatter phase
+  bool gather;    // all-gather phase
+  int64_t shift;  // rank r acts as ring position r + shift; -1 makes rank r own segment r
+  bool in_place;  // partial sums live in the buffer (all-reduce) or in carry buffers
 };
 
 // The ring collectives: all-reduce, reduce-scatter and all-gather (ring.hpp).
@@ -117,10 +117,16 @@ class Ring final : public ChunkedCollective {
   Ring(const CollectiveShape& shape, RingPlan plan, std::byte* buffer, std::byte* output, std::size_t total,
        DataType type, ReduceOp op)
       : ChunkedCollective(shape, chunk_count(shape, total, type)),
-        plan_(plan), buffer_(buffer), output_(output), total_(total), type_(type), op_(op),
+        plan_(plan),
+        buffer_(buffer),
+        output_(output),
+        total_(total),
+        type_(type),
+        op_(op),
         element_(element_bytes(type)),
         chunk_elems_(chunk_elems_for(shape, ring::segment(total, shape.world_size, 0).count, element_)),
-        steps_(chunk_count(shape, total, type), 0), slot_of_(steps_.size(), 0) {
+        steps_(chunk_count(shape, total, type), 0),
+        slot_of_(steps_.size(), 0) {
     std::size_t slots = std::min(shape.chunks_in_flight, steps_.size());
     bool carries = plan.reduce && !plan.in_place;
     for (std::size_t i = 0; i < slots; ++i) {
@@ -206,7 +212,8 @@ class Ring final : public ChunkedCollective {
     }
     kernels::add_into(into, scratch(chunk), recv.count, type_);
     // The owner scales its finished segment once, so every rank receives identical bits.
-    if (last && op_ == ReduceOp::average) kernels::scale(into, recv.count, 1.0f / static_cast<float>(n), type_);
+    if (last && op_ == ReduceOp::average)
+      kernels::scale(into, recv.count, 1.0f / static_cast<float>(n), type_);
   }
 
   RingPlan plan_;
@@ -226,9 +233,13 @@ class Ring final : public ChunkedCollective {
 
 class Broadcast final : public ChunkedCollective {
  public:
-  Broadcast(const CollectiveShape& shape, std::byte* data, std::size_t bytes, int64_t root, std::size_t chunk_bytes)
+  Broadcast(const CollectiveShape& shape, std::byte* data, std::size_t bytes, int64_t root,
+            std::size_t chunk_bytes)
       : ChunkedCollective(shape, shape.world_size < 2 ? 0 : (bytes + chunk_bytes - 1) / chunk_bytes),
-        data_(data), bytes_(bytes), root_(root), chunk_bytes_(chunk_bytes),
+        data_(data),
+        bytes_(bytes),
+        root_(root),
+        chunk_bytes_(chunk_bytes),
         received_(shape.world_size < 2 ? 0 : (bytes + chunk_bytes - 1) / chunk_bytes, false) {}
 
   std::string describe() const override {
@@ -281,8 +292,14 @@ class Broadcast final : public ChunkedCollective {
 // partners compute the same bits, and so does every rank at the end.
 class RecursiveDoubling final : public Collective {
  public:
-  RecursiveDoubling(const CollectiveShape& shape, std::byte* data, std::size_t count, DataType type, ReduceOp op)
-      : shape_(shape), data_(data), count_(count), type_(type), op_(op), bytes_(count * element_bytes(type)),
+  RecursiveDoubling(const CollectiveShape& shape, std::byte* data, std::size_t count, DataType type,
+                    ReduceOp op)
+      : shape_(shape),
+        data_(data),
+        count_(count),
+        type_(type),
+        op_(op),
+        bytes_(count * element_bytes(type)),
         scratch_(bytes_) {
     while (power_ * 2 <= shape.world_size) power_ *= 2;
   }
@@ -294,8 +311,8 @@ class RecursiveDoubling final : public Collective {
   }
   bool done() const override { return done_; }
   std::string describe() const override {
-    return fmt::format("all_reduce #{} of {} {} bytes on communicator {}", shape_.id, bytes_, data_type_name(type_),
-                       shape_.communicator);
+    return fmt::format("all_reduce #{} of {} {} bytes on communicator {}", shape_.id, bytes_,
+                       data_type_name(type_), shape_.communicator);
   }
 
  private:
@@ -317,8 +334,10 @@ class RecursiveDoubling final : public Collective {
     int64_t stage = stage_++;
     if (n == 1 || count_ == 0) return finish();
     if (stage == 0) {  // fold in
-      if (r >= power_) send(io, r - power_, stage);
-      else if (r + power_ < n) receive(io, r + power_, stage, true);
+      if (r >= power_)
+        send(io, r - power_, stage);
+      else if (r + power_ < n)
+        receive(io, r + power_, stage, true);
       return;
     }
     if (stage <= exchanges) {
@@ -330,8 +349,10 @@ class RecursiveDoubling final : public Collective {
     }
     if (stage == exchanges + 1) {  // fold out
       if (op_ == ReduceOp::average) kernels::scale(data_, count_, 1.0f / static_cast<float>(n), type_);
-      if (r >= power_) receive(io, r - power_, stage, false);
-      else if (r + power_ < n) send(io, r + power_, stage);
+      if (r >= power_)
+        receive(io, r - power_, stage, false);
+      else if (r + power_ < n)
+        send(io, r + power_, stage);
       return;
     }
     finish();
@@ -344,7 +365,8 @@ class RecursiveDoubling final : public Collective {
   void receive(TransferIo& io, int64_t peer, int64_t stage, bool reduce) {
     ++pending_;
     reduce_pending_ = reduce;
-    io.post_recv(peer, reduce ? scratch_.data() : data_, bytes_, transfer_tag(shape_, 0, stage, peer), shape_.key, 0);
+    io.post_recv(peer, reduce ? scratch_.data() : data_, bytes_, transfer_tag(shape_, 0, stage, peer),
+                 shape_.key, 0);
   }
   void finish() { done_ = true; }
 
@@ -381,14 +403,16 @@ class PointToPoint final : public Collective {
   PointToPoint(uint64_t id, bool receive, int64_t peer, std::byte* data, std::size_t bytes, uint64_t tag)
       : id_(id), receive_(receive), peer_(peer), data_(data), bytes_(bytes), tag_(tag) {}
   void start(TransferIo& io) override {
-    if (receive_) io.post_recv(peer_, data_, bytes_, tag_, id_, 0);
-    else io.post_send(peer_, data_, bytes_, tag_, id_, 0);
+    if (receive_)
+      io.post_recv(peer_, data_, bytes_, tag_, id_, 0);
+    else
+      io.post_send(peer_, data_, bytes_, tag_, id_, 0);
   }
   void on_transfer(TransferIo&, uint64_t) override { done_ = true; }
   bool done() const override { return done_; }
   std::string describe() const override {
-    return fmt::format("{} of {} bytes {} rank {}", receive_ ? "recv" : "send", bytes_, receive_ ? "from" : "to",
-                       peer_);
+    return fmt::format("{} of {} bytes {} rank {}", receive_ ? "recv" : "send", bytes_,
+                       receive_ ? "from" : "to", peer_);
   }
 
  private:
@@ -401,14 +425,16 @@ class PointToPoint final : public Collective {
   bool done_ = false;
 };
 
-std::byte* bytes_of(void* p) { return static_cast<std::byte*>(p); }
+std::byte* bytes_of(void* p) {
+  return static_cast<std::byte*>(p);
+}
 
 }  // namespace
 
 std::unique_ptr<Collective> make_all_reduce(const CollectiveShape& shape, void* data, std::size_t count,
                                             DataType type, ReduceOp op) {
-  return std::make_unique<Ring>(shape, RingPlan{"all_reduce", true, true, 0, true}, bytes_of(data), nullptr, count,
-                                type, op);
+  return std::make_unique<Ring>(shape, RingPlan{"all_reduce", true, true, 0, true}, bytes_of(data), nullptr,
+                                count, type, op);
 }
 
 std::unique_ptr<Collective> make_all_reduce_small(const CollectiveShape& shape, void* data, std::size_t count,
@@ -424,8 +450,9 @@ std::unique_ptr<Collective> make_reduce_scatter(const CollectiveShape& shape, co
   }
   // The ring reads the input and writes only `output`: it never stores through `input`.
   auto* in = const_cast<std::byte*>(static_cast<const std::byte*>(input));
-  return std::make_unique<Ring>(shape, RingPlan{"reduce_scatter", true, false, -1, false}, in, bytes_of(output),
-                                count * static_cast<std::size_t>(shape.world_size), type, op);
+  return std::make_unique<Ring>(shape, RingPlan{"reduce_scatter", true, false, -1, false}, in,
+                                bytes_of(output), count * static_cast<std::size_t>(shape.world_size), type,
+                                op);
 }
 
 std::unique_ptr<Collective> make_all_gather(const CollectiveShape& shape, void* data, std::size_t count,
@@ -433,16 +460,16 @@ std::unique_ptr<Collective> make_all_gather(const CollectiveShape& shape, void* 
   return make_all_gather_segments(shape, data, count * static_cast<std::size_t>(shape.world_size), type);
 }
 
-std::unique_ptr<Collective> make_reduce_scatter_segments(const CollectiveShape& shape, void* data, std::size_t total,
-                                                         DataType type, ReduceOp op) {
-  return std::make_unique<Ring>(shape, RingPlan{"reduce_scatter", true, false, -1, true}, bytes_of(data), nullptr,
-                                total, type, op);
+std::unique_ptr<Collective> make_reduce_scatter_segments(const CollectiveShape& shape, void* data,
+                                                         std::size_t total, DataType type, ReduceOp op) {
+  return std::make_unique<Ring>(shape, RingPlan{"reduce_scatter", true, false, -1, true}, bytes_of(data),
+                                nullptr, total, type, op);
 }
 
-std::unique_ptr<Collective> make_all_gather_segments(const CollectiveShape& shape, void* data, std::size_t total,
-                                                     DataType type) {
-  return std::make_unique<Ring>(shape, RingPlan{"all_gather", false, true, -1, true}, bytes_of(data), nullptr, total,
-                                type, ReduceOp::sum);
+std::unique_ptr<Collective> make_all_gather_segments(const CollectiveShape& shape, void* data,
+                                                     std::size_t total, DataType type) {
+  return std::make_unique<Ring>(shape, RingPlan{"all_gather", false, true, -1, true}, bytes_of(data), nullptr,
+                                total, type, ReduceOp::sum);
 }
 
 std::unique_ptr<Collective> make_send(uint64_t id, int64_t peer, const void* data, std::size_t bytes,
@@ -451,7 +478,8 @@ std::unique_ptr<Collective> make_send(uint64_t id, int64_t peer, const void* dat
   return std::make_unique<PointToPoint>(id, false, peer, d, bytes, tag);
 }
 
-std::unique_ptr<Collective> make_recv(uint64_t id, int64_t peer, void* data, std::size_t bytes, uint64_t tag) {
+std::unique_ptr<Collective> make_recv(uint64_t id, int64_t peer, void* data, std::size_t bytes,
+                                      uint64_t tag) {
   return std::make_unique<PointToPoint>(id, true, peer, bytes_of(data), bytes, tag);
 }
 

@@ -55,12 +55,12 @@ constexpr uint64_t communicators_max = uint64_t{1} << tag_bits::communicator;
 
 /// Everything that identifies one collective on one rank.
 struct CollectiveShape {
-  uint64_t id = 0;           ///< sequence number on its communicator; equal on every rank
-  uint64_t key = 0;          ///< the transport's handle for completions, unique across communicators
+  uint64_t id = 0;   ///< sequence number on its communicator; equal on every rank
+  uint64_t key = 0;  ///< the transport's handle for completions, unique across communicators
   uint64_t communicator = 0;
-  uint64_t descriptor = 0;   ///< hash of kind, type, size and root: equal only for the same call
-  int64_t rank = 0;          ///< position in the communicator
-  int64_t world_size = 1;    ///< size of the communicator
+  uint64_t descriptor = 0;  ///< hash of kind, type, size and root: equal only for the same call
+  int64_t rank = 0;         ///< position in the communicator
+  int64_t world_size = 1;   ///< size of the communicator
   std::size_t chunk_bytes = 256 << 10;
   std::size_t chunks_in_flight = 8;
 };
@@ -110,21 +110,22 @@ std::unique_ptr<Collective> make_all_gather(const CollectiveShape& shape, void* 
 /// Balanced-segment forms, for buffers that do not divide evenly: `total` elements cut
 /// as ring::segment does. Reduce-scatter in place leaves segment r reduced on rank r;
 /// all-gather in place spreads segment r of rank r to every rank.
-std::unique_ptr<Collective> make_reduce_scatter_segments(const CollectiveShape& shape, void* data, std::size_t total,
-                                                         DataType type, ReduceOp op);
-std::unique_ptr<Collective> make_all_gather_segments(const CollectiveShape& shape, void* data, std::size_t total,
-                                                     DataType type);
+std::unique_ptr<Collective> make_reduce_scatter_segments(const CollectiveShape& shape, void* data,
+                                                         std::size_t total, DataType type, ReduceOp op);
+std::unique_ptr<Collective> make_all_gather_segments(const CollectiveShape& shape, void* data,
+                                                     std::size_t total, DataType type);
 /// Pipelined chain broadcast of `bytes` from `root` in place.
 std::unique_ptr<Collective> make_broadcast(const CollectiveShape& shape, void* data, std::size_t bytes,
                                            int64_t root);
 
 /// One point-to-point send or receive of `bytes`, tagged with the pair's sequence number.
-std::unique_ptr<Collective> make_send(uint64_t id, int64_t peer, const void* data, std::size_t bytes, uint64_t tag);
+std::unique_ptr<Collective> make_send(uint64_t id, int64_t peer, const void* data, std::size_t bytes,
+                                      uint64_t tag);
 std::unique_ptr<Collective> make_recv(uint64_t id, int64_t peer, void* data, std::size_t bytes, uint64_t tag);
 
 /// Convenience for fp32 callers.
-inline std::unique_ptr<Collective> make_all_reduce(const CollectiveShape& shape, float* data, std::size_t count,
-                                                   ReduceOp op) {
+inline std::unique_ptr<Collective> make_all_reduce(const CollectiveShape& shape, float* data,
+                                                   std::size_t count, ReduceOp op) {
   return make_all_reduce(shape, data, count, DataType::f32, op);
 }
 

@@ -6,9 +6,12 @@ namespace troupe {
 
 const char* data_type_name(DataType t) {
   switch (t) {
-    case DataType::f32: return "fp32";
-    case DataType::bf16: return "bf16";
-    case DataType::f16: return "fp16";
+    case DataType::f32:
+      return "fp32";
+    case DataType::bf16:
+      return "bf16";
+    case DataType::f16:
+      return "fp16";
   }
   return "?";
 }
@@ -31,7 +34,9 @@ inline float float_of(uint32_t u) {
   return x;
 }
 
-inline float widen_bf16(uint16_t h) { return float_of(static_cast<uint32_t>(h) << 16); }
+inline float widen_bf16(uint16_t h) {
+  return float_of(static_cast<uint32_t>(h) << 16);
+}
 
 inline uint16_t narrow_bf16(float x) {
   uint32_t u = bits_of(x);
@@ -57,9 +62,9 @@ inline uint16_t narrow_f16(float x) {
   uint32_t u = bits_of(x);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t magnitude = u & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);        // NaN
-  if (magnitude >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);       // overflow → inf
-  if (magnitude < 0x38800000u) {                                                     // subnormal or zero
+  if (magnitude > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
+  if (magnitude >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow → inf
+  if (magnitude < 0x38800000u) {                                               // subnormal or zero
     // Scale so the subnormal's integer mantissa sits in the low bits, rounding to even.
     float scaled = float_of(magnitude) * 16777216.0f;  // × 2^24
     uint32_t m = static_cast<uint32_t>(scaled);
@@ -92,25 +97,38 @@ TROUPE_MULTIVERSION void scale_f16(uint16_t* x, std::size_t n, float factor) {
 
 }  // namespace
 
-uint16_t float_to_bf16(float x) { return narrow_bf16(x); }
-float bf16_to_float(uint16_t x) { return widen_bf16(x); }
-uint16_t float_to_f16(float x) { return narrow_f16(x); }
-float f16_to_float(uint16_t x) { return widen_f16(x); }
+uint16_t float_to_bf16(float x) {
+  return narrow_bf16(x);
+}
+float bf16_to_float(uint16_t x) {
+  return widen_bf16(x);
+}
+uint16_t float_to_f16(float x) {
+  return narrow_f16(x);
+}
+float f16_to_float(uint16_t x) {
+  return widen_f16(x);
+}
 
 void add_into(void* dst, const void* src, std::size_t count, DataType type) {
   switch (type) {
-    case DataType::f32: return add_f32(static_cast<float*>(dst), static_cast<const float*>(src), count);
+    case DataType::f32:
+      return add_f32(static_cast<float*>(dst), static_cast<const float*>(src), count);
     case DataType::bf16:
       return add_bf16(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count);
-    case DataType::f16: return add_f16(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count);
+    case DataType::f16:
+      return add_f16(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count);
   }
 }
 
 void scale(void* x, std::size_t count, float factor, DataType type) {
   switch (type) {
-    case DataType::f32: return scale_f32(static_cast<float*>(x), count, factor);
-    case DataType::bf16: return scale_bf16(static_cast<uint16_t*>(x), count, factor);
-    case DataType::f16: return scale_f16(static_cast<uint16_t*>(x), count, factor);
+    case DataType::f32:
+      return scale_f32(static_cast<float*>(x), count, factor);
+    case DataType::bf16:
+      return scale_bf16(static_cast<uint16_t*>(x), count, factor);
+    case DataType::f16:
+      return scale_f16(static_cast<uint16_t*>(x), count, factor);
   }
 }
 

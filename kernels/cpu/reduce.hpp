@@ -15,7 +15,9 @@ namespace troupe {
 /// Element types the collectives move and reduce.
 enum class DataType : uint8_t { f32 = 0, bf16 = 1, f16 = 2 };
 
-constexpr std::size_t element_bytes(DataType t) { return t == DataType::f32 ? 4 : 2; }
+constexpr std::size_t element_bytes(DataType t) {
+  return t == DataType::f32 ? 4 : 2;
+}
 const char* data_type_name(DataType t);
 
 }  // namespace troupe
@@ -35,7 +37,11 @@ uint16_t float_to_f16(float x);
 float f16_to_float(uint16_t x);
 
 /// Typed conveniences for fp32 callers.
-inline void add_into(float* dst, const float* src, std::size_t count) { add_into(dst, src, count, DataType::f32); }
-inline void scale(float* x, std::size_t count, float factor) { scale(x, count, factor, DataType::f32); }
+inline void add_into(float* dst, const float* src, std::size_t count) {
+  add_into(dst, src, count, DataType::f32);
+}
+inline void scale(float* x, std::size_t count, float factor) {
+  scale(x, count, factor, DataType::f32);
+}
 
 }  // namespace troupe::kernels

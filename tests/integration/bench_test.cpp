@@ -14,7 +14,8 @@ namespace troupe {
 namespace {
 
 std::vector<nlohmann::json> bench(const std::string& args) {
-  auto r = testing::run_command(std::string(TROUPE_BINARY) + " bench " + args + " --json --seconds 0.05", 120);
+  auto r =
+      testing::run_command(std::string(TROUPE_BINARY) + " bench " + args + " --json --seconds 0.05", 120);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   std::vector<nlohmann::json> lines;
   std::istringstream in(r.output);

@@ -12,8 +12,9 @@ namespace troupe {
 namespace {
 
 void expect_collectives_match(int world, int port, int seed, const std::string& env = "") {
-  std::string command = env + std::string(TROUPE_BINARY) + " launch --ranks " + std::to_string(world) + " -- " +
-                        TRANSPORT_RANK_BINARY + " " + std::to_string(port) + " " + std::to_string(seed);
+  std::string command = env + std::string(TROUPE_BINARY) + " launch --ranks " + std::to_string(world) +
+                        " -- " + TRANSPORT_RANK_BINARY + " " + std::to_string(port) + " " +
+                        std::to_string(seed);
   auto r = testing::run_command(command, 120);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   for (int rank = 0; rank < world; ++rank)
@@ -55,18 +56,20 @@ TEST(Collectives, TwoLevelOnTwoHostsOfFourRanksMatchesExactSums) {
 }
 
 TEST(Collectives, RanksIssuingDifferentCallsGetAnErrorNotAHang) {
-  std::string command = std::string(TROUPE_BINARY) + " launch --ranks 2 -- " + TRANSPORT_RANK_BINARY + " 29709 1 mismatch";
+  std::string command =
+      std::string(TROUPE_BINARY) + " launch --ranks 2 -- " + TRANSPORT_RANK_BINARY + " 29709 1 mismatch";
   auto r = testing::run_command(command, 60);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   // Whichever rank notices first names the other and tells it why.
   EXPECT_NE(r.output.find("issued another call where this rank issued"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("stopped the job: rank"), std::string::npos) << r.output;
-  EXPECT_EQ(r.output.find("did not complete within"), std::string::npos) << "caught by the timeout, not the check: "
-                                                                         << r.output;
+  EXPECT_EQ(r.output.find("did not complete within"), std::string::npos)
+      << "caught by the timeout, not the check: " << r.output;
 }
 
 TEST(Collectives, RanksDisagreeingOnCommunicatorMembersGetAnError) {
-  std::string command = std::string(TROUPE_BINARY) + " launch --ranks 2 -- " + TRANSPORT_RANK_BINARY + " 29713 1 members";
+  std::string command =
+      std::string(TROUPE_BINARY) + " launch --ranks 2 -- " + TRANSPORT_RANK_BINARY + " 29713 1 members";
   auto r = testing::run_command(command, 60);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("asked for a communicator with other members"), std::string::npos) << r.output;
@@ -83,9 +86,11 @@ Survivor run_pair(const std::string& mode, int port) {
   Survivor s;
   auto start = std::chrono::steady_clock::now();
   std::thread other([&] {
-    testing::run_command("TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 " + std::string(TRANSPORT_RANK_BINARY) + args, 60);
+    testing::run_command("TROUPE_RANK=1 TROUPE_WORLD_SIZE=2 " + std::string(TRANSPORT_RANK_BINARY) + args,
+                         60);
   });
-  s.rank0 = testing::run_command("TROUPE_RANK=0 TROUPE_WORLD_SIZE=2 " + std::string(TRANSPORT_RANK_BINARY) + args, 60);
+  s.rank0 = testing::run_command(
+      "TROUPE_RANK=0 TROUPE_WORLD_SIZE=2 " + std::string(TRANSPORT_RANK_BINARY) + args, 60);
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   other.join();
   return s;
@@ -94,7 +99,8 @@ Survivor run_pair(const std::string& mode, int port) {
 TEST(Collectives, ACollectiveNotJoinedInTimeFailsNamingTheMissingRank) {
   auto s = run_pair("timeout", 29711);
   EXPECT_EQ(s.rank0.exit_code, 0) << s.rank0.output;
-  EXPECT_NE(s.rank0.output.find("did not complete within 2 s; still waiting for rank(s) 1"), std::string::npos)
+  EXPECT_NE(s.rank0.output.find("did not complete within 2 s; still waiting for rank(s) 1"),
+            std::string::npos)
       << s.rank0.output;
   EXPECT_LT(s.seconds, 7.0) << "rank 0 must stop at its deadline, before rank 1 leaves";
 }

@@ -22,12 +22,12 @@ class TwoHosts {
     b_ = "troupe-b-" + tag_;
     std::string va = "tva" + tag_, vb = "tvb" + tag_;
     subnet_ = "10.213." + std::to_string(getpid() % 250 + 1);
-    std::string script = "set -e; ip netns add " + a_ + "; ip netns add " + b_ + "; ip link add " + va +
-                         " type veth peer name " + vb + "; ip link set " + va + " netns " + a_ + "; ip link set " + vb +
-                         " netns " + b_ + "; ip -n " + a_ + " addr add " + address_a() + "/24 dev " + va +
-                         "; ip -n " + b_ + " addr add " + address_b() + "/24 dev " + vb + "; ip -n " + a_ +
-                         " link set " + va + " up; ip -n " + b_ + " link set " + vb + " up; ip -n " + a_ +
-                         " link set lo up; ip -n " + b_ + " link set lo up";
+    std::string script =
+        "set -e; ip netns add " + a_ + "; ip netns add " + b_ + "; ip link add " + va +
+        " type veth peer name " + vb + "; ip link set " + va + " netns " + a_ + "; ip link set " + vb +
+        " netns " + b_ + "; ip -n " + a_ + " addr add " + address_a() + "/24 dev " + va + "; ip -n " + b_ +
+        " addr add " + address_b() + "/24 dev " + vb + "; ip -n " + a_ + " link set " + va + " up; ip -n " +
+        b_ + " link set " + vb + " up; ip -n " + a_ + " link set lo up; ip -n " + b_ + " link set lo up";
     auto r = testing::run_command(script, 30);
     ok_ = r.exit_code == 0;
     why_ = r.output;
@@ -62,7 +62,8 @@ TEST(MultiHost, CollectivesAcrossTwoNamespacesOverTcpMatchExactSums) {
   std::vector<std::thread> ranks;
   for (int r = 0; r < world; ++r)
     ranks.emplace_back([&, r] {
-      results[r] = testing::run_command(hosts.on(r < 2, r, world, std::string(TRANSPORT_RANK_BINARY) + " 29721 21"), 120);
+      results[r] = testing::run_command(
+          hosts.on(r < 2, r, world, std::string(TRANSPORT_RANK_BINARY) + " 29721 21"), 120);
     });
   for (auto& t : ranks) t.join();
   for (int r = 0; r < world; ++r) {

@@ -2,16 +2,16 @@
 // collectives on seeded random sizes (0, 1, odd, smaller than the world size, larger
 // than a chunk), checking every result exactly. Exits 0 when all match.
 // Usage: transport_rank PORT SEED [abort-at-rank]; rank and world from TROUPE_RANK/TROUPE_WORLD_SIZE.
+#include <algorithm>
 #include <chrono>
 #include <csignal>
-#include <algorithm>
 #include <cstdio>
-#include <cstring>
-#include <thread>
 #include <cstdlib>
+#include <cstring>
 #include <future>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/cpu/reduce.hpp"
@@ -69,7 +69,9 @@ bool check_broadcast(troupe::Transport& t, std::size_t count, int64_t root) {
 }
 
 // Small integers, exact in every type and in sums over a few ranks.
-float small_value(int64_t rank, std::size_t i) { return static_cast<float>((rank * 7 + static_cast<int64_t>(i)) % 16); }
+float small_value(int64_t rank, std::size_t i) {
+  return static_cast<float>((rank * 7 + static_cast<int64_t>(i)) % 16);
+}
 
 std::vector<uint8_t> encode(const std::vector<float>& v, troupe::DataType type) {
   std::vector<uint8_t> out(v.size() * troupe::element_bytes(type));
@@ -78,7 +80,8 @@ std::vector<uint8_t> encode(const std::vector<float>& v, troupe::DataType type) 
       std::memcpy(&out[i * 4], &v[i], 4);
       continue;
     }
-    uint16_t h = type == troupe::DataType::bf16 ? troupe::kernels::float_to_bf16(v[i]) : troupe::kernels::float_to_f16(v[i]);
+    uint16_t h = type == troupe::DataType::bf16 ? troupe::kernels::float_to_bf16(v[i])
+                                                : troupe::kernels::float_to_f16(v[i]);
     std::memcpy(&out[i * 2], &h, 2);
   }
   return out;
@@ -92,7 +95,8 @@ float decode(const std::vector<uint8_t>& b, std::size_t i, troupe::DataType type
   }
   uint16_t h;
   std::memcpy(&h, &b[i * 2], 2);
-  return type == troupe::DataType::bf16 ? troupe::kernels::bf16_to_float(h) : troupe::kernels::f16_to_float(h);
+  return type == troupe::DataType::bf16 ? troupe::kernels::bf16_to_float(h)
+                                        : troupe::kernels::f16_to_float(h);
 }
 
 // Reduce-scatter then all-gather, out of place, in every type: the sum of every rank's blocks.
@@ -133,7 +137,8 @@ bool check_point_to_point(troupe::Transport& t) {
     auto got = t.recv_sync(in.data(), bytes, (r + n - 1) % n);
     auto s = sent.get_future().get();
     uint8_t from = static_cast<uint8_t>((r + n - 1) % n + bytes);
-    ok = ok && got.ok() && s.ok() && std::all_of(in.begin(), in.end(), [from](uint8_t b) { return b == from; });
+    ok = ok && got.ok() && s.ok() &&
+         std::all_of(in.begin(), in.end(), [from](uint8_t b) { return b == from; });
   }
   if (!ok) std::fprintf(stderr, "point-to-point exchange failed\n");
   return ok;
@@ -147,7 +152,8 @@ bool check_communicators(troupe::Transport& t) {
   for (int64_t q = 0; q < n; ++q) (q % 2 ? odds : evens).push_back(q);
   for (int64_t q = n - 1; q >= 0; --q) reversed.push_back(q);
   auto even = t.make_communicator(evens);
-  auto odd = n > 1 ? t.make_communicator(odds) : troupe::Result<troupe::CommunicatorId>(troupe::CommunicatorId{0});
+  auto odd =
+      n > 1 ? t.make_communicator(odds) : troupe::Result<troupe::CommunicatorId>(troupe::CommunicatorId{0});
   auto backwards = t.make_communicator(reversed);
   if (!even || !odd || !backwards) {
     std::fprintf(stderr, "make_communicator failed\n");
@@ -158,10 +164,13 @@ bool check_communicators(troupe::Transport& t) {
   std::vector<float> in_group(1001), in_world(777, 1.0f), from_last(513, static_cast<float>(r));
   for (std::size_t i = 0; i < in_group.size(); ++i) in_group[i] = value_of(r, i);
   std::promise<troupe::Status> group_done, world_done;
-  t.all_reduce(in_group.data(), in_group.size(), troupe::DataType::f32, troupe::ReduceOp::sum,
-               [&](troupe::Status s) { group_done.set_value(s); }, mine);
-  t.all_reduce(in_world.data(), in_world.size(), troupe::ReduceOp::sum, [&](troupe::Status s) { world_done.set_value(s); });
-  auto b = t.broadcast_sync(from_last.data(), from_last.size(), troupe::DataType::f32, 0, *backwards);  // position 0 is rank n-1
+  t.all_reduce(
+      in_group.data(), in_group.size(), troupe::DataType::f32, troupe::ReduceOp::sum,
+      [&](troupe::Status s) { group_done.set_value(s); }, mine);
+  t.all_reduce(in_world.data(), in_world.size(), troupe::ReduceOp::sum,
+               [&](troupe::Status s) { world_done.set_value(s); });
+  auto b = t.broadcast_sync(from_last.data(), from_last.size(), troupe::DataType::f32, 0,
+                            *backwards);  // position 0 is rank n-1
   bool ok = group_done.get_future().get().ok() && world_done.get_future().get().ok() && b.ok();
   for (std::size_t i = 0; ok && i < in_group.size(); ++i) {
     float expected = 0;
@@ -188,8 +197,9 @@ bool check_barrier_waits_for_the_last_rank(troupe::Transport& t) {
     return false;
   }
   if (t.world_size() > 1 && waited < late - std::chrono::milliseconds(50)) {
-    std::fprintf(stderr, "barrier returned after %lld ms, before the last rank entered\n",
-                 static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()));
+    std::fprintf(
+        stderr, "barrier returned after %lld ms, before the last rank entered\n",
+        static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()));
     return false;
   }
   return true;
@@ -247,7 +257,8 @@ int main(int argc, char** argv) {
   if (mode == "members") {
     // The ranks disagree on a communicator's member list: an error on every rank.
     auto c = t.make_communicator(o.rank == 0 ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{1, 0});
-    std::printf("rank %lld: %s\n", static_cast<long long>(o.rank), c ? "no error" : c.error().message.c_str());
+    std::printf("rank %lld: %s\n", static_cast<long long>(o.rank),
+                c ? "no error" : c.error().message.c_str());
     return c ? 1 : 0;
   }
   if (mode == "mismatch") {
@@ -255,7 +266,8 @@ int main(int argc, char** argv) {
     std::vector<float> data(1000, 1.0f);
     auto s = o.rank == 0 ? t.all_reduce_sync(data.data(), data.size(), troupe::ReduceOp::sum)
                          : t.broadcast_sync(data.data(), data.size(), 0);
-    std::printf("rank %lld: %s\n", static_cast<long long>(o.rank), s.ok() ? "no error" : s.error().message.c_str());
+    std::printf("rank %lld: %s\n", static_cast<long long>(o.rank),
+                s.ok() ? "no error" : s.error().message.c_str());
     return s.ok() ? 1 : 0;
   }
   std::vector<std::size_t> sizes = {

@@ -772,7 +772,8 @@ namespace troupe {
 namespace {
 
 TEST(ConfigResolve, UnknownTopologyIsRefusedNamingTheAllowedOnes) {
-  auto r = load_config_string("[cluster]\ntopology = \"ring\"\n[batch]\nmicro_batch_size = 1\n", "job.toml", {});
+  auto r =
+      load_config_string("[cluster]\ntopology = \"ring\"\n[batch]\nmicro_batch_size = 1\n", "job.toml", {});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("job.toml:2:"), std::string::npos) << r.error().message;
   EXPECT_NE(r.error().message.find("\"two_level\""), std::string::npos) << r.error().message;

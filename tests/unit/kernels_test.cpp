@@ -18,7 +18,9 @@ uint16_t bits_of(const torch::Tensor& t) {
   return h;
 }
 
-bool same_float(float a, float b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
+bool same_float(float a, float b) {
+  return (std::isnan(a) && std::isnan(b)) || a == b;
+}
 
 TEST(Kernels, WideningEvery16BitPatternMatchesLibTorch) {
   for (uint32_t pattern = 0; pattern < 65536; ++pattern) {
@@ -34,8 +36,8 @@ TEST(Kernels, WideningEvery16BitPatternMatchesLibTorch) {
 
 TEST(Kernels, NarrowingRoundsToNearestEvenLikeLibTorch) {
   std::mt19937 rng(3);
-  std::vector<float> values = {0.0f, -0.0f, 1.0f, 65504.0f, 65519.0f, 65520.0f, 1e-8f, 6.1e-5f, 5.96e-8f, 2.98e-8f,
-                               3e38f, -3e38f, INFINITY, -INFINITY};
+  std::vector<float> values = {0.0f,    -0.0f,    1.0f,     65504.0f, 65519.0f, 65520.0f, 1e-8f,
+                               6.1e-5f, 5.96e-8f, 2.98e-8f, 3e38f,    -3e38f,   INFINITY, -INFINITY};
   std::uniform_real_distribution<float> wide(-70000.0f, 70000.0f), narrow(-1e-4f, 1e-4f);
   for (int i = 0; i < 20000; ++i) values.push_back(i % 2 ? wide(rng) : narrow(rng));
   for (float v : values) {
@@ -48,7 +50,8 @@ TEST(Kernels, NarrowingRoundsToNearestEvenLikeLibTorch) {
 }
 
 TEST(Kernels, SixteenBitAddsInFp32AndRoundsOnceLikeLibTorch) {
-  for (auto [type, dtype] : {std::pair{DataType::bf16, torch::kBFloat16}, std::pair{DataType::f16, torch::kHalf}}) {
+  for (auto [type, dtype] :
+       {std::pair{DataType::bf16, torch::kBFloat16}, std::pair{DataType::f16, torch::kHalf}}) {
     auto a = torch::randn({1001}).to(dtype), b = torch::randn({1001}).to(dtype);
     auto expected = (a.to(torch::kFloat) + b.to(torch::kFloat)).to(dtype);
     auto got = a.clone();

@@ -124,7 +124,9 @@ CollectiveShape shape_of(int64_t rank, int64_t world, std::size_t chunk_bytes, s
 }
 
 // Values small enough to be exact in bf16 and fp16 and in their sums over 4 ranks.
-float value_of(int64_t rank, std::size_t i) { return static_cast<float>((rank * 5 + static_cast<int64_t>(i) * 3) % 16); }
+float value_of(int64_t rank, std::size_t i) {
+  return static_cast<float>((rank * 5 + static_cast<int64_t>(i) * 3) % 16);
+}
 
 std::vector<uint8_t> encode(const std::vector<float>& v, DataType type) {
   std::vector<uint8_t> out(v.size() * element_bytes(type));
@@ -161,7 +163,8 @@ TEST_P(Collectives, AllReduceMatchesANaiveSumForRandomSizes) {
   std::mt19937 rng(7);
   for (int64_t world : {1, 2, 3, 4}) {
     for (int trial = 0; trial < 6; ++trial) {
-      std::size_t count = trial < 2 ? static_cast<std::size_t>(trial) : std::uniform_int_distribution<std::size_t>(2, 300)(rng);
+      std::size_t count = trial < 2 ? static_cast<std::size_t>(trial)
+                                    : std::uniform_int_distribution<std::size_t>(2, 300)(rng);
       Cluster c;
       std::vector<std::vector<uint8_t>> data(world);
       for (int64_t r = 0; r < world; ++r) {
@@ -169,15 +172,17 @@ TEST_P(Collectives, AllReduceMatchesANaiveSumForRandomSizes) {
         for (std::size_t i = 0; i < count; ++i) v[i] = value_of(r, i);
         data[r] = encode(v, type);
         c.ios.push_back(std::make_unique<FakeNetwork::Io>(c.net, r));
-        c.ops.push_back(make_all_reduce(shape_of(r, world, 16, 3), data[r].data(), count, type, ReduceOp::sum));
+        c.ops.push_back(
+            make_all_reduce(shape_of(r, world, 16, 3), data[r].data(), count, type, ReduceOp::sum));
       }
       run_to_completion(c.ops, c.net, c.ios);
       for (int64_t r = 0; r < world; ++r)
         for (std::size_t i = 0; i < count; ++i) {
           float expected = 0;
           for (int64_t q = 0; q < world; ++q) expected += value_of(q, i);
-          ASSERT_EQ(decode(data[r], i, type), expected) << data_type_name(type) << " world " << world << " count "
-                                                        << count << " rank " << r << " element " << i;
+          ASSERT_EQ(decode(data[r], i, type), expected)
+              << data_type_name(type) << " world " << world << " count " << count << " rank " << r
+              << " element " << i;
         }
     }
   }
@@ -203,7 +208,8 @@ TEST_P(Collectives, RecursiveDoublingMatchesANaiveSumOnEveryWorldSize) {
           for (std::size_t i = 0; i < count && op == ReduceOp::sum; ++i) {
             float expected = 0;
             for (int64_t q = 0; q < world; ++q) expected += value_of(q, i);
-            ASSERT_EQ(decode(data[r], i, type), expected) << "world " << world << " rank " << r << " element " << i;
+            ASSERT_EQ(decode(data[r], i, type), expected)
+                << "world " << world << " rank " << r << " element " << i;
           }
         }
       }
@@ -223,8 +229,8 @@ TEST_P(Collectives, ReduceScatterOutOfPlaceLeavesTheInputAndMatchesANaiveSum) {
         input[r] = original[r] = encode(v, type);
         output[r].assign(count * element_bytes(type), 0xAB);
         c.ios.push_back(std::make_unique<FakeNetwork::Io>(c.net, r));
-        c.ops.push_back(make_reduce_scatter(shape_of(r, world, 8, 2), input[r].data(), output[r].data(), count,
-                                            type, ReduceOp::sum));
+        c.ops.push_back(make_reduce_scatter(shape_of(r, world, 8, 2), input[r].data(), output[r].data(),
+                                            count, type, ReduceOp::sum));
       }
       run_to_completion(c.ops, c.net, c.ios);
       for (int64_t r = 0; r < world; ++r) {
@@ -232,7 +238,8 @@ TEST_P(Collectives, ReduceScatterOutOfPlaceLeavesTheInputAndMatchesANaiveSum) {
         for (std::size_t i = 0; i < count; ++i) {
           float expected = 0;
           for (int64_t q = 0; q < world; ++q) expected += value_of(q, r * count + i);
-          ASSERT_EQ(decode(output[r], i, type), expected) << "world " << world << " rank " << r << " element " << i;
+          ASSERT_EQ(decode(output[r], i, type), expected)
+              << "world " << world << " rank " << r << " element " << i;
         }
       }
     }
@@ -251,7 +258,8 @@ TEST_P(Collectives, ReduceScatterInPlaceAveragesIntoTheOwnBlock) {
     data[r] = encode(v, type);
     c.ios.push_back(std::make_unique<FakeNetwork::Io>(c.net, r));
     void* own = data[r].data() + r * count * element_bytes(type);
-    c.ops.push_back(make_reduce_scatter(shape_of(r, world, 8, 4), data[r].data(), own, count, type, ReduceOp::average));
+    c.ops.push_back(
+        make_reduce_scatter(shape_of(r, world, 8, 4), data[r].data(), own, count, type, ReduceOp::average));
   }
   run_to_completion(c.ops, c.net, c.ios);
   for (int64_t r = 0; r < world; ++r)
