@@ -1,0 +1,99 @@
+// FlatLayout: the partition arithmetic of ZeRO, checked on its own.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "memory/flat_layout.hpp"
+
+namespace troupe {
+namespace {
+
+TEST(FlatLayout, ParametersStartAlignedInOrderWithoutOverlap) {
+  auto layout = FlatLayout::make({5, 16, 1, 33}, 2, 16);
+  ASSERT_TRUE(layout.ok());
+  EXPECT_EQ(layout->offset(0), 0u);
+  EXPECT_EQ(layout->offset(1), 16u);
+  EXPECT_EQ(layout->offset(2), 32u);
+  EXPECT_EQ(layout->offset(3), 48u);
+}
+
+TEST(FlatLayout, TotalDividesIntoEqualAlignedPartitions) {
+  for (int64_t parts : {1, 2, 3, 4, 7, 8}) {
+    auto layout = FlatLayout::make({100, 3, 250, 1}, parts, 16);
+    ASSERT_TRUE(layout.ok());
+    EXPECT_EQ(layout->total() % static_cast<std::size_t>(parts), 0u);
+    EXPECT_EQ(layout->partition_size() % 16, 0u) << "partition starts stay aligned";
+    EXPECT_GE(layout->total(), layout->offset(3) + layout->count(3));
+    EXPECT_LT(layout->total() - (layout->offset(3) + layout->count(3)), static_cast<std::size_t>(parts) * 16)
+        << "padding is less than one aligned unit per partition";
+  }
+}
+
+TEST(FlatLayout, AParameterStraddlingOwnersIsCutAtTheBoundary) {
+  auto layout = FlatLayout::make({40, 40}, 2, 8);  // total 80: partitions [0,40) [40,80)
+  ASSERT_TRUE(layout.ok());
+  auto first = layout->pieces_of(0);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].owner, 0);
+  auto layout3 = FlatLayout::make({40, 40}, 3, 8);  // total 96: partitions of 32
+  ASSERT_TRUE(layout3.ok());
+  auto pieces = layout3->pieces_of(1);  // elements [40, 80)
+  ASSERT_EQ(pieces.size(), 2u);
+  EXPECT_EQ(pieces[0].owner, 1);
+  EXPECT_EQ(pieces[0].parameter_offset, 0u);
+  EXPECT_EQ(pieces[0].count, 24u);  // [40, 64)
+  EXPECT_EQ(pieces[1].owner, 2);
+  EXPECT_EQ(pieces[1].parameter_offset, 24u);
+  EXPECT_EQ(pieces[1].count, 16u);  // [64, 80)
+}
+
+TEST(FlatLayout, PiecesTileEveryParameterAndEveryPartitionExactlyOnce) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<std::size_t> counts(std::uniform_int_distribution<int>(0, 12)(rng));
+    for (auto& c : counts) c = std::uniform_int_distribution<std::size_t>(0, 300)(rng);
+    int64_t parts = std::uniform_int_distribution<int64_t>(1, 9)(rng);
+    std::size_t align = std::size_t{1} << std::uniform_int_distribution<int>(0, 5)(rng);
+    auto layout = FlatLayout::make(counts, parts, align);
+    ASSERT_TRUE(layout.ok());
+    std::vector<int> covered(layout->total(), 0);
+    for (std::size_t p = 0; p < counts.size(); ++p) {
+      std::size_t seen = 0;
+      for (const auto& piece : layout->pieces_of(p)) {
+        EXPECT_EQ(piece.parameter_offset, seen);
+        EXPECT_EQ(piece.flat_offset, layout->offset(p) + seen);
+        EXPECT_EQ(layout->owner_of(piece.flat_offset), piece.owner);
+        EXPECT_EQ(layout->owner_of(piece.flat_offset + piece.count - 1), piece.owner);
+        for (std::size_t i = 0; i < piece.count; ++i) covered[piece.flat_offset + i]++;
+        seen += piece.count;
+      }
+      EXPECT_EQ(seen, counts[p]);
+    }
+    std::vector<int> by_partition(layout->total(), 0);
+    for (int64_t r = 0; r < parts; ++r)
+      for (const auto& piece : layout->pieces_in(r)) {
+        EXPECT_EQ(piece.owner, r);
+        EXPECT_GE(piece.flat_offset, layout->partition_begin(r));
+        EXPECT_LE(piece.flat_offset + piece.count, layout->partition_begin(r + 1));
+        for (std::size_t i = 0; i < piece.count; ++i) by_partition[piece.flat_offset + i]++;
+      }
+    EXPECT_EQ(covered, by_partition) << "both views cover the same elements, once each";
+    for (int c : covered) ASSERT_LE(c, 1);
+  }
+}
+
+TEST(FlatLayout, NoParametersStillGivesEveryPartitionAnAlignedUnit) {
+  auto layout = FlatLayout::make({}, 4, 16);
+  ASSERT_TRUE(layout.ok());
+  EXPECT_EQ(layout->partition_size(), 16u);
+  EXPECT_TRUE(layout->pieces_in(2).empty());
+}
+
+TEST(FlatLayout, NonPositivePartitionsAreRefused) {
+  auto layout = FlatLayout::make({10}, 0);
+  ASSERT_FALSE(layout.ok());
+  EXPECT_NE(layout.error().message.find("at least one partition"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace troupe
