@@ -4,6 +4,24 @@ namespace troupe {
 
 // ---- failures --------------------------------------------------------------------
 
+// A lost peer fails what is in flight, but only after a short grace: a peer that
+// finished its last collective and exited may close its connection before this rank
+// has taken in the data it sent. If nothing is in flight when the grace ends, the loss
+// is kept and fails the next operation instead.
+void Transport::Impl::react_to_lost_peers() {
+  if (peer_failures_.empty() || closing_ || failed_) return;
+  auto now = Clock::now();
+  if (!first_loss_) first_loss_ = now;
+  if (now - *first_loss_ < lost_peer_grace) return;
+  if (operations_.empty()) {
+    lost_ = make_error(peer_failures_.front());
+    peer_failures_.clear();
+    first_loss_.reset();
+    return;
+  }
+  fail_all(make_error(peer_failures_.front()), Notify::peers);
+}
+
 void Transport::Impl::on_peer_error(void* arg, ucp_ep_h, ucs_status_t status) {
   auto* slot = static_cast<PeerSlot*>(arg);
   slot->self->peer_failures_.push_back(
@@ -18,7 +36,7 @@ ucs_status_t Transport::Impl::on_abort(void* arg, const void* header, size_t hea
     spdlog::warn("transport: dropped a malformed abort frame: {}", reason.error().message);
     return UCS_OK;
   }
-  self->peer_failures_.push_back(
+  self->peer_aborts_.push_back(
       fmt::format("rank {} stopped the job: {}", wire::header_rank(header), *reason));
   return UCS_OK;
 }

@@ -62,4 +62,11 @@ void Transport::Impl::send_message(int64_t peer, std::vector<uint8_t> bytes, Com
   }
 }
 
+// Frames that came before the handler are delivered first, in arrival order.
+void Transport::Impl::set_message_handler(MessageHandler handler) {
+  message_handler_ = std::move(handler);
+  for (auto& [from, bytes] : early_messages_) message_handler_(from, std::move(bytes));
+  early_messages_.clear();
+}
+
 }  // namespace troupe

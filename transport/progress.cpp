@@ -94,7 +94,7 @@ void Transport::Impl::run() {
     // would sleep on work of its own that its peers are waiting for.
     do worker_->progress();
     while (drain_finished());
-    if (!peer_failures_.empty() && !closing_) fail_all(make_error(peer_failures_.front()), Notify::peers);
+    react_to_lost_peers();
     if (!peer_aborts_.empty() && !closing_) fail_all(make_error(peer_aborts_.front()), Notify::nobody);
     check_deadlines();
     if (stopping) break;
@@ -119,6 +119,7 @@ void Transport::Impl::run() {
 
 void Transport::Impl::issue(uint64_t id, std::unique_ptr<Collective> collective, Completion done,
                             std::vector<float> owned, CommunicatorId comm, uint64_t tag) {
+  if (lost_ && !failed_) fail_all(*lost_, Notify::peers);  // a peer left earlier: the world is broken
   if (failed_) {
     done(*failed_);
     return;

@@ -145,9 +145,7 @@ int64_t Transport::position_in(CommunicatorId comm) const {
 
 void Transport::on_message(MessageHandler handler) {
   impl_->submit([impl = impl_.get(), handler = std::move(handler)]() mutable {
-    impl->message_handler_ = std::move(handler);
-    for (auto& [from, bytes] : impl->early_messages_) impl->message_handler_(from, std::move(bytes));
-    impl->early_messages_.clear();
+    impl->set_message_handler(std::move(handler));
   });
 }
 

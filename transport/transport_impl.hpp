@@ -40,6 +40,7 @@ constexpr std::size_t early_messages_max = 4096;  // actor messages kept until a
 constexpr int busy_wait_ms = 1;                   // longest sleep while operations are in flight
 constexpr int idle_wait_ms = 100;                 // longest sleep between deadline checks
 constexpr double teardown_bound_s = 2.0;          // flush and cancel at shutdown or failure
+constexpr auto lost_peer_grace = std::chrono::milliseconds(200);  // see react_to_lost_peers
 }  // namespace transport_limits
 using namespace transport_limits;
 
@@ -65,6 +66,9 @@ class Transport::Impl final : public TransferIo {
           transfer_tag(shape, 0, 0, 0));
   }
   void abort_now(const std::string& reason);
+  /// Actor messages (messages.cpp); both run on the progress thread.
+  void send_message(int64_t peer, std::vector<uint8_t> bytes, Completion done);
+  void set_message_handler(MessageHandler handler);
   /// Set when all-reduce runs in two levels: this rank's host and cross-host communicators.
   struct TwoLevel {
     CommunicatorId local = 0;
@@ -190,6 +194,7 @@ class Transport::Impl final : public TransferIo {
   std::string waiting_on(uint64_t op) const;
   Status plan_topology(const std::vector<std::string>& hosts);
   void check_mismatches();
+  void react_to_lost_peers();
   Clock::time_point last_probe_ = Clock::now();
   std::string transfer_failure(const Transfer& t, const std::string& what) const;
 
@@ -206,7 +211,6 @@ class Transport::Impl final : public TransferIo {
   std::thread thread_;
 
   // Below: owned by the progress thread.
-  uint64_t next_id_ = 0;
   uint64_t point_to_point_ids_ = uint64_t{1} << 63;  // operation ids apart from the collectives'
   std::map<int64_t, uint64_t> sent_to_, received_from_;
   std::map<uint64_t, Operation> operations_;
@@ -214,14 +218,11 @@ class Transport::Impl final : public TransferIo {
   std::vector<Transfer*> finished_;         // filled by UCX callbacks
   std::vector<std::string> peer_failures_;  // lost endpoints, filled by UCX callbacks
   std::vector<std::string> peer_aborts_;    // abort frames, filled by UCX callbacks
-
- public:
-  MessageHandler message_handler_;                                        // set on the progress thread
+  MessageHandler message_handler_;          // actor messages go here
   std::vector<std::pair<int64_t, std::vector<uint8_t>>> early_messages_;  // arrived before the handler
-  void send_message(int64_t peer, std::vector<uint8_t> bytes, Completion done);
-
- private:
   std::optional<Error> failed_;
+  std::optional<Error> lost_;                    // a peer lost while nothing was in flight
+  std::optional<Clock::time_point> first_loss_;  // when the pending peer failures began
   bool closing_ = false;
 };
 
