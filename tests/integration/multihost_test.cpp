@@ -63,7 +63,7 @@ TEST(MultiHost, CollectivesAcrossTwoNamespacesOverTcpMatchExactSums) {
   for (int r = 0; r < world; ++r)
     ranks.emplace_back([&, r] {
       results[r] = testing::run_command(
-          hosts.on(r < 2, r, world, std::string(TRANSPORT_RANK_BINARY) + " 29721 21"), 120);
+          hosts.on(r < 2, r, world, std::string(TRANSPORT_RANK_BINARY) + " 29781 21"), 120);
     });
   for (auto& t : ranks) t.join();
   for (int r = 0; r < world; ++r) {
