@@ -85,9 +85,10 @@ caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> tr
       },
       [=](all_reduce_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "all_reduce_request");
-        auto label = fmt::format("all_reduce {} B", r.buffer.count * sizeof(float));
-        self->state.transport->all_reduce(r.buffer.data(), r.buffer.count, r.op,
-                                          reply(tracer, std::move(label), r.reply_to, r.tag, r.buffer.owner));
+        auto label = fmt::format("all_reduce {} B", r.buffer.count * element_bytes(r.buffer.type));
+        self->state.transport->all_reduce(r.buffer.data(), r.buffer.count, r.buffer.type, r.op,
+                                          reply(tracer, std::move(label), r.reply_to, r.tag, r.buffer.owner),
+                                          r.comm);
       },
       [=](reduce_scatter_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "reduce_scatter_request");

@@ -66,7 +66,7 @@ void GradientBuckets::post(std::size_t index) {
   Bucket& b = buckets_[index];
   TROUPE_CHECK(!b.posted, "a gradient bucket was posted twice in one step");
   b.posted = true;
-  post_(index, FloatSpan{flat_, b.begin, b.count});
+  post_(index, float_span(flat_, b.begin, b.count));
 }
 
 }  // namespace troupe

@@ -25,7 +25,7 @@ namespace troupe {
 class GradientBuckets {
  public:
   /// Called on the compute thread when bucket `index` is ready to be reduced.
-  using Post = std::function<void(std::size_t index, FloatSpan span)>;
+  using Post = std::function<void(std::size_t index, BufferSpan span)>;
 
   GradientBuckets(std::vector<torch::Tensor> parameters, int64_t bucket_bytes, Post post);
   GradientBuckets(const GradientBuckets&) = delete;

@@ -52,8 +52,8 @@ void forward_backward(StageState& s, const run_micro_batch& m, caf::actor self) 
   s.buckets->flush();
   *s.loss->as<float>() = static_cast<float>(s.loss_sum);
   // Collective tags of the stage: 0..buckets-1 for gradients, then one for the loss.
-  caf::anon_send(s.options.comm_agent, all_reduce_request{s.buckets->bucket_count(), FloatSpan{s.loss, 0, 1},
-                                                          ReduceOp::average, self});
+  caf::anon_send(s.options.comm_agent, all_reduce_request{s.buckets->bucket_count(), float_span(s.loss, 0, 1),
+                                                          ReduceOp::average, world_communicator, self});
 }
 
 void on_reduced(StageActor* self, const collective_done& done) {
@@ -78,8 +78,9 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
   s.loss = std::make_shared<HostBuffer>(sizeof(float));
   caf::actor comm = s.options.comm_agent;
   s.buckets = std::make_unique<GradientBuckets>(
-      parameters, s.options.reduce_bucket_bytes, [comm, me](std::size_t index, FloatSpan span) {
-        caf::anon_send(comm, all_reduce_request{index, std::move(span), ReduceOp::average, me});
+      parameters, s.options.reduce_bucket_bytes, [comm, me](std::size_t index, BufferSpan span) {
+        caf::anon_send(comm,
+                       all_reduce_request{index, std::move(span), ReduceOp::average, world_communicator, me});
       });
   return {
       [=](run_micro_batch& m) {

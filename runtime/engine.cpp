@@ -66,7 +66,7 @@ Result<TransportOptions> transport_options(const JobConfig& config, const RankEn
   return o;
 }
 
-int64_t compute_threads(const JobConfig& config, const RankEnvironment& rank) {
+int64_t threads_per_rank(const JobConfig& config, const RankEnvironment& rank) {
   if (config.train.threads > 0) return config.train.threads;
   int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
   return std::max<int64_t>(1, cores / std::max<int64_t>(1, rank.local_world_size));
@@ -159,7 +159,7 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   if (!trainable.layers || !trainable.loss || !trainable.data)
     return make_error("Engine::make needs layers, a loss function and a data source");
   impl->layers = trainable.layers;
-  impl->compute_threads = compute_threads(impl->config, impl->rank);
+  impl->compute_threads = threads_per_rank(impl->config, impl->rank);
   torch::set_num_threads(static_cast<int>(impl->compute_threads));
   if (!impl->config.trace.path.empty()) impl->tracer = std::make_unique<Tracer>(impl->rank.rank);
 

@@ -19,22 +19,6 @@
 
 namespace troupe {
 
-/// `count` floats starting `offset` floats into a shared host buffer.
-struct FloatSpan {
-  std::shared_ptr<HostBuffer> owner;
-  std::size_t offset = 0;
-  std::size_t count = 0;
-  float* data() const { return owner->as<float>() + offset; }
-};
-
-/// Reduce `buffer` in place across all ranks; answered with collective_done.
-struct all_reduce_request {
-  uint64_t tag = 0;
-  FloatSpan buffer;
-  ReduceOp op = ReduceOp::average;
-  caf::actor reply_to;
-};
-
 /// `count` elements of `type` starting `offset_bytes` into a shared host buffer.
 struct BufferSpan {
   std::shared_ptr<HostBuffer> owner;
@@ -42,6 +26,20 @@ struct BufferSpan {
   std::size_t count = 0;
   DataType type = DataType::f32;
   std::byte* data() const { return owner->data() + offset_bytes; }
+};
+
+/// `count` fp32 values starting `offset` values into `owner`.
+inline BufferSpan float_span(std::shared_ptr<HostBuffer> owner, std::size_t offset, std::size_t count) {
+  return BufferSpan{std::move(owner), offset * sizeof(float), count, DataType::f32};
+}
+
+/// Reduce `buffer` in place across the members of `comm`; answered with collective_done.
+struct all_reduce_request {
+  uint64_t tag = 0;
+  BufferSpan buffer;
+  ReduceOp op = ReduceOp::average;
+  CommunicatorId comm = world_communicator;
+  caf::actor reply_to;
 };
 
 /// Reduce-scatter on `comm`: `input` holds one block of output.count elements per member.

@@ -15,9 +15,13 @@
 #include <vector>
 
 #include "kernels/cpu/reduce.hpp"
+#include "tests/support/typed_values.hpp"
 #include "transport/transport.hpp"
 
 namespace {
+
+using troupe::testing::decode;
+using troupe::testing::encode;
 
 int64_t env_int(const char* name) {
   const char* v = std::getenv(name);
@@ -71,32 +75,6 @@ bool check_broadcast(troupe::Transport& t, std::size_t count, int64_t root) {
 // Small integers, exact in every type and in sums over a few ranks.
 float small_value(int64_t rank, std::size_t i) {
   return static_cast<float>((rank * 7 + static_cast<int64_t>(i)) % 16);
-}
-
-std::vector<uint8_t> encode(const std::vector<float>& v, troupe::DataType type) {
-  std::vector<uint8_t> out(v.size() * troupe::element_bytes(type));
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (type == troupe::DataType::f32) {
-      std::memcpy(&out[i * 4], &v[i], 4);
-      continue;
-    }
-    uint16_t h = type == troupe::DataType::bf16 ? troupe::kernels::float_to_bf16(v[i])
-                                                : troupe::kernels::float_to_f16(v[i]);
-    std::memcpy(&out[i * 2], &h, 2);
-  }
-  return out;
-}
-
-float decode(const std::vector<uint8_t>& b, std::size_t i, troupe::DataType type) {
-  if (type == troupe::DataType::f32) {
-    float f;
-    std::memcpy(&f, &b[i * 4], 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, &b[i * 2], 2);
-  return type == troupe::DataType::bf16 ? troupe::kernels::bf16_to_float(h)
-                                        : troupe::kernels::f16_to_float(h);
 }
 
 // Reduce-scatter then all-gather, out of place, in every type: the sum of every rank's blocks.

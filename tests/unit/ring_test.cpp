@@ -11,11 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/typed_values.hpp"
 #include "transport/collective.hpp"
 #include "transport/ring.hpp"
 
 namespace troupe {
 namespace {
+
+using testing::decode;
+using testing::encode;
 
 TEST(Ring, SegmentsCoverTheBufferExactlyOnce) {
   for (std::size_t count : {0u, 1u, 2u, 7u, 100u, 1001u}) {
@@ -126,27 +130,6 @@ CollectiveShape shape_of(int64_t rank, int64_t world, std::size_t chunk_bytes, s
 // Values small enough to be exact in bf16 and fp16 and in their sums over 4 ranks.
 float value_of(int64_t rank, std::size_t i) {
   return static_cast<float>((rank * 5 + static_cast<int64_t>(i) * 3) % 16);
-}
-
-std::vector<uint8_t> encode(const std::vector<float>& v, DataType type) {
-  std::vector<uint8_t> out(v.size() * element_bytes(type));
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (type == DataType::f32) std::memcpy(&out[i * 4], &v[i], 4);
-    uint16_t h = type == DataType::bf16 ? kernels::float_to_bf16(v[i]) : kernels::float_to_f16(v[i]);
-    if (type != DataType::f32) std::memcpy(&out[i * 2], &h, 2);
-  }
-  return out;
-}
-
-float decode(const std::vector<uint8_t>& bytes, std::size_t i, DataType type) {
-  if (type == DataType::f32) {
-    float f;
-    std::memcpy(&f, &bytes[i * 4], 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, &bytes[i * 2], 2);
-  return type == DataType::bf16 ? kernels::bf16_to_float(h) : kernels::f16_to_float(h);
 }
 
 // Runs one collective on `world` in-process ranks; make(rank, io-shape, buffers) builds it.
