@@ -3,26 +3,65 @@
 #include <torch/torch.h>
 #include <caf/all.hpp>
 
+#include <cmath>
+#include <cstring>
+
 #include <fmt/format.h>
 
-#include "actors/gradient_buckets.hpp"
 #include "actors/protocol/comm.hpp"
 #include "actors/protocol/stage.hpp"
+#include "actors/protocol/zero.hpp"
+#include "actors/shard_owner.hpp"
 #include "actors/stream.hpp"
+#include "actors/zero/gradient_rows.hpp"
+#include "actors/zero/parameter_fetcher.hpp"
+#include "base/check.hpp"
 
 namespace troupe {
 namespace {
 
+// Collective tags of the stage: kind in the top byte, then bucket slot, micro-batch, row.
+enum class Tag : uint64_t { gradients = 1, loss, norm, parameters, fetch, memory };
+uint64_t tag(Tag kind, uint64_t row = 0, uint64_t slot = 0) {
+  return static_cast<uint64_t>(kind) << 56 | slot << 40 | row;
+}
+Tag kind_of(uint64_t t) {
+  return static_cast<Tag>(t >> 56);
+}
+uint64_t row_of(uint64_t t) {
+  return t & ((uint64_t{1} << 40) - 1);
+}
+uint64_t slot_of(uint64_t t) {
+  return (t >> 40) & 0xffff;
+}
+
+constexpr std::size_t kMemoryFields = 4;  // parameters, gradients, optimizer state, communication
+
+struct StepProgress {
+  int64_t step = 0;
+  int64_t micro_count = 1;
+  std::size_t reduced = 0;  // gradient rows reduced (and absorbed)
+  bool loss_reduced = false;
+  bool norm_asked = false;
+  double grad_norm = 0;
+  std::size_t gathers_left = 0;
+};
+
 struct StageState {
   StageOptions options;
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
-  std::unique_ptr<GradientBuckets> buckets;
+  std::shared_ptr<ParameterStore> store;
+  std::shared_ptr<BucketPool> pool;
+  std::unique_ptr<GradientRows> rows;
+  std::unique_ptr<ParameterFetcher> fetcher;
+  caf::actor owner;
   std::unique_ptr<CpuStream> compute;  // after what its work touches: its thread stops first
   caf::actor driver;
-  int64_t step = 0;
-  std::shared_ptr<HostBuffer> loss;  // this rank's loss of the step, then the global mean
-  double loss_sum = 0;               // compute thread only
-  std::size_t reductions_done = 0;   // actor only
+  StepProgress progress;
+  std::shared_ptr<HostBuffer> loss;    // this rank's loss of the step, then the global mean
+  std::shared_ptr<HostBuffer> norm;    // this rank's gradient square sum, then the global one
+  std::shared_ptr<HostBuffer> memory;  // every rank's peak bytes by kind (int64, gathered)
+  std::vector<caf::response_promise> collecting;
+  double loss_sum = 0;  // compute thread only
   bool failed = false;
   static inline const char* name = "stage";
 };
@@ -30,38 +69,263 @@ struct StageState {
 using StageActor = caf::stateful_actor<StageState>;
 
 void fail(StageActor* self, const std::string& error) {
-  if (self->state.failed) return;
-  self->state.failed = true;
-  self->send(self->state.driver, stage_failed{error});
+  auto& s = self->state;
+  if (s.failed) return;
+  s.failed = true;
+  if (s.pool) s.pool->fail(error);
+  if (s.fetcher) s.fetcher->fail(error);
+  if (s.driver) self->send(s.driver, stage_failed{error});
 }
 
-// Runs on the compute stream: forward layer by layer, loss, backward.
+std::vector<std::vector<std::size_t>> layer_counts(const torch::nn::Sequential& model) {
+  std::vector<std::vector<std::size_t>> layers;
+  for (const auto& child : model->children()) {
+    layers.emplace_back();
+    for (const auto& p : child->parameters()) layers.back().push_back(static_cast<std::size_t>(p.numel()));
+  }
+  return layers;
+}
+
+std::vector<torch::Tensor> model_parameters(const torch::nn::Sequential& model) {
+  std::vector<torch::Tensor> all;
+  for (const auto& child : model->children())
+    for (const auto& p : child->parameters()) all.push_back(p);
+  return all;
+}
+
+// Runs on the compute stream: forward layer by layer (gathering each layer's
+// parameters first in stage 3), loss, backward.
 void forward_backward(StageState& s, const run_micro_batch& m, caf::actor self) {
   bool last = m.micro == m.micro_count - 1;
   if (m.micro == 0) {
-    s.buckets->begin_step();
+    s.rows->begin_step();
     s.loss_sum = 0;
   }
-  s.buckets->begin_micro(last);
+  s.rows->begin_micro(last);
+  ParameterFetcher* fetcher = s.fetcher.get();
+  const std::vector<int64_t>& layer_row = s.store->plan().layer_row;
+  if (fetcher) fetcher->begin_pass();
   torch::Tensor x = m.batch->input;
-  for (auto& layer : *s.options.model) x = layer.forward(x);
+  std::size_t index = 0;
+  for (auto& layer : *s.options.model) {
+    int64_t row = fetcher ? layer_row[index] : -1;
+    if (row >= 0) fetcher->acquire(static_cast<std::size_t>(row));
+    x = layer.forward(x);
+    if (row >= 0) {
+      x = gather_before_backward(x, fetcher, static_cast<std::size_t>(row));
+      fetcher->release(static_cast<std::size_t>(row));
+    }
+    ++index;
+  }
   torch::Tensor loss = s.options.loss(x, m.batch->target) / static_cast<double>(m.micro_count);
   loss.backward();
   s.loss_sum += loss.item<double>();
+  s.rows->flush();
+  if (fetcher) fetcher->end_pass();
   if (!last) return;
-  s.buckets->flush();
   *s.loss->as<float>() = static_cast<float>(s.loss_sum);
-  // Collective tags of the stage: 0..buckets-1 for gradients, then one for the loss.
-  caf::anon_send(s.options.comm_agent, all_reduce_request{s.buckets->bucket_count(), float_span(s.loss, 0, 1),
+  caf::anon_send(s.options.comm_agent, all_reduce_request{tag(Tag::loss), float_span(s.loss, 0, 1),
                                                           ReduceOp::average, world_communicator, self});
 }
 
-void on_reduced(StageActor* self, const collective_done& done) {
+// A gradient row is ready on the compute thread: reduce it across ranks.
+void post_row(const StageOptions& o, caf::actor self, std::size_t row, std::size_t slot, BufferSpan span,
+              int64_t stage) {
+  if (stage == 0) {
+    caf::anon_send(o.comm_agent, all_reduce_request{tag(Tag::gradients, row), std::move(span),
+                                                    ReduceOp::average, world_communicator, self});
+    return;
+  }
+  // In place: this rank's block of the row receives the average of every rank's.
+  BufferSpan mine = span;
+  mine.count = span.count / static_cast<std::size_t>(o.dp);
+  mine.offset_bytes += static_cast<std::size_t>(o.rank) * mine.count * sizeof(float);
+  caf::anon_send(o.comm_agent,
+                 reduce_scatter_request{tag(Tag::gradients, row, slot), std::move(span), std::move(mine),
+                                        ReduceOp::average, world_communicator, self});
+}
+
+void build(StageActor* self) {
   auto& s = self->state;
-  if (!done.error.empty()) return fail(self, "gradient reduction failed: " + done.error);
-  if (++s.reductions_done < s.buckets->bucket_count() + 1) return;
-  s.reductions_done = 0;
-  self->send(s.driver, gradients_ready{s.step, static_cast<double>(*s.loss->as<float>())});
+  const ZeroOptions& z = s.options.zero;
+  caf::actor me = caf::actor_cast<caf::actor>(self);
+  ZeroPlanInput input{z.stage, s.options.dp, layer_counts(s.options.model),
+                      static_cast<std::size_t>(z.reduce_bucket_size),
+                      static_cast<std::size_t>(z.persistence_threshold)};
+  auto plan = plan_zero(input);
+  TROUPE_CHECK(plan.ok(), "a validated config gives a valid ZeRO plan");
+  s.store = std::make_shared<ParameterStore>(std::move(*plan), model_parameters(s.options.model),
+                                             s.options.rank, s.options.ledger);
+  const FlatLayout& layout = s.store->layout();
+  if (z.stage >= 2) {
+    std::size_t largest = 0;
+    for (std::size_t k = 0; k < layout.row_count(); ++k)
+      if (z.stage < 3 || !s.store->plan().persistent_rows[k])
+        largest = std::max(largest, layout.row(k).block * static_cast<std::size_t>(layout.partitions()));
+    s.pool = std::make_shared<BucketPool>(z.overlap_comm ? 2 : 1, largest, s.options.ledger,
+                                          s.options.collective_timeout_s);
+    if (z.stage == 3)
+      for (std::size_t k = 0; k < layout.row_count(); ++k)
+        if (s.store->plan().persistent_rows[k])
+          s.pool->add_dedicated(k, layout.row(k).block * static_cast<std::size_t>(layout.partitions()));
+  }
+  if (z.stage == 3) {
+    s.fetcher = std::make_unique<ParameterFetcher>(
+        s.store, z.limits,
+        [comm = s.options.comm_agent, me](std::size_t row, BufferSpan in, BufferSpan out) {
+          caf::anon_send(comm, all_gather_request{tag(Tag::fetch, row), std::move(in), std::move(out),
+                                                  world_communicator, me});
+        },
+        s.options.collective_timeout_s);
+  }
+  ParameterFetcher* fetcher = s.fetcher.get();
+  s.rows = std::make_unique<GradientRows>(
+      s.store, s.pool,
+      [o = s.options, me, stage = z.stage](std::size_t row, std::size_t slot, BufferSpan span) {
+        post_row(o, me, row, slot, std::move(span), stage);
+      },
+      fetcher ? GradientRows::RowDone([fetcher](std::size_t row) { fetcher->release(row); })
+              : GradientRows::RowDone());
+  s.owner = spawn_shard_owner(
+      self->system(),
+      ShardOwnerOptions{s.store, s.options.make_optimizer, s.options.compute_threads, s.options.tracer, me});
+  self->link_to(s.owner);
+}
+
+// Every gradient row and the loss are reduced: measure the gradients' norm.
+void maybe_measure(StageActor* self) {
+  auto& s = self->state;
+  auto& p = s.progress;
+  if (p.norm_asked || !p.loss_reduced || p.reduced < s.rows->posts_per_step(p.micro_count)) return;
+  p.norm_asked = true;
+  self->send(s.owner, measure_gradients{caf::actor_cast<caf::actor>(self)});
+}
+
+void on_square_sum(StageActor* self, double sum) {
+  auto& s = self->state;
+  if (s.options.zero.stage == 0) {  // every rank holds every reduced gradient
+    s.progress.grad_norm = std::sqrt(sum);
+    self->send(s.driver, gradients_ready{s.progress.step, static_cast<double>(*s.loss->as<float>())});
+    return;
+  }
+  *s.norm->as<float>() = static_cast<float>(sum);
+  self->send(s.options.comm_agent, all_reduce_request{tag(Tag::norm), float_span(s.norm, 0, 1), ReduceOp::sum,
+                                                      world_communicator, caf::actor_cast<caf::actor>(self)});
+}
+
+// After the update: exchange every rank's memory peaks, then report the step.
+void exchange_memory(StageActor* self) {
+  auto& s = self->state;
+  MemoryBytes peak = s.options.ledger->peak();
+  auto* mine = s.memory->as<int64_t>() + s.options.rank * static_cast<int64_t>(kMemoryFields);
+  for (std::size_t k = 0; k < kMemoryFields; ++k) mine[k] = peak.bytes[k];
+  std::size_t floats = kMemoryFields * sizeof(int64_t) / sizeof(float);  // moved as raw bytes
+  BufferSpan out = float_span(s.memory, 0, floats * static_cast<std::size_t>(s.options.dp));
+  BufferSpan in = float_span(s.memory, floats * static_cast<std::size_t>(s.options.rank), floats);
+  self->send(s.options.comm_agent, all_gather_request{tag(Tag::memory), std::move(in), std::move(out),
+                                                      world_communicator, caf::actor_cast<caf::actor>(self)});
+}
+
+void report_step(StageActor* self) {
+  auto& s = self->state;
+  const auto* all = s.memory->as<int64_t>();
+  int64_t largest = 0;
+  for (int64_t r = 0; r < s.options.dp; ++r) {
+    const int64_t* b = all + r * static_cast<int64_t>(kMemoryFields);
+    largest = std::max(largest, b[0] + b[1] + b[2]);
+  }
+  const int64_t* mine = all + s.options.rank * static_cast<int64_t>(kMemoryFields);
+  self->send(s.driver, step_applied{s.progress.step, s.progress.grad_norm, largest, mine[0], mine[1], mine[2],
+                                    mine[3]});
+}
+
+// The shard owner updated this rank's blocks: bring every rank's into every rank.
+void gather_updated(StageActor* self) {
+  auto& s = self->state;
+  const FlatLayout& layout = s.store->layout();
+  auto& p = s.progress;
+  p.gathers_left = 0;
+  caf::actor me = caf::actor_cast<caf::actor>(self);
+  for (std::size_t k = 0; s.options.zero.stage > 0 && k < layout.row_count(); ++k) {
+    const auto& row = layout.row(k);
+    std::size_t size = row.block * static_cast<std::size_t>(layout.partitions());
+    BufferSpan in, out;
+    if (s.options.zero.stage == 3) {  // only the persistent rows stay gathered
+      if (!s.store->plan().persistent_rows[k]) continue;
+      in = float_span(s.store->partition_parameters(), row.partition_offset, row.block);
+      out = float_span(s.store->row_buffer(k), 0, size);
+    } else {
+      out = float_span(s.store->flat_parameters(), row.begin, size);
+      in = float_span(s.store->flat_parameters(), layout.block_begin(k, s.options.rank), row.block);
+    }
+    ++p.gathers_left;
+    self->send(s.options.comm_agent, all_gather_request{tag(Tag::parameters, k), std::move(in),
+                                                        std::move(out), world_communicator, me});
+  }
+  if (p.gathers_left == 0) exchange_memory(self);
+}
+
+void on_collective(StageActor* self, const collective_done& done) {
+  auto& s = self->state;
+  if (kind_of(done.tag) == Tag::fetch) {  // the compute thread waits for it
+    s.fetcher->on_gathered(row_of(done.tag), done.error);
+    if (!done.error.empty()) fail(self, "gathering parameters failed: " + done.error);
+    return;
+  }
+  if (!done.error.empty()) return fail(self, "a collective of the stage failed: " + done.error);
+  if (s.failed) return;
+  auto& p = s.progress;
+  switch (kind_of(done.tag)) {
+    case Tag::gradients:
+      if (s.options.zero.stage < 2) {
+        ++p.reduced;
+        return maybe_measure(self);
+      }
+      {
+        const auto& row = s.store->layout().row(row_of(done.tag));
+        BufferSpan block = float_span(s.pool->buffer(slot_of(done.tag)),
+                                      row.block * static_cast<std::size_t>(s.options.rank), row.block);
+        self->send(s.owner, absorb_gradients{row_of(done.tag), slot_of(done.tag), std::move(block),
+                                             caf::actor_cast<caf::actor>(self)});
+      }
+      return;
+    case Tag::loss:
+      p.loss_reduced = true;
+      return maybe_measure(self);
+    case Tag::norm:
+      p.grad_norm = std::sqrt(std::max(0.0, static_cast<double>(*s.norm->as<float>())));
+      self->send(s.driver, gradients_ready{p.step, static_cast<double>(*s.loss->as<float>())});
+      return;
+    case Tag::parameters:
+      if (--p.gathers_left == 0) exchange_memory(self);
+      return;
+    case Tag::memory:
+      return report_step(self);
+    case Tag::fetch:
+      return;
+  }
+}
+
+// DeepSpeed's clipping: scale by 1 / max(1, (norm + 1e-6) / clip).
+double clip_scale(double norm, double clip) {
+  if (clip <= 0) return 1.0;
+  double factor = (norm + 1e-6) / clip;
+  return factor > 1.0 ? 1.0 / factor : 1.0;
+}
+
+void collect(StageActor* self) {
+  auto& s = self->state;
+  s.collecting.push_back(self->make_response_promise());
+  auto result = std::make_shared<parameters_collected>();
+  s.compute->enqueue("collect parameters", [&s, result] {
+    if (s.fetcher) s.fetcher->gather_all();
+    torch::Tensor flat = s.store->flatten();
+    if (s.fetcher) s.fetcher->drop_all();
+    result->flat = std::make_shared<HostBuffer>(static_cast<std::size_t>(flat.numel()) * sizeof(float));
+    std::memcpy(result->flat->data(), flat.data_ptr<float>(), result->flat->bytes());
+  });
+  s.compute->record().on_complete(
+      [me = caf::actor_cast<caf::actor>(self), result] { caf::anon_send(me, std::move(*result)); });
 }
 
 caf::behavior stage_behavior(StageActor* self, StageOptions options) {
@@ -73,21 +337,21 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
   // OpenMP's thread count is a per-thread setting: set it on the thread that computes.
   s.compute->enqueue(
       "", [threads = s.options.compute_threads] { torch::set_num_threads(static_cast<int>(threads)); });
-  std::vector<torch::Tensor> parameters = s.options.model->parameters();
-  s.optimizer = s.options.make_optimizer(parameters);
   s.loss = std::make_shared<HostBuffer>(sizeof(float));
-  caf::actor comm = s.options.comm_agent;
-  s.buckets = std::make_unique<GradientBuckets>(
-      parameters, s.options.reduce_bucket_bytes, [comm, me](std::size_t index, BufferSpan span) {
-        caf::anon_send(comm,
-                       all_reduce_request{index, std::move(span), ReduceOp::average, world_communicator, me});
-      });
+  s.norm = std::make_shared<HostBuffer>(sizeof(float));
+  s.memory =
+      std::make_shared<HostBuffer>(kMemoryFields * sizeof(int64_t) * static_cast<std::size_t>(s.options.dp));
+  build(self);
   return {
       [=](run_micro_batch& m) {
         Tracer::Scope span(self->state.options.tracer, "stage", "run_micro_batch");
         auto& st = self->state;
         st.driver = caf::actor_cast<caf::actor>(self->current_sender());
-        st.step = m.step;
+        if (m.micro == 0) {
+          st.progress = StepProgress{m.step, m.micro_count};
+          st.options.ledger->reset_peaks();
+          if (st.options.zero.stage >= 2) self->send(st.owner, begin_accumulation{});
+        }
         micro_batch_done done{m.step, m.micro, m.batch->target.numel()};
         st.compute->enqueue(fmt::format("forward+backward {}.{}", m.step, m.micro),
                             [&st, m = std::move(m), me] { forward_backward(st, m, me); });
@@ -95,16 +359,28 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
       },
       [=](collective_done& done) {
         Tracer::Scope span(self->state.options.tracer, "stage", "collective_done");
-        on_reduced(self, done);
+        on_collective(self, done);
       },
+      [=](gradients_absorbed& a) {
+        auto& st = self->state;
+        st.pool->release(a.slot);
+        ++st.progress.reduced;
+        maybe_measure(self);
+      },
+      [=](gradient_square_sum& g) { on_square_sum(self, g.sum); },
       [=](apply_step& a) {
         Tracer::Scope span(self->state.options.tracer, "stage", "apply_step");
         auto& st = self->state;
-        st.compute->enqueue(fmt::format("optimizer step {}", a.step), [&st] {
-          torch::NoGradGuard no_grad;
-          st.optimizer->step();
-        });
-        st.compute->notify(st.compute->record(), st.driver, caf::make_message(step_applied{a.step}));
+        double scale = clip_scale(st.progress.grad_norm, st.options.zero.gradient_clipping);
+        self->send(st.owner, update_shard{a.step, scale, caf::actor_cast<caf::actor>(self)});
+      },
+      [=](shard_updated&) { gather_updated(self); },
+      [=](collect_parameters&) { collect(self); },
+      [=](parameters_collected& c) {
+        auto& st = self->state;
+        if (st.collecting.empty()) return;
+        st.collecting.front().deliver(std::move(c));
+        st.collecting.erase(st.collecting.begin());
       },
       [=](stage_failed& f) { fail(self, "compute failed: " + f.error); },
   };

@@ -1,32 +1,57 @@
 // The stage actor: owns one pipeline stage of the model (all of it, while pp = 1),
-// its optimizer and its compute stream. It never runs LibTorch on a CAF thread:
-// forward, backward and the optimizer step are enqueued on the compute stream, and
-// completions come back as messages. Gradient buckets go to the comm agent as soon as
-// backward finishes them.
+// its compute stream, and — through ZeRO — where its parameters, gradients and
+// optimizer state live. It never runs LibTorch on a CAF thread: forward, backward and
+// gathers run on the compute stream; the optimizer runs in the shard owner actor;
+// completions come back as messages.
 //
-// Protocol (actors/protocol/stage.hpp): run_micro_batch → micro_batch_done;
-// after the last micro-batch of a step → gradients_ready; apply_step → step_applied;
-// any failure → stage_failed. Replies go to the actor that sent run_micro_batch.
+// Per step: every micro-batch runs forward and backward; gradient rows go to the comm
+// agent as backward finishes them (all-reduce in stage 0, reduce-scatter in 1-3, the
+// reduced blocks absorbed by the shard owner in 2-3). Stage 3 gathers each layer's
+// parameters before it runs, in forward and in backward, prefetching along the order
+// recorded on the first pass. Then the global gradient norm (clipping), the shard
+// owner's update, and in stages 1-2 an all-gather of the updated rows.
+//
+// Protocol (actors/protocol/stage.hpp): run_micro_batch → micro_batch_done; after the
+// last micro-batch of a step → gradients_ready; apply_step → step_applied;
+// collect_parameters → parameters_collected; any failure → stage_failed. Replies go to
+// the actor that sent run_micro_batch.
 #pragma once
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
 #include <cstdint>
+#include <memory>
 
 #include "actors/micro_batch.hpp"
 #include "base/trace.hpp"
+#include "memory/fetch_planner.hpp"
+#include "memory/memory_ledger.hpp"
 
 namespace troupe {
+
+/// ZeRO's settings, as the [zero] section and [optimizer] gradient_clipping give them.
+struct ZeroOptions {
+  int64_t stage = 0;
+  int64_t reduce_bucket_size = 6553600;  ///< elements
+  bool overlap_comm = true;
+  FetchPlanner::Limits limits;
+  int64_t persistence_threshold = 100000;
+  double gradient_clipping = 0;  ///< 0 = off
+};
 
 struct StageOptions {
   torch::nn::Sequential model;
   LossFunction loss;
   OptimizerFactory make_optimizer;
-  int64_t reduce_bucket_bytes = 1 << 20;
+  ZeroOptions zero;
+  int64_t dp = 1;
+  int64_t rank = 0;             ///< position in the data-parallel group
   int64_t compute_threads = 1;  ///< intra-op threads of the compute stream (OpenMP, per thread)
+  double collective_timeout_s = 120;
   caf::actor comm_agent;
   Tracer* tracer = nullptr;
+  std::shared_ptr<MemoryLedger> ledger;
 };
 
 caf::actor spawn_stage(caf::actor_system& system, StageOptions options);

@@ -34,12 +34,15 @@ struct StepDriverState {
 };
 using StepDriver = caf::stateful_actor<StepDriverState>;
 
-void finish_step(StepDriver* self, std::string error) {
+void finish_step(StepDriver* self, std::string error, const step_applied& applied = {}) {
   auto& s = self->state;
   if (!s.current) return;
   CurrentStep& c = *s.current;
   double ms = std::chrono::duration<double, std::milli>(Clock::now() - c.start).count();
-  c.reply.deliver(step_report{c.step, c.loss.value_or(0), ms, c.tokens * s.options.dp, std::move(error)});
+  c.reply.deliver(step_report{c.step, c.loss.value_or(0), ms, c.tokens * s.options.dp, std::move(error),
+                              applied.grad_norm, applied.model_state_bytes, applied.parameter_bytes,
+                              applied.gradient_bytes, applied.optimizer_state_bytes,
+                              applied.communication_bytes});
   s.current.reset();
 }
 
@@ -90,7 +93,7 @@ caf::behavior step_driver_behavior(StepDriver* self, StepDriverOptions options) 
         Tracer::Scope span(tracer, "step_driver", "step_applied");
         auto& s = self->state;
         if (!s.current || s.current->step != a.step) return;
-        finish_step(self, "");
+        finish_step(self, "", a);
       },
       [=](stage_failed& f) {
         Tracer::Scope span(tracer, "step_driver", "stage_failed");

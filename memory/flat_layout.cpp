@@ -6,50 +6,108 @@
 namespace troupe {
 namespace {
 
-std::size_t round_up(std::size_t n, std::size_t unit) { return (n + unit - 1) / unit * unit; }
+std::size_t round_up(std::size_t n, std::size_t unit) {
+  return (n + unit - 1) / unit * unit;
+}
 
 }  // namespace
 
-Result<FlatLayout> FlatLayout::make(const std::vector<std::size_t>& counts, int64_t partitions, std::size_t align) {
+Result<FlatLayout> FlatLayout::make(const std::vector<std::size_t>& counts, int64_t partitions,
+                                    std::size_t align, std::vector<std::size_t> row_starts) {
   if (partitions < 1)
     return make_error("a flat layout needs at least one partition, got " + std::to_string(partitions));
   if (align < 1) return make_error("a flat layout needs an alignment of at least one element");
+  if (row_starts.empty() || row_starts.front() != 0) row_starts.insert(row_starts.begin(), 0);
+  for (std::size_t i = 1; i < row_starts.size(); ++i)
+    if (row_starts[i] <= row_starts[i - 1] || row_starts[i] >= std::max<std::size_t>(counts.size(), 1))
+      return make_error(
+          "flat layout rows must start at increasing parameter indices below the parameter count");
+
   FlatLayout layout;
   layout.counts_ = counts;
   layout.partitions_ = partitions;
+  const auto parts = static_cast<std::size_t>(partitions);
   std::size_t next = 0;
-  for (std::size_t n : counts) {
-    layout.offsets_.push_back(next);
-    next = round_up(next + n, align);
+  for (std::size_t k = 0; k < row_starts.size(); ++k) {
+    Row row;
+    row.begin = next;
+    row.first_parameter = row_starts[k];
+    std::size_t end = k + 1 < row_starts.size() ? row_starts[k + 1] : counts.size();
+    row.parameter_count = end - row.first_parameter;
+    for (std::size_t p = row.first_parameter; p < end; ++p) {
+      layout.offsets_.push_back(next);
+      layout.row_of_.push_back(k);
+      next = round_up(next + counts[p], align);
+    }
+    // Every block starts aligned; an empty row still has one aligned unit each.
+    std::size_t used = std::max<std::size_t>(next - row.begin, 1);
+    row.block = round_up(used, parts * align) / parts;
+    row.partition_offset = layout.partition_size_;
+    layout.partition_size_ += row.block;
+    next = row.begin + row.block * parts;
+    layout.rows_.push_back(row);
   }
-  // Every partition starts aligned; an empty model still has one aligned unit each.
-  std::size_t per_partition = round_up(std::max<std::size_t>(next, 1), static_cast<std::size_t>(partitions) * align) /
-                              static_cast<std::size_t>(partitions);
-  layout.partition_size_ = per_partition;
+  layout.total_ = next;
   return layout;
+}
+
+Result<FlatLayout> FlatLayout::make_bucketed(const std::vector<std::size_t>& counts, int64_t partitions,
+                                             std::size_t row_limit, std::size_t align) {
+  if (row_limit < 1) return make_error("a flat layout's rows must hold at least one element");
+  std::vector<std::size_t> starts;
+  std::size_t filled = 0;
+  for (std::size_t p = 0; p < counts.size(); ++p) {
+    if (p > 0 && filled > 0 && filled + counts[p] > row_limit) {
+      starts.push_back(p);
+      filled = 0;
+    }
+    filled += counts[p];
+  }
+  return make(counts, partitions, align, std::move(starts));
+}
+
+std::size_t FlatLayout::row_of(std::size_t index) const {
+  auto after = std::upper_bound(rows_.begin(), rows_.end(), index,
+                                [](std::size_t i, const Row& r) { return i < r.begin; });
+  return static_cast<std::size_t>(after - rows_.begin()) - 1;
+}
+
+int64_t FlatLayout::owner_of(std::size_t index) const {
+  const Row& r = rows_[row_of(index)];
+  return static_cast<int64_t>((index - r.begin) / r.block);
+}
+
+std::size_t FlatLayout::largest_row() const {
+  std::size_t largest = 0;
+  for (const Row& r : rows_) largest = std::max(largest, r.block * static_cast<std::size_t>(partitions_));
+  return largest;
 }
 
 std::vector<FlatLayout::Piece> FlatLayout::pieces_of(std::size_t p) const {
   std::vector<Piece> pieces;
+  const Row& r = rows_[row_of_[p]];
   std::size_t begin = offsets_[p], end = offsets_[p] + counts_[p];
   for (std::size_t at = begin; at < end;) {
-    int64_t owner = owner_of(at);
-    std::size_t stop = std::min(end, partition_begin(owner + 1));
-    pieces.push_back(Piece{p, owner, at - begin, at, stop - at});
+    auto owner = static_cast<int64_t>((at - r.begin) / r.block);
+    std::size_t block_start = r.begin + static_cast<std::size_t>(owner) * r.block;
+    std::size_t stop = std::min(end, block_start + r.block);
+    pieces.push_back(Piece{p, owner, at - begin, at, r.partition_offset + (at - block_start), stop - at});
     at = stop;
   }
   return pieces;
 }
 
 std::vector<FlatLayout::Piece> FlatLayout::pieces_in(int64_t rank) const {
-  std::size_t begin = partition_begin(rank), end = partition_begin(rank + 1);
-  // The first parameter that ends after `begin`: offsets are increasing.
-  auto first = std::upper_bound(offsets_.begin(), offsets_.end(), begin);
-  std::size_t p = first == offsets_.begin() ? 0 : static_cast<std::size_t>(first - offsets_.begin()) - 1;
   std::vector<Piece> pieces;
-  for (; p < offsets_.size() && offsets_[p] < end; ++p) {
-    std::size_t from = std::max(begin, offsets_[p]), to = std::min(end, offsets_[p] + counts_[p]);
-    if (from < to) pieces.push_back(Piece{p, rank, from - offsets_[p], from, to - from});
+  for (std::size_t k = 0; k < rows_.size(); ++k) {
+    const Row& r = rows_[k];
+    std::size_t begin = block_begin(k, rank), end = begin + r.block;
+    for (std::size_t p = r.first_parameter; p < r.first_parameter + r.parameter_count; ++p) {
+      std::size_t from = std::max(begin, offsets_[p]), to = std::min(end, offsets_[p] + counts_[p]);
+      if (from < to)
+        pieces.push_back(
+            Piece{p, rank, from - offsets_[p], from, r.partition_offset + (from - begin), to - from});
+    }
   }
   return pieces;
 }

@@ -15,18 +15,26 @@ HostBuffer::HostBuffer(std::size_t bytes) : bytes_(bytes) {
   std::memset(data_, 0, rounded);
 }
 
+HostBuffer::HostBuffer(std::size_t bytes, std::shared_ptr<MemoryLedger> ledger, MemoryKind kind)
+    : HostBuffer(bytes) {
+  charge_ = MemoryCharge(std::move(ledger), kind, static_cast<int64_t>(bytes));
+}
+
 HostBuffer::~HostBuffer() {
   std::free(data_);
 }
 
 HostBuffer::HostBuffer(HostBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+    : data_(std::exchange(other.data_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)),
+      charge_(std::move(other.charge_)) {}
 
 HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
   if (this != &other) {
     std::free(data_);
     data_ = std::exchange(other.data_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
+    charge_ = std::move(other.charge_);
   }
   return *this;
 }

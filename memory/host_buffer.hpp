@@ -5,6 +5,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+
+#include "memory/memory_ledger.hpp"
 
 namespace troupe {
 
@@ -16,6 +19,8 @@ class HostBuffer {
   HostBuffer() = default;
   /// Allocates `bytes` zero-filled bytes (0 is allowed and allocates nothing).
   explicit HostBuffer(std::size_t bytes);
+  /// The same, charged to `ledger` as `kind` for as long as the buffer lives.
+  HostBuffer(std::size_t bytes, std::shared_ptr<MemoryLedger> ledger, MemoryKind kind);
   ~HostBuffer();
   HostBuffer(HostBuffer&& other) noexcept;
   HostBuffer& operator=(HostBuffer&& other) noexcept;
@@ -38,6 +43,7 @@ class HostBuffer {
  private:
   std::byte* data_ = nullptr;
   std::size_t bytes_ = 0;
+  MemoryCharge charge_;
 };
 
 }  // namespace troupe

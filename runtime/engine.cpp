@@ -12,6 +12,7 @@
 #include "actors/data_loader.hpp"
 #include "actors/protocol/comm.hpp"
 #include "actors/protocol/engine.hpp"
+#include "actors/protocol/stage.hpp"
 #include "actors/stage.hpp"
 #include "actors/step_driver.hpp"
 #include "runtime/coordinator.hpp"
@@ -72,6 +73,20 @@ int64_t threads_per_rank(const JobConfig& config, const RankEnvironment& rank) {
   return std::max<int64_t>(1, cores / std::max<int64_t>(1, rank.local_world_size));
 }
 
+ZeroOptions zero_options(const JobConfig& config) {
+  const ZeroConfig& z = config.zero;
+  ZeroOptions o;
+  o.stage = z.stage;
+  o.reduce_bucket_size = z.reduce_bucket_size;
+  o.overlap_comm = z.overlap_comm;
+  o.limits.prefetch_bucket_size = static_cast<std::size_t>(z.prefetch_bucket_size);
+  o.limits.max_live_parameters = static_cast<std::size_t>(z.max_live_parameters);
+  o.limits.max_reuse_distance = static_cast<std::size_t>(z.max_reuse_distance);
+  o.persistence_threshold = z.param_persistence_threshold;
+  o.gradient_clipping = config.optimizer.gradient_clipping;
+  return o;
+}
+
 // Every rank starts from rank 0's parameters, whatever its own initialisation did.
 Status broadcast_parameters(Transport& transport, torch::nn::Sequential& layers) {
   torch::NoGradGuard no_grad;
@@ -101,6 +116,7 @@ class Engine::Impl {
   RankEnvironment rank;
   torch::nn::Sequential layers;
   std::unique_ptr<Tracer> tracer;
+  std::shared_ptr<MemoryLedger> ledger = std::make_shared<MemoryLedger>();
   caf::actor_system_config actor_config;
   std::unique_ptr<caf::actor_system> system;
   caf::actor comm, loader, stage, driver;
@@ -132,9 +148,19 @@ class Engine::Impl {
       optimizer = [o = config.optimizer](std::vector<torch::Tensor> p) {
         return make_optimizer(o, std::move(p));
       };
-    stage =
-        spawn_stage(*system, StageOptions{layers, std::move(t.loss), std::move(optimizer),
-                                          config.parallel.reduce_bucket_bytes, compute_threads, comm, tr});
+    StageOptions so;
+    so.model = layers;
+    so.loss = std::move(t.loss);
+    so.make_optimizer = std::move(optimizer);
+    so.zero = zero_options(config);
+    so.dp = config.parallel.dp;
+    so.rank = rank.rank;
+    so.compute_threads = compute_threads;
+    so.collective_timeout_s = config.cluster.collective_timeout_s;
+    so.comm_agent = comm;
+    so.tracer = tr;
+    so.ledger = ledger;
+    stage = spawn_stage(*system, std::move(so));
     driver = spawn_step_driver(
         *system, StepDriverOptions{stage, loader, comm, b.gradient_accumulation_steps, config.parallel.dp,
                                    config.cluster.collective_timeout_s, tr});
@@ -189,11 +215,21 @@ const JobConfig& Engine::config() const {
   return impl_->config;
 }
 
-torch::Tensor Engine::flat_parameters() const {
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> flat;
-  for (auto& p : impl_->layers->parameters()) flat.push_back(p.detach().reshape({-1}));
-  return flat.empty() ? torch::empty({0}) : torch::cat(flat);
+Result<torch::Tensor> Engine::gather_parameters() {
+  Impl& m = *impl_;
+  if (m.failed) return make_error(fmt::format("rank {}: the engine has failed", m.rank.rank));
+  caf::scoped_actor self{*m.system};
+  parameters_collected collected;
+  std::string error;
+  auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double>(m.step_timeout_s()));
+  self->request(m.stage, timeout, collect_parameters{})
+      .receive([&](parameters_collected& c) { collected = std::move(c); },
+               [&](caf::error& e) { error = m.system->render(e); });
+  if (error.empty()) error = collected.error;
+  if (!error.empty()) return m.fail("gathering the parameters: " + error);
+  auto count = static_cast<int64_t>(collected.flat->bytes() / sizeof(float));
+  return torch::from_blob(collected.flat->data(), {count}, torch::kFloat32).clone();
 }
 
 Result<StepResult> Engine::train_batch() {
@@ -211,8 +247,19 @@ Result<StepResult> Engine::train_batch() {
   if (error.empty()) error = report.error;
   if (!error.empty()) return m.fail(fmt::format("step {} failed: {}", m.steps_done + 1, error));
   ++m.steps_done;
-  double tokens_per_s = report.step_ms > 0 ? report.tokens / (report.step_ms / 1000.0) : 0;
-  return StepResult{m.steps_done, report.loss, report.step_ms, report.tokens, tokens_per_s};
+  StepResult result;
+  result.step = m.steps_done;
+  result.loss = report.loss;
+  result.step_ms = report.step_ms;
+  result.tokens = report.tokens;
+  result.tokens_per_s = report.step_ms > 0 ? report.tokens / (report.step_ms / 1000.0) : 0;
+  result.grad_norm = report.grad_norm;
+  result.model_state_bytes = report.model_state_bytes;
+  result.parameter_bytes = report.parameter_bytes;
+  result.gradient_bytes = report.gradient_bytes;
+  result.optimizer_state_bytes = report.optimizer_state_bytes;
+  result.communication_bytes = report.communication_bytes;
+  return result;
 }
 
 Status Engine::finish() {

@@ -85,6 +85,7 @@ int run_gpt_rank(const JobConfig& job, const JobOutputs& outputs) {
   torch::manual_seed(static_cast<uint64_t>(job.train.seed));
   Trainable trainable;
   trainable.layers = make_gpt(job.model);
+  const int64_t parameter_count = count_parameters(*trainable.layers);
   trainable.loss = lm_loss;
   trainable.data = [corpus = *corpus, seq = job.model.seq_len, seed = job.train.seed](int64_t first,
                                                                                       int64_t count) {
@@ -99,16 +100,27 @@ int run_gpt_rank(const JobConfig& job, const JobOutputs& outputs) {
   for (int64_t s = 0; s < job.train.steps; ++s) {
     auto r = e.train_batch();
     if (!r) return fail(r.error().message);
-    auto written =
-        report->step(StepMetrics{r->step, job.train.steps, r->loss, r->tokens_per_s, r->step_ms, r->tokens});
+    StepMetrics m{r->step, job.train.steps, r->loss, r->tokens_per_s, r->step_ms, r->tokens};
+    m.grad_norm = r->grad_norm;
+    m.params = parameter_count;
+    m.model_state_bytes = r->model_state_bytes;
+    m.parameter_bytes = r->parameter_bytes;
+    m.gradient_bytes = r->gradient_bytes;
+    m.optimizer_state_bytes = r->optimizer_state_bytes;
+    m.communication_bytes = r->communication_bytes;
+    auto written = report->step(m);
     if (!written) return fail(written.error().message);
   }
   auto finished = e.finish();
   if (!finished) return fail(finished.error().message);
   report->summary();
-  if (e.rank() == 0 && !outputs.parameters_path.empty()) {
-    auto saved = write_parameters(outputs.parameters_path, e.flat_parameters());
-    if (!saved) return fail(saved.error().message);
+  if (!outputs.parameters_path.empty()) {
+    auto parameters = e.gather_parameters();  // every rank takes part
+    if (!parameters) return fail(parameters.error().message);
+    if (e.rank() == 0) {
+      auto saved = write_parameters(outputs.parameters_path, *parameters);
+      if (!saved) return fail(saved.error().message);
+    }
   }
   return 0;
 }

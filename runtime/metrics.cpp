@@ -29,9 +29,19 @@ Result<MetricsWriter> MetricsWriter::make(const std::string& path) {
 
 Status MetricsWriter::write(const StepMetrics& metrics) {
   const nlohmann::json line = {
-      {"step", metrics.step},       {"steps_total", metrics.steps_total},
-      {"loss", metrics.loss},       {"tokens_per_s", metrics.tokens_per_s},
-      {"step_ms", metrics.step_ms}, {"tokens", metrics.tokens},
+      {"step", metrics.step},
+      {"steps_total", metrics.steps_total},
+      {"loss", metrics.loss},
+      {"tokens_per_s", metrics.tokens_per_s},
+      {"step_ms", metrics.step_ms},
+      {"tokens", metrics.tokens},
+      {"grad_norm", metrics.grad_norm},
+      {"params", metrics.params},
+      {"model_state_bytes", metrics.model_state_bytes},
+      {"parameter_bytes", metrics.parameter_bytes},
+      {"gradient_bytes", metrics.gradient_bytes},
+      {"optimizer_state_bytes", metrics.optimizer_state_bytes},
+      {"communication_bytes", metrics.communication_bytes},
   };
   file_ << line.dump() << '\n';
   file_.flush();

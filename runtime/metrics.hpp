@@ -25,10 +25,21 @@ struct StepMetrics {
   double tokens_per_s = 0;  ///< tokens / step time
   double step_ms = 0;       ///< wall time of this step
   int64_t tokens = 0;       ///< tokens in the global batch
+  double grad_norm = 0;     ///< global L2 norm of the gradients, before clipping
+  int64_t params = 0;       ///< the model's parameter count
+  /// max over ranks of parameter + gradient + optimizer-state bytes held (peak of the step)
+  int64_t model_state_bytes = 0;
+  int64_t parameter_bytes = 0;  ///< this rank's peaks of the step, by kind
+  int64_t gradient_bytes = 0;
+  int64_t optimizer_state_bytes = 0;
+  int64_t communication_bytes = 0;
 };
 
-/// Appends one JSON object per step to a file, flushed after each line:
-/// {"step":..,"steps_total":..,"loss":..,"tokens_per_s":..,"step_ms":..,"tokens":..}
+/// Appends one JSON object per step to a file, flushed after each line, with every
+/// StepMetrics field under its own name:
+/// {"step":..,"steps_total":..,"loss":..,"tokens_per_s":..,"step_ms":..,"tokens":..,
+///  "grad_norm":..,"params":..,"model_state_bytes":..,"parameter_bytes":..,
+///  "gradient_bytes":..,"optimizer_state_bytes":..,"communication_bytes":..}
 class MetricsWriter {
  public:
   /// Creates (truncates) `path`; fails with a sentence naming the path.

@@ -1,8 +1,11 @@
 #include "runtime/reference.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <exception>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -50,6 +53,51 @@ double accumulate_step(torch::nn::Sequential& model, const TextCorpus& corpus, c
   return loss_sum;
 }
 
+// The global L2 norm of every parameter's gradient: squares summed in double, then sqrt.
+double gradient_norm(const std::vector<torch::Tensor>& parameters) {
+  double sum_of_squares = 0;
+  for (const auto& parameter : parameters) {
+    const torch::Tensor& grad = parameter.grad();
+    if (grad.defined()) sum_of_squares += grad.to(torch::kDouble).square().sum().item<double>();
+  }
+  return std::sqrt(sum_of_squares);
+}
+
+// DeepSpeed's clipping: with factor = (norm + 1e-6) / max_norm, gradients are divided by
+// the factor when it is above 1 and left untouched otherwise.
+void clip_gradients(const std::vector<torch::Tensor>& parameters, double norm, double max_norm) {
+  const double factor = std::max(1.0, (norm + 1e-6) / max_norm);
+  if (factor <= 1.0) return;
+  torch::NoGradGuard no_grad;
+  for (const auto& parameter : parameters) {
+    torch::Tensor grad = parameter.grad();
+    if (grad.defined()) grad.mul_(1.0 / factor);
+  }
+}
+
+int64_t defined_bytes(const torch::Tensor& tensor) {
+  return tensor.defined() ? static_cast<int64_t>(tensor.nbytes()) : 0;
+}
+
+// Bytes of every tensor the optimizer keeps per parameter: Adam's and AdamW's moments
+// (and max_exp_avg_sq under amsgrad), SGD's momentum buffer.
+int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer) {
+  int64_t bytes = 0;
+  for (const auto& entry : optimizer.state()) {
+    const torch::optim::OptimizerParamState* state = entry.second.get();
+    if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(state)) {
+      bytes += defined_bytes(adam->exp_avg()) + defined_bytes(adam->exp_avg_sq()) +
+               defined_bytes(adam->max_exp_avg_sq());
+    } else if (const auto* adamw = dynamic_cast<const torch::optim::AdamWParamState*>(state)) {
+      bytes += defined_bytes(adamw->exp_avg()) + defined_bytes(adamw->exp_avg_sq()) +
+               defined_bytes(adamw->max_exp_avg_sq());
+    } else if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(state)) {
+      bytes += defined_bytes(sgd->momentum_buffer());
+    }
+  }
+  return bytes;
+}
+
 Result<std::vector<StepMetrics>> train(const JobConfig& job,
                                        const std::function<void(const StepMetrics&)>& on_step,
                                        torch::Tensor* final_parameters) {
@@ -59,14 +107,19 @@ Result<std::vector<StepMetrics>> train(const JobConfig& job,
 
   torch::manual_seed(static_cast<uint64_t>(job.train.seed));
   torch::nn::Sequential model = make_gpt(job.model);
-  auto optimizer = make_optimizer(job.optimizer, model->parameters());
+  const std::vector<torch::Tensor> parameters = model->parameters();
+  auto optimizer = make_optimizer(job.optimizer, parameters);
   optimizer->zero_grad();
+  const int64_t params = count_parameters(*model);
 
   std::vector<StepMetrics> history;
   const int64_t tokens = job.batch.global_batch_size * job.model.seq_len;
   for (int64_t step = 0; step < job.train.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     const double loss = accumulate_step(model, *corpus, job, step);
+    const double grad_norm = gradient_norm(parameters);
+    if (job.optimizer.gradient_clipping > 0)
+      clip_gradients(parameters, grad_norm, job.optimizer.gradient_clipping);
     optimizer->step();
     optimizer->zero_grad();
     const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
@@ -78,6 +131,15 @@ Result<std::vector<StepMetrics>> train(const JobConfig& job,
     metrics.step_ms = elapsed.count() * 1000.0;
     metrics.tokens = tokens;
     metrics.tokens_per_s = elapsed.count() > 0 ? static_cast<double>(tokens) / elapsed.count() : 0;
+    metrics.grad_norm = grad_norm;
+    metrics.params = params;
+    // One process holds everything: fp32 parameters and gradients, the whole optimizer state.
+    metrics.parameter_bytes = 4 * params;
+    metrics.gradient_bytes = 4 * params;
+    metrics.optimizer_state_bytes = optimizer_state_bytes(*optimizer);
+    metrics.communication_bytes = 0;
+    metrics.model_state_bytes =
+        metrics.parameter_bytes + metrics.gradient_bytes + metrics.optimizer_state_bytes;
     history.push_back(metrics);
     if (on_step) on_step(metrics);
   }

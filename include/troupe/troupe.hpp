@@ -45,6 +45,12 @@ struct StepResult {
   double step_ms = 0;
   int64_t tokens = 0;  ///< target elements in the global batch
   double tokens_per_s = 0;
+  double grad_norm = 0;           ///< global L2 norm of the gradients, before clipping
+  int64_t model_state_bytes = 0;  ///< largest parameter + gradient + optimizer-state peak of any rank
+  int64_t parameter_bytes = 0;    ///< this rank's peaks of the step, by kind
+  int64_t gradient_bytes = 0;
+  int64_t optimizer_state_bytes = 0;
+  int64_t communication_bytes = 0;
 };
 
 class Engine {
@@ -66,7 +72,8 @@ class Engine {
   int64_t world_size() const;
   const JobConfig& config() const;
   /// The model's parameters, flattened in order (for checks against a reference).
-  torch::Tensor flat_parameters() const;
+  /// Collective: every rank calls it (ZeRO stage 3 gathers the partitions).
+  Result<torch::Tensor> gather_parameters();
 
   class Impl;
 

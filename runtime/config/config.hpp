@@ -27,10 +27,27 @@ struct ClusterConfig {
 
 /// [parallel]: the shape of the job. Only data parallelism exists for now.
 struct ParallelConfig {
-  int64_t dp = 0;                          ///< 0 = derive from world_size / (pp × tp)
-  int64_t pp = 1;                          ///< must be 1 for now
-  int64_t tp = 1;                          ///< must be 1 for now
-  int64_t reduce_bucket_bytes = 25 << 20;  ///< gradient bytes reduced together (DDP's default)
+  int64_t dp = 0;  ///< 0 = derive from world_size / (pp × tp)
+  int64_t pp = 1;  ///< must be 1 for now
+  int64_t tp = 1;  ///< must be 1 for now
+};
+
+/// [zero]: ZeRO partitioning (DeepSpeed's zero_optimization meanings; sizes in elements).
+struct ZeroConfig {
+  /// 0 = plain data parallel; 1 optimizer state, 2 + gradients, 3 + parameters
+  int64_t stage = 0;
+  /// gradient elements reduced together (25 MiB of fp32, DDP's bucket)
+  int64_t reduce_bucket_size = 6553600;
+  /// stages 2-3: a second bucket fills while the previous one reduces
+  bool overlap_comm = true;
+  /// stage 3: elements gathered ahead of use
+  int64_t prefetch_bucket_size = 50000000;
+  /// stage 3: cap on gathered elements that prefetch may reach
+  int64_t max_live_parameters = 1000000000;
+  /// stage 3: keep a layer gathered if it is used again within this many elements
+  int64_t max_reuse_distance = 1000000000;
+  /// stage 3: parameters this small stay gathered
+  int64_t param_persistence_threshold = 100000;
 };
 
 /// [batch]: DeepSpeed's rule global = micro × accumulation × dp; 0 = derive.
@@ -49,9 +66,10 @@ struct OptimizerConfig {
   double beta1 = 0.9;  ///< TOML: betas = [beta1, beta2]
   double beta2 = 0.999;
   double eps = 1e-8;
-  double weight_decay = 0.01;  ///< adamw: decoupled; adam: L2; sgd: L2
-  double momentum = 0.0;       ///< sgd only
-  bool nesterov = false;       ///< sgd only
+  double weight_decay = 0.01;      ///< adamw: decoupled; adam: L2; sgd: L2
+  double momentum = 0.0;           ///< sgd only
+  bool nesterov = false;           ///< sgd only
+  double gradient_clipping = 0.0;  ///< global L2 norm clip (DeepSpeed's semantics); 0 = off
 };
 
 /// [model]: the built-in GPT's shape.
@@ -91,6 +109,7 @@ struct JobConfig {
   std::string source = "<struct>";  ///< file name the config came from, for messages
   ClusterConfig cluster;
   ParallelConfig parallel;
+  ZeroConfig zero;
   BatchConfig batch;
   OptimizerConfig optimizer;
   ModelConfig model;

@@ -78,8 +78,9 @@ Status resolve_cluster(const ClusterConfig& cluster, const ConfigOrigins& origin
   TROUPE_TRY(
       require(is_host_port(cluster.coordinator), origins, "cluster", "coordinator", cluster.coordinator));
   TROUPE_TRY(require(!cluster.token.empty(), origins, "cluster", "token", cluster.token));
-  TROUPE_TRY(require(cluster.topology == "auto" || cluster.topology == "flat" || cluster.topology == "two_level",
-                     origins, "cluster", "topology", cluster.topology));
+  TROUPE_TRY(
+      require(cluster.topology == "auto" || cluster.topology == "flat" || cluster.topology == "two_level",
+              origins, "cluster", "topology", cluster.topology));
   const std::pair<const char*, double> timeouts[] = {{"bootstrap_timeout_s", cluster.bootstrap_timeout_s},
                                                      {"peer_timeout_s", cluster.peer_timeout_s},
                                                      {"collective_timeout_s", cluster.collective_timeout_s}};
@@ -104,8 +105,6 @@ Status resolve_parallel(JobConfig& config, const ConfigOrigins& origins) {
                                  "tp must be 1",
                                  parallel.tp));
   }
-  TROUPE_TRY(require(parallel.reduce_bucket_bytes > 0, origins, "parallel", "reduce_bucket_bytes",
-                     parallel.reduce_bucket_bytes));
   TROUPE_TRY(require(world_size >= 0, origins, "cluster", "world_size", world_size));
   TROUPE_TRY(require(parallel.dp >= 0, origins, "parallel", "dp", parallel.dp));
   const int64_t model_ranks = parallel.pp * parallel.tp;  // both 1 for now: no overflow
@@ -124,6 +123,25 @@ Status resolve_parallel(JobConfig& config, const ConfigOrigins& origins) {
     return key_error(origins, "cluster", "world_size",
                      fmt::format("world_size = {} does not equal dp {} × pp {} × tp {} = {}", world_size,
                                  parallel.dp, parallel.pp, parallel.tp, parallel.dp * model_ranks));
+  }
+  return {};
+}
+
+// DeepSpeed's zero_optimization keys; sizes count elements.
+Status resolve_zero(const ZeroConfig& zero, const ConfigOrigins& origins) {
+  TROUPE_TRY(require(zero.stage >= 0 && zero.stage <= 3, origins, "zero", "stage", zero.stage));
+  const std::pair<const char*, int64_t> positive_sizes[] = {
+      {"reduce_bucket_size", zero.reduce_bucket_size},
+      {"prefetch_bucket_size", zero.prefetch_bucket_size},
+      {"max_live_parameters", zero.max_live_parameters}};
+  for (const auto& [key, value] : positive_sizes) {
+    TROUPE_TRY(require(value > 0, origins, "zero", key, value));
+  }
+  const std::pair<const char*, int64_t> non_negative_sizes[] = {
+      {"max_reuse_distance", zero.max_reuse_distance},
+      {"param_persistence_threshold", zero.param_persistence_threshold}};
+  for (const auto& [key, value] : non_negative_sizes) {
+    TROUPE_TRY(require(value >= 0, origins, "zero", key, value));
   }
   return {};
 }
@@ -224,6 +242,8 @@ Status resolve_optimizer(const OptimizerConfig& optimizer, const ConfigOrigins& 
     return key_error(origins, "optimizer", "nesterov",
                      "nesterov = true needs a positive momentum, got momentum 0");
   }
+  TROUPE_TRY(require(non_negative(optimizer.gradient_clipping), origins, "optimizer", "gradient_clipping",
+                     optimizer.gradient_clipping));
   return {};
 }
 
@@ -311,6 +331,7 @@ Result<JobConfig> resolve_config(JobConfig raw) {
 Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins) {
   TROUPE_TRY(resolve_cluster(raw.cluster, origins));
   TROUPE_TRY(resolve_parallel(raw, origins));
+  TROUPE_TRY(resolve_zero(raw.zero, origins));
   TROUPE_TRY(resolve_batch(raw, origins));
   TROUPE_TRY(resolve_optimizer(raw.optimizer, origins));
   TROUPE_TRY(resolve_model(raw.model, origins));

@@ -33,8 +33,19 @@ std::vector<KeySpec> make_key_specs() {
        [](C& c) -> FieldRef { return &c.parallel.pp; }},
       {"parallel", "tp", "the integer 1 (tensor parallelism is not available yet)",
        [](C& c) -> FieldRef { return &c.parallel.tp; }},
-      {"parallel", "reduce_bucket_bytes", "a positive integer",
-       [](C& c) -> FieldRef { return &c.parallel.reduce_bucket_bytes; }},
+
+      {"zero", "stage", "one of 0, 1, 2 or 3", [](C& c) -> FieldRef { return &c.zero.stage; }},
+      {"zero", "reduce_bucket_size", "a positive integer (elements)",
+       [](C& c) -> FieldRef { return &c.zero.reduce_bucket_size; }},
+      {"zero", "overlap_comm", "true or false", [](C& c) -> FieldRef { return &c.zero.overlap_comm; }},
+      {"zero", "prefetch_bucket_size", "a positive integer (elements)",
+       [](C& c) -> FieldRef { return &c.zero.prefetch_bucket_size; }},
+      {"zero", "max_live_parameters", "a positive integer (elements)",
+       [](C& c) -> FieldRef { return &c.zero.max_live_parameters; }},
+      {"zero", "max_reuse_distance", "a non-negative integer (elements)",
+       [](C& c) -> FieldRef { return &c.zero.max_reuse_distance; }},
+      {"zero", "param_persistence_threshold", "a non-negative integer (elements)",
+       [](C& c) -> FieldRef { return &c.zero.param_persistence_threshold; }},
 
       {"batch", "micro_batch_size", "a positive integer",
        [](C& c) -> FieldRef { return &c.batch.micro_batch_size; }},
@@ -56,6 +67,8 @@ std::vector<KeySpec> make_key_specs() {
       {"optimizer", "momentum", "a non-negative number",
        [](C& c) -> FieldRef { return &c.optimizer.momentum; }},
       {"optimizer", "nesterov", "true or false", [](C& c) -> FieldRef { return &c.optimizer.nesterov; }},
+      {"optimizer", "gradient_clipping", "a non-negative number (0 = no clipping)",
+       [](C& c) -> FieldRef { return &c.optimizer.gradient_clipping; }},
 
       {"model", "type", R"("gpt")", [](C& c) -> FieldRef { return &c.model.type; }},
       {"model", "vocab_size", "an integer of at least 256 (byte-level data)",
@@ -104,7 +117,7 @@ const std::vector<KeySpec>& key_specs() {
 }
 
 const std::vector<std::string>& section_names() {
-  static const std::vector<std::string> names = {"cluster", "parallel", "batch", "optimizer",
+  static const std::vector<std::string> names = {"cluster", "parallel", "zero",  "batch", "optimizer",
                                                  "model",   "data",     "train", "trace"};
   return names;
 }

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "base/check.hpp"
+#include "runtime/model/linear.hpp"
 
 namespace troupe {
 namespace {
@@ -33,6 +34,13 @@ void init_linear(torch::nn::Linear& linear, double std) {
 void init_embedding(torch::nn::Embedding& embedding) {
   torch::NoGradGuard no_grad;
   embedding->weight.normal_(0.0, kInitStd);
+}
+
+// Applies a Linear module through linear(), which saves the weight parameter itself for
+// backward (see linear.hpp) so that ZeRO stage 3 may swap its data out between passes.
+// The modules stay for parameter registration and initialization.
+torch::Tensor apply_linear(const torch::nn::Linear& module, const torch::Tensor& x) {
+  return linear(x, module->weight, module->bias);
 }
 
 torch::nn::LayerNorm make_layer_norm(int64_t width) {
@@ -79,7 +87,7 @@ torch::Tensor GptBlockImpl::attend(const torch::Tensor& x) {
   const int64_t head_width = width / n_heads_;
 
   // [B,T,3C] -> three [B,H,T,D] tensors.
-  auto qkv = qkv_(x).view({batch, length, 3, n_heads_, head_width}).permute({2, 0, 3, 1, 4});
+  auto qkv = apply_linear(qkv_, x).view({batch, length, 3, n_heads_, head_width}).permute({2, 0, 3, 1, 4});
   auto q = qkv[0];
   auto k = qkv[1];
   auto v = qkv[2];
@@ -90,13 +98,13 @@ torch::Tensor GptBlockImpl::attend(const torch::Tensor& x) {
   scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
   auto weights = torch::softmax(scores, -1);
   auto mixed = torch::matmul(weights, v);  // [B,H,T,D]
-  return attention_projection_(mixed.transpose(1, 2).reshape({batch, length, width}));
+  return apply_linear(attention_projection_, mixed.transpose(1, 2).reshape({batch, length, width}));
 }
 
 torch::Tensor GptBlockImpl::forward(torch::Tensor x) {
   TORCH_CHECK(x.dim() == 3, "GptBlock expects activations [B,T,C], got ", x.sizes());
   x = x + attend(norm_attention_(x));
-  return x + mlp_out_(torch::gelu(mlp_in_(norm_mlp_(x))));
+  return x + apply_linear(mlp_out_, torch::gelu(apply_linear(mlp_in_, norm_mlp_(x))));
 }
 
 GptHeadImpl::GptHeadImpl(const ModelConfig& model) {
@@ -107,7 +115,7 @@ GptHeadImpl::GptHeadImpl(const ModelConfig& model) {
 }
 
 torch::Tensor GptHeadImpl::forward(torch::Tensor x) {
-  return lm_head_(norm_(x));
+  return apply_linear(lm_head_, norm_(x));
 }
 
 torch::nn::Sequential make_gpt(const ModelConfig& model) {

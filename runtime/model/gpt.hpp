@@ -7,7 +7,9 @@
 // Keeping the model a flat list lets the stage actor run it one layer at a time: gather a
 // layer's parameters, run it, release them; or place a contiguous run of layers on a
 // pipeline stage. Every layer is a plain tensor program (no dropout, no fused kernels), so
-// a forward pass is a deterministic function of the weights and the input.
+// a forward pass is a deterministic function of the weights and the input. The Linear
+// modules are applied through linear() (linear.hpp), whose backward re-reads each weight
+// parameter, so ZeRO stage 3 may swap a parameter's data out between forward and backward.
 //
 // Initialization follows GPT-2: Linear and Embedding weights ~ N(0, 0.02), biases zero,
 // LayerNorm weight one / bias zero, and the two projections that write into the residual

@@ -2,7 +2,9 @@
 // (derivations and validation), rendering and did-you-mean suggestions.
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -54,7 +56,13 @@ void expect_same(const JobConfig& a, const JobConfig& b) {
   EXPECT_EQ(a.parallel.dp, b.parallel.dp);
   EXPECT_EQ(a.parallel.pp, b.parallel.pp);
   EXPECT_EQ(a.parallel.tp, b.parallel.tp);
-  EXPECT_EQ(a.parallel.reduce_bucket_bytes, b.parallel.reduce_bucket_bytes);
+  EXPECT_EQ(a.zero.stage, b.zero.stage);
+  EXPECT_EQ(a.zero.reduce_bucket_size, b.zero.reduce_bucket_size);
+  EXPECT_EQ(a.zero.overlap_comm, b.zero.overlap_comm);
+  EXPECT_EQ(a.zero.prefetch_bucket_size, b.zero.prefetch_bucket_size);
+  EXPECT_EQ(a.zero.max_live_parameters, b.zero.max_live_parameters);
+  EXPECT_EQ(a.zero.max_reuse_distance, b.zero.max_reuse_distance);
+  EXPECT_EQ(a.zero.param_persistence_threshold, b.zero.param_persistence_threshold);
   EXPECT_EQ(a.batch.micro_batch_size, b.batch.micro_batch_size);
   EXPECT_EQ(a.batch.gradient_accumulation_steps, b.batch.gradient_accumulation_steps);
   EXPECT_EQ(a.batch.global_batch_size, b.batch.global_batch_size);
@@ -66,6 +74,7 @@ void expect_same(const JobConfig& a, const JobConfig& b) {
   EXPECT_EQ(a.optimizer.weight_decay, b.optimizer.weight_decay);
   EXPECT_EQ(a.optimizer.momentum, b.optimizer.momentum);
   EXPECT_EQ(a.optimizer.nesterov, b.optimizer.nesterov);
+  EXPECT_EQ(a.optimizer.gradient_clipping, b.optimizer.gradient_clipping);
   EXPECT_EQ(a.model.type, b.model.type);
   EXPECT_EQ(a.model.vocab_size, b.model.vocab_size);
   EXPECT_EQ(a.model.seq_len, b.model.seq_len);
@@ -115,7 +124,8 @@ collective_timeout_s = 30
 dp = 2
 pp = 1
 tp = 1
-reduce_bucket_bytes = 4096
+[zero]
+reduce_bucket_size = 4096
 [batch]
 micro_batch_size = 3
 gradient_accumulation_steps = 2
@@ -128,6 +138,7 @@ eps = 1e-6
 weight_decay = 0
 momentum = 0.9
 nesterov = true
+gradient_clipping = 1.0
 [model]
 type = "gpt"
 vocab_size = 300
@@ -152,11 +163,12 @@ path = "t.json"
   ASSERT_TRUE(config.ok()) << config.error().message;
   EXPECT_EQ(config->cluster.coordinator, "node0:4000");
   EXPECT_EQ(config->cluster.peer_timeout_s, 2.5);
-  EXPECT_EQ(config->parallel.reduce_bucket_bytes, 4096);
+  EXPECT_EQ(config->zero.reduce_bucket_size, 4096);
   EXPECT_EQ(config->batch.global_batch_size, 12);
   EXPECT_EQ(config->optimizer.type, OptimizerType::sgd);
   EXPECT_EQ(config->optimizer.beta1, 0.8);
   EXPECT_TRUE(config->optimizer.nesterov);
+  EXPECT_EQ(config->optimizer.gradient_clipping, 1.0);
   EXPECT_EQ(config->model.d_ff, 100);
   EXPECT_EQ(config->data.prefetch_micro_batches, 3);
   EXPECT_EQ(config->train.metrics_path, "m.jsonl");
@@ -221,7 +233,7 @@ TEST(ConfigLoad, UnknownSectionSuggestsTheClosestSection) {
 TEST(ConfigLoad, UnknownSectionWithNothingCloseListsTheSections) {
   EXPECT_EQ(error_of(load("[logging]\nlevel = 1\n")),
             "job.toml:1:2: unknown section [logging]; the sections are [cluster], [parallel], "
-            "[batch], [optimizer], [model], [data], [train], [trace]");
+            "[zero], [batch], [optimizer], [model], [data], [train], [trace]");
 }
 
 TEST(ConfigLoad, KeyOutsideAnySectionNamesItsSection) {
@@ -619,9 +631,9 @@ TEST(ConfigResolve, TimeoutsMustBePositive) {
 
 TEST(ConfigResolve, ReduceBucketMustBePositive) {
   JobConfig raw = minimal_struct();
-  raw.parallel.reduce_bucket_bytes = 0;
+  raw.zero.reduce_bucket_size = 0;
   EXPECT_EQ(error_of(resolve_config(raw)),
-            "<struct>: [parallel] reduce_bucket_bytes must be a positive integer, got 0");
+            "<struct>: [zero] reduce_bucket_size must be a positive integer (elements), got 0");
 }
 
 TEST(ConfigResolve, LogIntervalMustBeAtLeastOne) {
@@ -694,15 +706,135 @@ TEST(ConfigResolve, ResolvedConfigResolvesToItself) {
   expect_same(*once, *twice);
 }
 
+// ---- ZeRO and gradient clipping ----
+
+TEST(ConfigZero, DefaultsAreTheDocumentedOnes) {
+  const JobConfig defaults;
+  EXPECT_EQ(defaults.zero.stage, 0);
+  EXPECT_EQ(defaults.zero.reduce_bucket_size, 6553600);  // 25 MiB of fp32
+  EXPECT_TRUE(defaults.zero.overlap_comm);
+  EXPECT_EQ(defaults.zero.prefetch_bucket_size, 50000000);
+  EXPECT_EQ(defaults.zero.max_live_parameters, 1000000000);
+  EXPECT_EQ(defaults.zero.max_reuse_distance, 1000000000);
+  EXPECT_EQ(defaults.zero.param_persistence_threshold, 100000);
+  EXPECT_EQ(defaults.optimizer.gradient_clipping, 0.0);
+}
+
+TEST(ConfigZero, EveryKeyOfTheSectionIsRead) {
+  Result<JobConfig> config = load(std::string(kMinimal) + R"(
+[zero]
+stage = 3
+reduce_bucket_size = 1000
+overlap_comm = false
+prefetch_bucket_size = 2000
+max_live_parameters = 3000
+max_reuse_distance = 0
+param_persistence_threshold = 0
+[optimizer]
+gradient_clipping = 1
+)");
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_EQ(config->zero.stage, 3);
+  EXPECT_EQ(config->zero.reduce_bucket_size, 1000);
+  EXPECT_FALSE(config->zero.overlap_comm);
+  EXPECT_EQ(config->zero.prefetch_bucket_size, 2000);
+  EXPECT_EQ(config->zero.max_live_parameters, 3000);
+  EXPECT_EQ(config->zero.max_reuse_distance, 0);
+  EXPECT_EQ(config->zero.param_persistence_threshold, 0);
+  EXPECT_EQ(config->optimizer.gradient_clipping, 1.0);
+}
+
+TEST(ConfigZero, EveryStageFromZeroToThreeIsAccepted) {
+  for (int64_t stage = 0; stage <= 3; ++stage) {
+    JobConfig raw = minimal_struct();
+    raw.zero.stage = stage;
+    Result<JobConfig> config = resolve_config(raw);
+    ASSERT_TRUE(config.ok()) << config.error().message;
+    EXPECT_EQ(config->zero.stage, stage);
+  }
+}
+
+TEST(ConfigZero, OutOfRangeValuesNamePositionKeyAndAllowedValues) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"[zero]\nstage = 4\n", "job.toml:4:9: [zero] stage must be one of 0, 1, 2 or 3, got 4"},
+      {"[zero]\nstage = -1\n", "job.toml:4:9: [zero] stage must be one of 0, 1, 2 or 3, got -1"},
+      {"[zero]\nreduce_bucket_size = 0\n",
+       "job.toml:4:22: [zero] reduce_bucket_size must be a positive integer (elements), got 0"},
+      {"[zero]\nprefetch_bucket_size = -5\n",
+       "job.toml:4:24: [zero] prefetch_bucket_size must be a positive integer (elements), got -5"},
+      {"[zero]\nmax_live_parameters = 0\n",
+       "job.toml:4:23: [zero] max_live_parameters must be a positive integer (elements), got 0"},
+      {"[zero]\nmax_reuse_distance = -1\n",
+       "job.toml:4:22: [zero] max_reuse_distance must be a non-negative integer (elements), got -1"},
+      {"[zero]\nparam_persistence_threshold = -1\n",
+       "job.toml:4:31: [zero] param_persistence_threshold must be a non-negative integer (elements), "
+       "got -1"},
+      {"[optimizer]\ngradient_clipping = -1.0\n",
+       "job.toml:4:21: [optimizer] gradient_clipping must be a non-negative number (0 = no clipping), "
+       "got -1.0"},
+  };
+  for (const auto& [section, message] : cases) {
+    EXPECT_EQ(error_of(load(std::string(kMinimal) + section)), message) << section;
+  }
+}
+
+TEST(ConfigZero, GradientClippingMustBeFinite) {
+  JobConfig raw = minimal_struct();
+  raw.optimizer.gradient_clipping = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(
+      error_of(resolve_config(raw)),
+      "<struct>: [optimizer] gradient_clipping must be a non-negative number (0 = no clipping), got inf");
+}
+
+TEST(ConfigZero, OverlapCommRejectsAnInteger) {
+  EXPECT_EQ(error_of(load(std::string(kMinimal) + "[zero]\noverlap_comm = 1\n")),
+            "job.toml:4:16: [zero] overlap_comm must be true or false, got 1 (an integer)");
+}
+
+TEST(ConfigZero, OverrideSetsTheStage) {
+  Result<JobConfig> config = load(kMinimal, {"zero.stage=2"});
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_EQ(config->zero.stage, 2);
+}
+
+TEST(ConfigZero, OverrideOutOfRangeNamesTheOverrideText) {
+  EXPECT_EQ(error_of(load(kMinimal, {"zero.stage=5"})),
+            "--set zero.stage=5: [zero] stage must be one of 0, 1, 2 or 3, got 5");
+}
+
+TEST(ConfigZero, UnknownKeySuggestsTheClosestKey) {
+  EXPECT_EQ(error_of(load(std::string(kMinimal) + "[zero]\nstge = 1\n")),
+            "job.toml:4:1: unknown key [zero] stge; did you mean stage?");
+}
+
+TEST(ConfigZero, RenderedConfigWithNonDefaultValuesRoundTrips) {
+  Result<JobConfig> resolved = load(
+      kMinimal, {"zero.stage=3", "zero.reduce_bucket_size=16384", "zero.overlap_comm=false",
+                 "zero.prefetch_bucket_size=123", "zero.max_live_parameters=456", "zero.max_reuse_distance=0",
+                 "zero.param_persistence_threshold=789", "optimizer.gradient_clipping=0.5"});
+  ASSERT_TRUE(resolved.ok()) << resolved.error().message;
+  const std::string text = render_config(*resolved);
+  EXPECT_NE(text.find("\n[zero]\nstage = 3\nreduce_bucket_size = 16384\noverlap_comm = false\n"
+                      "prefetch_bucket_size = 123\nmax_live_parameters = 456\nmax_reuse_distance = 0\n"
+                      "param_persistence_threshold = 789\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\ngradient_clipping = 0.5\n"), std::string::npos) << text;
+  Result<JobConfig> reloaded = load(text);
+  ASSERT_TRUE(reloaded.ok()) << reloaded.error().message << "\n" << text;
+  expect_same(*resolved, *reloaded);
+}
+
 // ---- Rendering ----
 
 TEST(ConfigRender, RoundTripGivesAnEqualConfig) {
   JobConfig raw;
   raw.source = "job.toml";
   raw.cluster = {0, "node3:7000", "tok\"en\\with\nescapes\t", 1.5, 0.25, 7, "two_level", "rack-2/node-3"};
-  raw.parallel = {2, 1, 1, 12345};
+  raw.parallel = {2, 1, 1};
+  raw.zero = {1, 12345, false, 6, 7, 8, 9};
   raw.batch = {3, 0, 12};
-  raw.optimizer = {OptimizerType::sgd, 3e-4, 0.1, 0.2, 1e-12, 0, 0.9, true};
+  raw.optimizer = {OptimizerType::sgd, 3e-4, 0.1, 0.2, 1e-12, 0, 0.9, true, 0.75};
   raw.model = {"gpt", 300, 10, 12, 1, 3, 0};
   raw.data = {write_temp_file("round_trip.txt", std::string(100, 'y')), 99, 4};
   raw.train = {5, -9, 3, 2, "metrics é.jsonl"};
@@ -733,8 +865,8 @@ TEST(ConfigRender, ShowsTheBatchArithmetic) {
 
 TEST(ConfigRender, ListsEverySection) {
   const std::string text = render_config(JobConfig{});
-  for (const char* section :
-       {"[cluster]", "[parallel]", "[batch]", "[optimizer]", "[model]", "[data]", "[train]", "[trace]"}) {
+  for (const char* section : {"[cluster]", "[parallel]", "[zero]", "[batch]", "[optimizer]", "[model]",
+                              "[data]", "[train]", "[trace]"}) {
     EXPECT_NE(text.find(section), std::string::npos) << section;
   }
 }

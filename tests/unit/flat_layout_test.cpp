@@ -73,12 +73,94 @@ TEST(FlatLayout, PiecesTileEveryParameterAndEveryPartitionExactlyOnce) {
     for (int64_t r = 0; r < parts; ++r)
       for (const auto& piece : layout->pieces_in(r)) {
         EXPECT_EQ(piece.owner, r);
-        EXPECT_GE(piece.flat_offset, layout->partition_begin(r));
-        EXPECT_LE(piece.flat_offset + piece.count, layout->partition_begin(r + 1));
+        EXPECT_GE(piece.flat_offset, layout->block_begin(0, r));
+        EXPECT_LE(piece.flat_offset + piece.count, layout->block_begin(0, r) + layout->row(0).block);
+        EXPECT_EQ(piece.partition_offset, piece.flat_offset - layout->block_begin(0, r));
         for (std::size_t i = 0; i < piece.count; ++i) by_partition[piece.flat_offset + i]++;
       }
     EXPECT_EQ(covered, by_partition) << "both views cover the same elements, once each";
     for (int c : covered) ASSERT_LE(c, 1);
+  }
+}
+
+TEST(FlatLayout, RowsDivideIntoOneAlignedBlockPerRank) {
+  // Three rows: {0,1}, {2}, {3}; each padded to a multiple of partitions × align.
+  auto layout = FlatLayout::make({10, 20, 7, 50}, 3, 4, {2, 3});
+  ASSERT_TRUE(layout.ok());
+  ASSERT_EQ(layout->row_count(), 3u);
+  EXPECT_EQ(layout->row(0).begin, 0u);
+  EXPECT_EQ(layout->row(0).block, 12u);  // 12 + 20 = 32 used -> 36 = 3 × 12
+  EXPECT_EQ(layout->row(1).begin, 36u);
+  EXPECT_EQ(layout->row(1).block, 4u);  // 7 -> 12
+  EXPECT_EQ(layout->row(2).begin, 48u);
+  EXPECT_EQ(layout->row(2).block, 20u);  // 50 -> 60
+  EXPECT_EQ(layout->total(), 108u);
+  EXPECT_EQ(layout->partition_size(), 36u);
+  EXPECT_EQ(layout->row(2).partition_offset, 16u);
+  EXPECT_EQ(layout->largest_row(), 60u);
+  EXPECT_EQ(layout->row_of_parameter(1), 0u);
+  EXPECT_EQ(layout->row_of_parameter(3), 2u);
+  EXPECT_EQ(layout->offset(2), 36u);
+  EXPECT_EQ(layout->owner_of(48 + 20), 1);
+  EXPECT_EQ(layout->row_of(47), 1u);
+  // Parameter 3 spans all three blocks of its row.
+  auto pieces = layout->pieces_of(3);
+  ASSERT_EQ(pieces.size(), 3u);
+  EXPECT_EQ(pieces[1].owner, 1);
+  EXPECT_EQ(pieces[1].parameter_offset, 20u);
+  EXPECT_EQ(pieces[1].partition_offset, 16u);
+  EXPECT_EQ(pieces[2].count, 10u);
+}
+
+TEST(FlatLayout, BucketedRowsHoldAtMostTheLimitUnlessOneParameterIsLarger) {
+  auto layout = FlatLayout::make_bucketed({30, 30, 30, 200, 10}, 2, 64, 1);
+  ASSERT_TRUE(layout.ok());
+  ASSERT_EQ(layout->row_count(), 4u);  // {30,30} {30} {200} {10}
+  EXPECT_EQ(layout->row(0).parameter_count, 2u);
+  EXPECT_EQ(layout->row(2).first_parameter, 3u);
+  EXPECT_EQ(layout->row(2).block, 100u);
+  EXPECT_EQ(layout->row(3).first_parameter, 4u);
+}
+
+TEST(FlatLayout, RowedPiecesTileEveryParameterAndEveryPartitionExactlyOnce) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<std::size_t> counts(std::uniform_int_distribution<int>(1, 12)(rng));
+    for (auto& c : counts) c = std::uniform_int_distribution<std::size_t>(0, 300)(rng);
+    int64_t parts = std::uniform_int_distribution<int64_t>(1, 9)(rng);
+    std::size_t limit = std::uniform_int_distribution<std::size_t>(1, 600)(rng);
+    auto layout = FlatLayout::make_bucketed(counts, parts, limit, 4);
+    ASSERT_TRUE(layout.ok());
+    std::vector<int> covered(layout->total(), 0);
+    std::vector<std::vector<int>> slots(static_cast<std::size_t>(parts),
+                                        std::vector<int>(layout->partition_size(), 0));
+    for (std::size_t p = 0; p < counts.size(); ++p) {
+      std::size_t seen = 0;
+      for (const auto& piece : layout->pieces_of(p)) {
+        EXPECT_EQ(layout->owner_of(piece.flat_offset), piece.owner);
+        std::size_t k = layout->row_of_parameter(p);
+        EXPECT_EQ(piece.flat_offset - layout->block_begin(k, piece.owner) + layout->row(k).partition_offset,
+                  piece.partition_offset);
+        for (std::size_t i = 0; i < piece.count; ++i) {
+          covered[piece.flat_offset + i]++;
+          slots[static_cast<std::size_t>(piece.owner)][piece.partition_offset + i]++;
+        }
+        seen += piece.count;
+      }
+      EXPECT_EQ(seen, counts[p]);
+    }
+    std::size_t by_partition = 0;
+    for (int64_t r = 0; r < parts; ++r)
+      for (const auto& piece : layout->pieces_in(r)) {
+        EXPECT_EQ(piece.owner, r);
+        by_partition += piece.count;
+      }
+    std::size_t total = 0;
+    for (auto c : counts) total += c;
+    EXPECT_EQ(by_partition, total);
+    for (int c : covered) ASSERT_LE(c, 1);
+    for (const auto& s : slots)
+      for (int c : s) ASSERT_LE(c, 1);
   }
 }
 

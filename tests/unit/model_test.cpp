@@ -13,6 +13,7 @@
 #include "runtime/data/corpus.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/model/gpt.hpp"
+#include "runtime/model/linear.hpp"
 #include "runtime/model/optimizer.hpp"
 #include "runtime/reference.hpp"
 
@@ -119,6 +120,81 @@ TEST(Gpt, InitialLossIsNearUniformOverBytes) {
   auto batch = sample_sequences(corpus, 32, 4, 0, 8);
   const double loss = lm_loss(gpt->forward(batch.input), batch.target).item<double>();
   EXPECT_NEAR(loss, std::log(256.0), 0.3);
+}
+
+// Forward output and the gradients of x, W and b (b may be undefined) under a fixed
+// upstream gradient, through `apply`.
+template <typename Apply>
+std::vector<torch::Tensor> linear_outputs_and_gradients(Apply apply, const torch::Tensor& x,
+                                                        const torch::Tensor& weight,
+                                                        const torch::Tensor& bias,
+                                                        const torch::Tensor& upstream) {
+  auto x_leaf = x.clone().requires_grad_(true);
+  auto weight_leaf = weight.clone().requires_grad_(true);
+  torch::Tensor bias_leaf = bias.defined() ? bias.clone().requires_grad_(true) : torch::Tensor();
+  auto y = apply(x_leaf, weight_leaf, bias_leaf);
+  (y * upstream).sum().backward();
+  return {y.detach(), x_leaf.grad(), weight_leaf.grad(),
+          bias_leaf.defined() ? bias_leaf.grad() : torch::Tensor()};
+}
+
+TEST(Linear, MatchesFunctionalLinearWithAndWithoutBias) {
+  torch::manual_seed(11);
+  auto x = torch::randn({2, 3, 5});
+  auto weight = torch::randn({4, 5});
+  auto bias = torch::randn({4});
+  auto upstream = torch::randn({2, 3, 4});
+  auto reference = [](const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+    return torch::nn::functional::linear(x, w, b);
+  };
+  for (const torch::Tensor& b : {bias, torch::Tensor()}) {
+    SCOPED_TRACE(b.defined() ? "with bias" : "without bias");
+    auto ours = linear_outputs_and_gradients(linear, x, weight, b, upstream);
+    auto theirs = linear_outputs_and_gradients(reference, x, weight, b, upstream);
+    EXPECT_EQ(ours[0].sizes(), (std::vector<int64_t>{2, 3, 4}));
+    for (size_t i = 0; i < 3; ++i) {
+      ASSERT_TRUE(ours[i].defined()) << "output " << i;
+      EXPECT_EQ(ours[i].sizes(), theirs[i].sizes()) << "output " << i;
+      EXPECT_TRUE(torch::allclose(ours[i], theirs[i], 0, 1e-6)) << "output " << i;
+    }
+    ASSERT_EQ(ours[3].defined(), b.defined());
+    if (b.defined()) {
+      EXPECT_TRUE(torch::allclose(ours[3], theirs[3], 0, 1e-6));
+    }
+  }
+}
+
+TEST(Linear, WeightDataMayBeSwappedOutBetweenForwardAndBackward) {
+  torch::manual_seed(12);
+  auto x = torch::randn({2, 3, 5});
+  auto original = torch::randn({4, 5});
+  auto upstream = torch::randn({2, 3, 4});
+  auto expected = upstream.reshape({-1, 4}).t().mm(x.reshape({-1, 5}));
+
+  auto weight = original.clone().requires_grad_(true);
+  auto y = linear(x, weight, torch::Tensor());
+  // What ZeRO stage 3 does: release the parameter's data after forward, gather it back in
+  // (a fresh tensor) before backward.
+  weight.set_data(torch::empty({0}));
+  weight.set_data(original.clone());
+  (y * upstream).sum().backward();
+  ASSERT_TRUE(weight.grad().defined());
+  EXPECT_TRUE(torch::allclose(weight.grad(), expected, 0, 1e-6));
+}
+
+TEST(Linear, BackwardReadsTheDataTheWeightHoldsThen) {
+  // A saved view of the weight would still hold the forward-time data; linear() saves the
+  // parameter itself, so x's gradient uses whatever was swapped in before backward.
+  torch::manual_seed(13);
+  auto x = torch::randn({2, 3, 5}).requires_grad_(true);
+  auto original = torch::randn({4, 5});
+  auto upstream = torch::randn({2, 3, 4});
+  auto weight = original.clone().requires_grad_(true);
+  auto y = linear(x, weight, torch::Tensor());
+  weight.set_data(torch::empty({0}));
+  weight.set_data(original * 2);
+  (y * upstream).sum().backward();
+  EXPECT_TRUE(torch::allclose(x.grad(), upstream.matmul(original * 2), 0, 1e-5));
 }
 
 TEST(Optimizer, ConfigTypeSelectsTheLibTorchOptimizer) {
@@ -259,6 +335,66 @@ TEST(Reference, ReportsEveryStepToTheCallback) {
   EXPECT_GT((*history)[0].tokens_per_s, 0);
 }
 
+TEST(Reference, ReportsGradientNormParametersAndModelStateBytes) {
+  auto job = tiny_job(8, 2);
+  auto history = train_reference(job, nullptr, nullptr);
+  ASSERT_TRUE(history.ok()) << history.error().message;
+  const int64_t params = count_parameters(*make_gpt(job.model));
+  for (const auto& m : *history) {
+    EXPECT_GT(m.grad_norm, 0);
+    EXPECT_TRUE(std::isfinite(m.grad_norm));
+    EXPECT_EQ(m.params, params);
+    EXPECT_EQ(m.parameter_bytes, 4 * params);
+    EXPECT_EQ(m.gradient_bytes, 4 * params);
+    EXPECT_EQ(m.optimizer_state_bytes, 2 * 4 * params);  // AdamW: exp_avg and exp_avg_sq
+    EXPECT_EQ(m.communication_bytes, 0);
+    EXPECT_EQ(m.model_state_bytes, 4 * 4 * params);
+  }
+
+  job.optimizer.type = OptimizerType::sgd;
+  job.optimizer.momentum = 0.9;
+  auto sgd = train_reference(job, nullptr, nullptr);
+  ASSERT_TRUE(sgd.ok()) << sgd.error().message;
+  EXPECT_EQ(sgd->back().optimizer_state_bytes, 4 * params);  // the momentum buffers
+  job.optimizer.momentum = 0;
+  auto plain = train_reference(job, nullptr, nullptr);
+  ASSERT_TRUE(plain.ok()) << plain.error().message;
+  EXPECT_EQ(plain->back().optimizer_state_bytes, 0);
+  EXPECT_EQ(plain->back().model_state_bytes, 2 * 4 * params);
+}
+
+TEST(Reference, GradientClippingChangesTheUpdateOnlyWhenTheNormExceedsIt) {
+  // SGD without momentum or decay: the update is lr × gradient, so clipping to c scales the
+  // first step's update by c / norm exactly.
+  auto job = tiny_job(8, 1);
+  job.optimizer.type = OptimizerType::sgd;
+  job.optimizer.weight_decay = 0;
+  job.optimizer.lr = 0.1;
+  torch::manual_seed(static_cast<uint64_t>(job.train.seed));
+  const torch::Tensor initial = flatten_parameters(*make_gpt(job.model));
+  torch::Tensor unclipped_parameters;
+  auto unclipped = train_reference(job, nullptr, &unclipped_parameters);
+  ASSERT_TRUE(unclipped.ok()) << unclipped.error().message;
+  const double norm = unclipped->front().grad_norm;
+  ASSERT_GT(norm, 0);
+
+  job.optimizer.gradient_clipping = norm / 4;
+  torch::Tensor clipped_parameters;
+  auto clipped = train_reference(job, nullptr, &clipped_parameters);
+  ASSERT_TRUE(clipped.ok()) << clipped.error().message;
+  EXPECT_DOUBLE_EQ(clipped->front().grad_norm, norm);  // reported before clipping
+  const torch::Tensor unclipped_update = unclipped_parameters - initial;
+  const torch::Tensor clipped_update = clipped_parameters - initial;
+  const double scale = (norm / 4) / (norm + 1e-6);
+  EXPECT_TRUE(torch::allclose(clipped_update, unclipped_update * scale, 1e-3, 1e-6));
+
+  job.optimizer.gradient_clipping = norm * 4;  // above the norm: no clipping at all
+  torch::Tensor loose_parameters;
+  auto loose = train_reference(job, nullptr, &loose_parameters);
+  ASSERT_TRUE(loose.ok()) << loose.error().message;
+  EXPECT_TRUE(torch::equal(loose_parameters, unclipped_parameters));
+}
+
 TEST(Metrics, ProgressLineShowsStepLossRateAndEta) {
   StepMetrics metrics{12, 20, 3.21414, 1234.4, 10.0, 4096};
   EXPECT_EQ(format_progress(metrics, 10.5), "step 12/20  loss 3.2141  1,234 tok/s  ETA 0:07");
@@ -285,7 +421,7 @@ TEST(Metrics, WriterAppendsOneJsonObjectPerStep) {
     auto writer = MetricsWriter::make(path);
     ASSERT_TRUE(writer.ok());
     ASSERT_TRUE(writer->write({1, 2, 5.5, 100.0, 10.0, 1000}).ok());
-    ASSERT_TRUE(writer->write({2, 2, 5.0, 200.0, 5.0, 1000}).ok());
+    ASSERT_TRUE(writer->write({2, 2, 5.0, 200.0, 5.0, 1000, 0.75, 123, 4000, 492, 492, 984, 64}).ok());
   }
   std::ifstream file(path);
   std::string line;
@@ -296,6 +432,19 @@ TEST(Metrics, WriterAppendsOneJsonObjectPerStep) {
   EXPECT_DOUBLE_EQ(lines[1]["loss"].get<double>(), 5.0);
   EXPECT_DOUBLE_EQ(lines[1]["tokens_per_s"].get<double>(), 200.0);
   EXPECT_DOUBLE_EQ(lines[1]["step_ms"].get<double>(), 5.0);
+  EXPECT_EQ(lines[1]["steps_total"], 2);
+  EXPECT_EQ(lines[1]["tokens"], 1000);
+  EXPECT_DOUBLE_EQ(lines[1]["grad_norm"].get<double>(), 0.75);
+  EXPECT_EQ(lines[1]["params"], 123);
+  EXPECT_EQ(lines[1]["model_state_bytes"], 4000);
+  EXPECT_EQ(lines[1]["parameter_bytes"], 492);
+  EXPECT_EQ(lines[1]["gradient_bytes"], 492);
+  EXPECT_EQ(lines[1]["optimizer_state_bytes"], 984);
+  EXPECT_EQ(lines[1]["communication_bytes"], 64);
+  EXPECT_EQ(lines[1].size(), 13u);  // every StepMetrics field, nothing else
+  // Fields a trainer leaves unset are written as zero.
+  EXPECT_EQ(lines[0]["model_state_bytes"], 0);
+  EXPECT_DOUBLE_EQ(lines[0]["grad_norm"].get<double>(), 0.0);
   std::remove(path.c_str());
 }
 

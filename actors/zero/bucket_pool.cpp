@@ -1,0 +1,98 @@
+#include "actors/zero/bucket_pool.hpp"
+
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace troupe {
+
+BucketPool::BucketPool(std::size_t shared_slots, std::size_t slot_elements,
+                       std::shared_ptr<MemoryLedger> ledger, double timeout_s)
+    : slot_elements_(slot_elements), ledger_(std::move(ledger)), timeout_s_(timeout_s) {
+  for (std::size_t i = 0; i < shared_slots; ++i)
+    slots_.push_back(
+        Slot{std::make_shared<HostBuffer>(slot_elements * sizeof(float), ledger_, MemoryKind::communication),
+             State::free, std::nullopt});
+}
+
+std::size_t BucketPool::add_dedicated(std::size_t row, std::size_t elements) {
+  std::lock_guard lock(mutex_);
+  slots_.push_back(
+      Slot{std::make_shared<HostBuffer>(elements * sizeof(float), ledger_, MemoryKind::communication),
+           State::free, row});
+  return slots_.size() - 1;
+}
+
+std::optional<std::size_t> BucketPool::find_free(std::size_t row) const {
+  bool has_own = false;
+  for (std::size_t i = 0; i < slots_.size(); ++i)
+    if (slots_[i].dedicated_row == row) {
+      has_own = true;
+      if (slots_[i].state == State::free) return i;
+    }
+  if (has_own) return std::nullopt;
+  for (std::size_t i = 0; i < slots_.size(); ++i)
+    if (!slots_[i].dedicated_row && slots_[i].state == State::free) return i;
+  return std::nullopt;
+}
+
+bool BucketPool::can_grow() const {
+  for (const Slot& s : slots_)
+    if (!s.dedicated_row && s.state == State::reducing) return false;
+  return true;  // every shared slot is filling: nothing will free one before this row
+}
+
+std::size_t BucketPool::acquire(std::size_t row, std::size_t elements) {
+  std::unique_lock lock(mutex_);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+  std::optional<std::size_t> slot;
+  while (!(slot = find_free(row))) {
+    if (!error_.empty()) throw std::runtime_error(error_);
+    bool dedicated = false;
+    for (const Slot& s : slots_) dedicated |= s.dedicated_row == row;
+    if (!dedicated && can_grow()) {
+      slots_.push_back(Slot{
+          std::make_shared<HostBuffer>(slot_elements_ * sizeof(float), ledger_, MemoryKind::communication),
+          State::free, std::nullopt});
+      continue;
+    }
+    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout)
+      throw std::runtime_error(fmt::format(
+          "no gradient bucket came free within {} s (reductions are not completing)", timeout_s_));
+  }
+  if (!error_.empty()) throw std::runtime_error(error_);
+  Slot& s = slots_[*slot];
+  s.state = State::filling;
+  std::memset(s.buffer->data(), 0, elements * sizeof(float));
+  return *slot;
+}
+
+std::shared_ptr<HostBuffer> BucketPool::buffer(std::size_t slot) {
+  std::lock_guard lock(mutex_);
+  return slots_[slot].buffer;
+}
+
+void BucketPool::reducing(std::size_t slot) {
+  std::lock_guard lock(mutex_);
+  slots_[slot].state = State::reducing;
+}
+
+void BucketPool::release(std::size_t slot) {
+  {
+    std::lock_guard lock(mutex_);
+    slots_[slot].state = State::free;
+  }
+  changed_.notify_all();
+}
+
+void BucketPool::fail(const std::string& error) {
+  {
+    std::lock_guard lock(mutex_);
+    if (error_.empty()) error_ = error;
+  }
+  changed_.notify_all();
+}
+
+}  // namespace troupe

@@ -1,0 +1,64 @@
+// BucketPool: the buffers gradients pass through on their way to a reduce-scatter in
+// ZeRO stages 2 and 3, where no full gradient buffer exists. A row's gradients are
+// copied into a slot as autograd produces them; the slot is reduced, this rank's
+// block absorbed into the partition, and the slot freed for the next row.
+//
+// With overlap_comm there are two shared slots, so one fills while the other reduces;
+// without, one. A row may have a dedicated slot (stage 3's persistent row, whose
+// gradients arrive all through backward). Acquiring waits while a slot is being
+// reduced; if every shared slot is still filling (rows whose gradients interleave) the
+// pool grows instead, since waiting could never end.
+// Thread safety: acquire on the compute thread; release and fail from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "memory/host_buffer.hpp"
+
+namespace troupe {
+
+class BucketPool {
+ public:
+  BucketPool(std::size_t shared_slots, std::size_t slot_elements, std::shared_ptr<MemoryLedger> ledger,
+             double timeout_s);
+  /// A slot of `elements` only `row` uses; returns its index.
+  std::size_t add_dedicated(std::size_t row, std::size_t elements);
+
+  /// A zeroed slot for `row`'s gradients (its dedicated one if it has one). Throws
+  /// std::runtime_error after the timeout or once the pool has failed.
+  std::size_t acquire(std::size_t row, std::size_t elements);
+  /// The slot's row was posted for reduction.
+  void reducing(std::size_t slot);
+  /// The slot's contents were absorbed: it may be filled again.
+  void release(std::size_t slot);
+  /// Wakes every waiter with `error`.
+  void fail(const std::string& error);
+
+  std::shared_ptr<HostBuffer> buffer(std::size_t slot);
+
+ private:
+  enum class State { free, filling, reducing };
+  struct Slot {
+    std::shared_ptr<HostBuffer> buffer;
+    State state = State::free;
+    std::optional<std::size_t> dedicated_row;
+  };
+  std::optional<std::size_t> find_free(std::size_t row) const;
+  bool can_grow() const;
+
+  std::size_t slot_elements_;
+  std::shared_ptr<MemoryLedger> ledger_;
+  double timeout_s_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<Slot> slots_;
+  std::string error_;
+};
+
+}  // namespace troupe

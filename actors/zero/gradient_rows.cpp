@@ -1,0 +1,92 @@
+#include "actors/zero/gradient_rows.hpp"
+
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/torch.h>
+
+#include <cstring>
+
+#include "base/check.hpp"
+
+namespace troupe {
+
+GradientRows::GradientRows(std::shared_ptr<ParameterStore> store, std::shared_ptr<BucketPool> pool, Post post,
+                           RowDone done)
+    : store_(std::move(store)), pool_(std::move(pool)), post_(std::move(post)), done_(std::move(done)) {
+  const FlatLayout& layout = store_->layout();
+  rows_.resize(layout.row_count());
+  for (std::size_t i = 0; i < layout.parameter_count(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(store_->parameter_at(i));
+    TROUPE_CHECK(accumulator != nullptr, "every parameter must require a gradient");
+    accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [this, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+          on_gradient_final(i);
+          return outputs;
+        }));
+    accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+std::size_t GradientRows::posts_per_step(int64_t micro_count) const {
+  return rows_.size() * static_cast<std::size_t>(store_->stage() >= 2 ? micro_count : 1);
+}
+
+void GradientRows::begin_step() {
+  if (auto flat = store_->flat_gradients()) std::memset(flat->data(), 0, flat->bytes());
+}
+
+void GradientRows::begin_micro(bool last) {
+  last_micro_ = last;
+  for (auto& r : rows_) r = Row{};
+}
+
+void GradientRows::on_gradient_final(std::size_t position) {
+  std::size_t k = store_->layout().row_of_parameter(position);
+  Row& row = rows_[k];
+  if (store_->stage() >= 2) take_gradient(position, row, k);
+  const auto& layout_row = store_->layout().row(k);
+  if (++row.ready < layout_row.parameter_count) return;
+  if (done_) done_(k);
+  if (posts_now()) post(k);
+}
+
+// Stages 2-3: the gradient moves into the row's bucket slot and .grad is dropped.
+void GradientRows::take_gradient(std::size_t position, Row& row, std::size_t k) {
+  const FlatLayout& layout = store_->layout();
+  std::size_t elements = layout.row(k).block * static_cast<std::size_t>(layout.partitions());
+  if (!row.has_slot) {
+    row.slot = pool_->acquire(k, elements);
+    row.has_slot = true;
+  }
+  torch::Tensor& p = store_->parameter_at(position);
+  torch::Tensor grad = p.grad().contiguous();
+  std::memcpy(pool_->buffer(row.slot)->as<float>() + (layout.offset(position) - layout.row(k).begin),
+              grad.data_ptr<float>(), static_cast<std::size_t>(grad.numel()) * sizeof(float));
+  p.mutable_grad().reset();
+}
+
+void GradientRows::flush() {
+  if (!posts_now()) return;
+  for (std::size_t k = 0; k < rows_.size(); ++k)
+    if (!rows_[k].posted) post(k);
+}
+
+void GradientRows::post(std::size_t k) {
+  Row& row = rows_[k];
+  TROUPE_CHECK(!row.posted, "a gradient row was posted twice in one micro-batch");
+  row.posted = true;
+  const FlatLayout& layout = store_->layout();
+  std::size_t elements = layout.row(k).block * static_cast<std::size_t>(layout.partitions());
+  if (store_->stage() < 2) {
+    post_(k, 0, float_span(store_->flat_gradients(), layout.row(k).begin, elements));
+    return;
+  }
+  if (!row.has_slot) {  // no gradient reached this row: reduce zeros
+    row.slot = pool_->acquire(k, elements);
+    row.has_slot = true;
+  }
+  pool_->reducing(row.slot);
+  post_(k, row.slot, float_span(pool_->buffer(row.slot), 0, elements));
+}
+
+}  // namespace troupe

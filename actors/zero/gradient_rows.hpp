@@ -1,0 +1,73 @@
+// GradientRows: follows autograd as it produces a stage's gradients and posts each
+// row of the ZeroPlan's layout for reduction as soon as all of its gradients are
+// final, so communication overlaps the rest of backward.
+//
+// Stages 0-1: every .grad is a view into the store's flat gradient buffer; autograd
+// accumulates micro-batches into it in place, and rows are posted during the last
+// micro-batch's backward (all-reduced in stage 0, reduce-scattered in stage 1).
+// Stages 2-3: each gradient is copied into its row's slot of the BucketPool the moment
+// autograd finishes it and .grad is dropped; every micro-batch's rows are posted
+// (reduce-scattered, then absorbed into the partition by the shard owner).
+// A post-hook on each parameter's gradient accumulator reports the gradient final.
+//
+// Thread safety: owned by the compute thread (hooks run there too).
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "actors/protocol/comm.hpp"
+#include "actors/zero/bucket_pool.hpp"
+#include "actors/zero/parameter_store.hpp"
+
+namespace troupe {
+
+class GradientRows {
+ public:
+  /// Row `row` is ready: its gradients are `span` (in `slot` of the pool, stages 2-3).
+  using Post = std::function<void(std::size_t row, std::size_t slot, BufferSpan span)>;
+  /// Stage 3: every gradient of row `row` is final, so backward no longer needs it.
+  using RowDone = std::function<void(std::size_t row)>;
+
+  GradientRows(std::shared_ptr<ParameterStore> store, std::shared_ptr<BucketPool> pool, Post post,
+               RowDone done);
+  GradientRows(const GradientRows&) = delete;
+  GradientRows& operator=(const GradientRows&) = delete;
+
+  std::size_t row_count() const { return rows_.size(); }
+  /// Rows posted per step: every row once (stages 0-1) or once per micro-batch (2-3).
+  std::size_t posts_per_step(int64_t micro_count) const;
+  /// A new accumulation begins (stages 0-1 zero the flat gradients).
+  void begin_step();
+  /// Before a micro-batch's backward: `last` says whether it ends the accumulation.
+  void begin_micro(bool last);
+  /// After a micro-batch's backward: posts the rows that should have been posted but
+  /// got no gradient (unused parameters), so every rank posts every row.
+  void flush();
+
+ private:
+  struct Row {
+    std::size_t ready = 0;
+    bool posted = false;
+    std::size_t slot = 0;
+    bool has_slot = false;
+  };
+  bool posts_now() const { return last_micro_ || store_->stage() >= 2; }
+  void on_gradient_final(std::size_t position);
+  void take_gradient(std::size_t position, Row& row, std::size_t k);
+  void post(std::size_t k);
+
+  std::shared_ptr<ParameterStore> store_;
+  std::shared_ptr<BucketPool> pool_;
+  Post post_;
+  RowDone done_;
+  std::vector<Row> rows_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive for the hooks
+  bool last_micro_ = false;
+};
+
+}  // namespace troupe

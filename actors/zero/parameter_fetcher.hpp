@@ -1,0 +1,70 @@
+// ParameterFetcher: ZeRO stage 3's gathering of parameter rows around the layers that
+// use them. The compute thread asks for a row before a layer runs (forward, and
+// through a gate in backward) and gives it back after; a FetchPlanner decides what to
+// gather, prefetch and free, and this class carries it out: it allocates the row's
+// buffer, has the stage issue the all-gather (the stage actor hears the completion
+// and reports it here), waits for it, and binds the parameters to the gathered row.
+//
+// Every wait is bounded by the collective timeout; a failed gather fails the waiter.
+// Thread safety: acquire/release/begin_pass/end_pass/gather_all on the compute
+// thread; on_gathered and fail from any thread.
+#pragma once
+
+#include <torch/types.h>
+
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "actors/protocol/comm.hpp"
+#include "actors/zero/parameter_store.hpp"
+#include "memory/fetch_planner.hpp"
+
+namespace troupe {
+
+class ParameterFetcher {
+ public:
+  /// Issues the all-gather of row `row`: this rank's block `input` into `output`.
+  using Gather = std::function<void(std::size_t row, BufferSpan input, BufferSpan output)>;
+
+  ParameterFetcher(std::shared_ptr<ParameterStore> store, FetchPlanner::Limits limits, Gather gather,
+                   double timeout_s);
+
+  void begin_pass();
+  /// Row `row` gathered and bound when this returns; throws std::runtime_error on failure.
+  void acquire(std::size_t row);
+  void release(std::size_t row);
+  void end_pass();
+  /// Gathers and binds every row (outside a pass: final parameters); call drop_all after.
+  void gather_all();
+  void drop_all();
+
+  void on_gathered(std::size_t row, const std::string& error);
+  void fail(const std::string& error);
+
+  const FetchPlanner& planner() const { return planner_; }
+
+ private:
+  void issue(std::size_t row);
+  void wait_for(std::size_t row);
+  void drop(std::size_t row);
+
+  std::shared_ptr<ParameterStore> store_;
+  FetchPlanner planner_;
+  Gather gather_;
+  double timeout_s_;
+  std::vector<std::shared_ptr<HostBuffer>> pending_;  // by row: being gathered into
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<bool> arrived_;  // by row, under mutex_
+  std::string error_;
+};
+
+/// Identity on `x` in forward; in backward, acquires `row` before the gradient flows
+/// on into the layer that produced `x` (so that layer's backward finds its parameters).
+torch::Tensor gather_before_backward(const torch::Tensor& x, ParameterFetcher* fetcher, std::size_t row);
+
+}  // namespace troupe

@@ -1,0 +1,85 @@
+// ParameterStore: where one stage's parameters and gradients live under its ZeRO
+// stage, following a ZeroPlan.
+//
+//   stage 0: the model's own parameter tensors; gradients are views into one flat
+//            buffer (all-reduced row by row).
+//   stage 1: parameters and gradients are views into two flat buffers; this rank
+//            updates its blocks, then every row is all-gathered in place.
+//   stage 2: parameters as in stage 1; gradients arrive one by one from autograd, go
+//            through bucket buffers and only this rank's partition is kept.
+//   stage 3: only this rank's partition of the parameters is held; a row is gathered
+//            into a buffer of its own before use (bind_row) and dropped after
+//            (unbind_row), which leaves its parameters empty.
+// Views that autograd saves keep their buffer alive (the tensors own a reference), so
+// a row freed while a saved view still points into it is freed when the view dies.
+// Thread safety: owned by the stage's compute thread; the shard owner uses the shard
+// views and the buffers between steps, when compute is idle.
+#pragma once
+
+#include <torch/types.h>
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "memory/host_buffer.hpp"
+#include "memory/memory_ledger.hpp"
+#include "memory/zero_plan.hpp"
+
+namespace troupe {
+
+class ParameterStore {
+ public:
+  /// `parameters` in model order, equal on every rank; their values are moved in.
+  ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> parameters, int64_t rank,
+                 std::shared_ptr<MemoryLedger> ledger);
+  ParameterStore(const ParameterStore&) = delete;
+  ParameterStore& operator=(const ParameterStore&) = delete;
+
+  const ZeroPlan& plan() const { return plan_; }
+  const FlatLayout& layout() const { return plan_.layout; }
+  int64_t stage() const { return plan_.stage; }
+  int64_t rank() const { return rank_; }
+  const std::shared_ptr<MemoryLedger>& ledger() const { return ledger_; }
+
+  /// The model parameter at layout position `position`.
+  torch::Tensor& parameter_at(std::size_t position) { return parameters_[plan_.parameter_of[position]]; }
+
+  std::shared_ptr<HostBuffer> flat_parameters() const { return flat_parameters_; }            ///< stages 1-2
+  std::shared_ptr<HostBuffer> flat_gradients() const { return flat_gradients_; }              ///< stages 0-1
+  std::shared_ptr<HostBuffer> partition_parameters() const { return partition_parameters_; }  ///< stage 3
+  std::shared_ptr<HostBuffer> partition_gradients() const { return partition_gradients_; }    ///< stages 2-3
+
+  /// Stage 3: row `k`'s parameters become views into `buffer` (the gathered row), or empty.
+  void bind_row(std::size_t k, std::shared_ptr<HostBuffer> buffer);
+  void unbind_row(std::size_t k);
+  std::shared_ptr<HostBuffer> row_buffer(std::size_t k) const { return rows_[k]; }
+  /// Stage 3: a buffer for gathering row `k` into, charged as parameters.
+  std::shared_ptr<HostBuffer> make_row_buffer(std::size_t k) const;
+
+  /// This rank's (parameter, gradient) pairs the optimizer updates: whole parameters in
+  /// stage 0, this rank's block of every row otherwise.
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> shards() const;
+
+  /// Every parameter in model order, flattened (stage 3: all rows must be bound).
+  torch::Tensor flatten() const;
+
+ private:
+  void lay_out_flat(bool with_gradients);
+  void keep_partition();
+
+  ZeroPlan plan_;
+  std::vector<torch::Tensor> parameters_;
+  int64_t rank_ = 0;
+  std::shared_ptr<MemoryLedger> ledger_;
+  MemoryCharge own_tensors_;  // stage 0: the model's own parameter storage
+  std::shared_ptr<HostBuffer> flat_parameters_, flat_gradients_, partition_parameters_, partition_gradients_;
+  std::vector<std::vector<int64_t>> shapes_;                          // by layout position
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // autograd holds them weakly
+  std::vector<std::shared_ptr<HostBuffer>> rows_;                     // stage 3: gathered rows, by row
+};
+
+/// A tensor of `sizes` viewing `count` floats at `offset` into `buffer`, which it keeps alive.
+torch::Tensor view_of(const std::shared_ptr<HostBuffer>& buffer, std::size_t offset, at::IntArrayRef sizes);
+
+}  // namespace troupe

@@ -1,0 +1,150 @@
+#include "memory/zero_plan.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace troupe {
+namespace {
+
+constexpr int64_t kFloatBytes = 4;
+
+Result<ZeroPlan> plan_bucketed(const ZeroPlanInput& in, const std::vector<std::size_t>& counts) {
+  ZeroPlan plan;
+  for (std::size_t i = counts.size(); i-- > 0;) plan.parameter_of.push_back(i);
+  std::vector<std::size_t> reversed;
+  for (std::size_t i : plan.parameter_of) reversed.push_back(counts[i]);
+  auto layout = FlatLayout::make_bucketed(reversed, in.stage == 0 ? 1 : in.dp, in.reduce_bucket_size);
+  if (!layout) return layout.error();
+  plan.layout = std::move(*layout);
+  return plan;
+}
+
+Result<ZeroPlan> plan_by_layer(const ZeroPlanInput& in, const std::vector<std::size_t>& counts) {
+  ZeroPlan plan;
+  std::vector<std::size_t> ordered, starts;
+  std::size_t index = 0;
+  // The persistent row first: every small parameter of every layer.
+  for (const auto& layer : in.layers)
+    for (std::size_t c : layer) {
+      if (c <= in.persistence_threshold) {
+        plan.parameter_of.push_back(index);
+        ordered.push_back(c);
+      }
+      ++index;
+    }
+  bool has_persistent = !ordered.empty();
+  if (has_persistent) plan.persistent_rows.push_back(true);
+  index = 0;
+  for (const auto& layer : in.layers) {
+    bool opened = false;
+    for (std::size_t c : layer) {
+      if (c > in.persistence_threshold) {
+        if (!opened) {
+          starts.push_back(ordered.size());
+          plan.layer_row.push_back(static_cast<int64_t>(plan.persistent_rows.size()));
+          plan.persistent_rows.push_back(false);
+          opened = true;
+        }
+        plan.parameter_of.push_back(index);
+        ordered.push_back(c);
+      }
+      ++index;
+    }
+    if (!opened) plan.layer_row.push_back(-1);
+  }
+  if (!starts.empty() && starts.front() == 0) starts.erase(starts.begin());
+  auto layout = FlatLayout::make(ordered, in.dp, FlatLayout::default_align, starts);
+  if (!layout) return layout.error();
+  plan.layout = std::move(*layout);
+  if (plan.persistent_rows.empty()) plan.persistent_rows.push_back(false);  // the empty model's one row
+  (void)counts;
+  return plan;
+}
+
+}  // namespace
+
+Result<ZeroPlan> plan_zero(const ZeroPlanInput& in) {
+  if (in.stage < 0 || in.stage > 3)
+    return make_error(fmt::format("ZeRO stage must be 0, 1, 2 or 3, got {}", in.stage));
+  if (in.dp < 1) return make_error(fmt::format("ZeRO needs dp of at least 1, got {}", in.dp));
+  if (in.reduce_bucket_size < 1) return make_error("ZeRO's reduce_bucket_size must be positive");
+  std::vector<std::size_t> counts;
+  for (const auto& layer : in.layers) counts.insert(counts.end(), layer.begin(), layer.end());
+  auto plan = in.stage == 3 ? plan_by_layer(in, counts) : plan_bucketed(in, counts);
+  if (!plan) return plan.error();
+  plan->stage = in.stage;
+  for (std::size_t c : counts) plan->parameter_elements += c;
+  return plan;
+}
+
+std::size_t stage3_peak_gathered(const ZeroPlan& plan, const FetchPlanner::Limits& limits) {
+  const FlatLayout& layout = plan.layout;
+  std::vector<std::size_t> sizes;
+  for (std::size_t k = 0; k < layout.row_count(); ++k)
+    sizes.push_back(layout.row(k).block * static_cast<std::size_t>(layout.partitions()));
+  FetchPlanner planner(sizes, plan.persistent_rows, limits);
+  std::vector<std::size_t> rows;
+  for (int64_t r : plan.layer_row)
+    if (r >= 0) rows.push_back(static_cast<std::size_t>(r));
+  // Two passes: the first records, the second replays with prefetch (the steady state).
+  for (int pass = 0; pass < 2; ++pass) {
+    planner.begin_pass();
+    for (std::size_t r : rows) {
+      planner.acquire(r);
+      planner.release(r);
+    }
+    for (std::size_t i = rows.size(); i-- > 0;) {
+      planner.acquire(rows[i]);
+      planner.release(rows[i]);
+    }
+    planner.end_pass();
+  }
+  return planner.peak_held_elements();
+}
+
+MemoryBytes estimate_model_state(const ZeroPlan& plan, const ModelStateInputs& in) {
+  const FlatLayout& layout = plan.layout;
+  const auto partition = static_cast<int64_t>(layout.partition_size());
+  const auto total = static_cast<int64_t>(layout.total());
+  const auto model = static_cast<int64_t>(plan.parameter_elements);
+  // Gradient bucket buffers hold the largest row; stage 3's persistent row, whose
+  // gradients arrive all through backward, has a buffer of its own.
+  int64_t bucket = 0, persistent = 0;
+  for (std::size_t k = 0; k < layout.row_count(); ++k) {
+    auto size = static_cast<int64_t>(layout.row(k).block) * layout.partitions();
+    if (plan.stage == 3 && k < plan.persistent_rows.size() && plan.persistent_rows[k])
+      persistent += size;
+    else
+      bucket = std::max(bucket, size);
+  }
+  MemoryBytes b;
+  switch (plan.stage) {
+    case 0:  // the model's own tensors; gradients in one flat buffer; full optimizer state
+      b[MemoryKind::parameters] = model * kFloatBytes;
+      b[MemoryKind::gradients] = total * kFloatBytes;
+      b[MemoryKind::optimizer_state] = model * in.optimizer_states_per_element * kFloatBytes;
+      break;
+    case 1:  // flat parameters and gradients, optimizer state for the partition
+      b[MemoryKind::parameters] = total * kFloatBytes;
+      b[MemoryKind::gradients] = total * kFloatBytes;
+      b[MemoryKind::optimizer_state] = partition * in.optimizer_states_per_element * kFloatBytes;
+      break;
+    case 2:  // flat parameters; gradients only for the partition, through bucket buffers
+      b[MemoryKind::parameters] = total * kFloatBytes;
+      b[MemoryKind::gradients] = partition * kFloatBytes;
+      b[MemoryKind::optimizer_state] = partition * in.optimizer_states_per_element * kFloatBytes;
+      b[MemoryKind::communication] = in.bucket_buffers * bucket * kFloatBytes;
+      break;
+    default: {  // the partition, plus the rows gathered at the peak
+      auto gathered = static_cast<int64_t>(stage3_peak_gathered(plan, in.limits));
+      b[MemoryKind::parameters] = (partition + gathered) * kFloatBytes;
+      b[MemoryKind::gradients] = partition * kFloatBytes;
+      b[MemoryKind::optimizer_state] = partition * in.optimizer_states_per_element * kFloatBytes;
+      b[MemoryKind::communication] = (in.bucket_buffers * bucket + persistent) * kFloatBytes;
+    }
+  }
+  return b;
+}
+
+}  // namespace troupe

@@ -1,0 +1,64 @@
+// ZeroPlan: how one stage's parameters are laid out and partitioned for a ZeRO stage,
+// and the model-state bytes each rank will hold as a result.
+//
+// Stages 0-2 lay parameters out in reverse model order (the order backward produces
+// gradients) in rows of at most reduce_bucket_size elements: each row is one
+// gradient bucket. Stage 0 does not partition (one block per row, all-reduced); stages
+// 1 and 2 split every row into dp blocks. Stage 3 gives each layer a row of its own
+// (gathered before the layer runs, freed after) and puts the parameters of at most
+// param_persistence_threshold elements into one persistent row that stays gathered.
+//
+// estimate_model_state() predicts what the runtime allocates, byte for byte, from the
+// same plan: the layout's padding, the bucket buffers, and for stage 3 the live window
+// the FetchPlanner reaches replaying forward then backward.
+// Thread safety: pure functions over plain values.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "base/result.hpp"
+#include "memory/fetch_planner.hpp"
+#include "memory/flat_layout.hpp"
+#include "memory/memory_ledger.hpp"
+
+namespace troupe {
+
+struct ZeroPlanInput {
+  int64_t stage = 0;
+  int64_t dp = 1;
+  /// Element counts of each layer's parameters, layers in model order.
+  std::vector<std::vector<std::size_t>> layers;
+  std::size_t reduce_bucket_size = 6553600;
+  std::size_t persistence_threshold = 100000;
+};
+
+struct ZeroPlan {
+  int64_t stage = 0;
+  FlatLayout layout;
+  /// Layout position -> model parameter index (layers' parameters concatenated).
+  std::vector<std::size_t> parameter_of;
+  /// Stage 3: the row of each layer, or -1 when the layer has no partitioned parameters.
+  std::vector<int64_t> layer_row;
+  /// Stage 3: rows that stay gathered.
+  std::vector<bool> persistent_rows;
+  std::size_t parameter_elements = 0;  ///< the model's parameters, without padding
+};
+
+Result<ZeroPlan> plan_zero(const ZeroPlanInput& input);
+
+/// What drives the estimate besides the plan.
+struct ModelStateInputs {
+  int64_t optimizer_states_per_element = 2;  ///< adam/adamw 2, sgd with momentum 1, plain sgd 0
+  int64_t bucket_buffers = 2;                ///< stages 2-3: 2 with overlap_comm, else 1
+  FetchPlanner::Limits limits;               ///< stage 3
+};
+
+/// Bytes one rank holds, by kind (fp32 everywhere), at the peak of a step.
+MemoryBytes estimate_model_state(const ZeroPlan& plan, const ModelStateInputs& inputs);
+
+/// Elements stage 3 holds gathered at its peak: the persistent row plus the live window.
+std::size_t stage3_peak_gathered(const ZeroPlan& plan, const FetchPlanner::Limits& limits);
+
+}  // namespace troupe

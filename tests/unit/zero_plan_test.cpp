@@ -1,0 +1,170 @@
+// ZeRO's plan (layout per stage, memory estimate) and stage 3's fetch planner, on their own.
+#include <gtest/gtest.h>
+
+#include "memory/fetch_planner.hpp"
+#include "memory/zero_plan.hpp"
+
+namespace troupe {
+namespace {
+
+// A model of 4 layers: an embedding, two blocks, a head.
+ZeroPlanInput model(int64_t stage, int64_t dp) {
+  ZeroPlanInput in;
+  in.stage = stage;
+  in.dp = dp;
+  in.layers = {{1000, 200}, {64, 64, 4000, 64}, {64, 64, 4000, 64}, {64, 2000}};
+  in.reduce_bucket_size = 3000;
+  in.persistence_threshold = 100;
+  return in;
+}
+
+TEST(ZeroPlan, StagesZeroToTwoLayParametersOutInReverseInBuckets) {
+  for (int64_t stage : {0, 1, 2}) {
+    auto plan = plan_zero(model(stage, 4));
+    ASSERT_TRUE(plan.ok());
+    EXPECT_EQ(plan->parameter_of.front(), 11u);
+    EXPECT_EQ(plan->parameter_of.back(), 0u);
+    EXPECT_EQ(plan->layout.partitions(), stage == 0 ? 1 : 4);
+    EXPECT_GT(plan->layout.row_count(), 2u);
+    EXPECT_EQ(plan->parameter_elements, 11648u);
+  }
+}
+
+TEST(ZeroPlan, StageThreeGivesEachLayerARowAndKeepsSmallParametersInAPersistentOne) {
+  auto plan = plan_zero(model(3, 2));
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->layout.row_count(), 5u);  // persistent + 4 layers
+  EXPECT_TRUE(plan->persistent_rows[0]);
+  EXPECT_EQ(plan->layer_row, (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(plan->layout.row(0).parameter_count, 7u);  // the six 64s and... none of the 200s
+  EXPECT_EQ(plan->parameter_of[0], 2u);
+  EXPECT_EQ(plan->layout.row(2).parameter_count, 1u);  // the 4000 of block 0
+}
+
+TEST(ZeroPlan, EstimateFollowsTheZeroFormulas) {
+  // Large rows so padding is negligible: 16, 8 + 8/N, 4 + 12/N bytes per parameter.
+  for (int64_t dp : {1, 2, 4}) {
+    for (int64_t stage : {0, 1, 2}) {
+      ZeroPlanInput in;
+      in.stage = stage;
+      in.dp = dp;
+      in.layers = {{1 << 20}, {1 << 20}};
+      in.reduce_bucket_size = 1 << 19;
+      auto plan = plan_zero(in);
+      ASSERT_TRUE(plan.ok());
+      MemoryBytes b = estimate_model_state(*plan, ModelStateInputs{});
+      double per = static_cast<double>(b.model_state()) / static_cast<double>(2 << 20);
+      double n = static_cast<double>(dp);
+      double formula = stage == 0 ? 16 : stage == 1 ? 8 + 8 / n : 4 + 12 / n;
+      EXPECT_NEAR(per, formula, 1e-3) << "stage " << stage << " dp " << dp;
+    }
+  }
+}
+
+TEST(ZeroPlan, BadStageIsRefused) {
+  auto plan = plan_zero(model(4, 2));
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.error().message, "ZeRO stage must be 0, 1, 2 or 3, got 4");
+}
+
+FetchPlanner::Limits limits(std::size_t prefetch, std::size_t live, std::size_t reuse) {
+  FetchPlanner::Limits l;
+  l.prefetch_bucket_size = prefetch;
+  l.max_live_parameters = live;
+  l.max_reuse_distance = reuse;
+  return l;
+}
+
+// One pass over rows 0..3 forward then 3..0 backward; returns every gather issued.
+std::vector<std::size_t> pass(FetchPlanner& planner, std::vector<std::size_t> order = {0, 1, 2, 3}) {
+  std::vector<std::size_t> gathered;
+  planner.begin_pass();
+  auto use = [&](std::size_t r) {
+    for (std::size_t g : planner.acquire(r)) gathered.push_back(g);
+    planner.release(r);
+  };
+  for (std::size_t r : order) use(r);
+  for (std::size_t i = order.size(); i-- > 0;) use(order[i]);
+  planner.end_pass();
+  return gathered;
+}
+
+TEST(FetchPlanner, FirstPassRecordsThenReplaysWithPrefetch) {
+  FetchPlanner planner({10, 10, 10, 10}, {}, limits(20, 1000, 0));
+  auto first = pass(planner);
+  EXPECT_EQ(planner.mode(), FetchPlanner::Mode::record);
+  EXPECT_EQ(first, (std::vector<std::size_t>{0, 1, 2, 3, 3, 2, 1, 0}));  // on demand only
+  EXPECT_EQ(planner.trace().size(), 8u);
+  auto second = pass(planner);
+  EXPECT_EQ(planner.mode(), FetchPlanner::Mode::complete);
+  // Reuse distance 0 still keeps row 3 across the turn (used twice in a row); every
+  // other use gathers again.
+  EXPECT_EQ(second.size(), 7u);
+  EXPECT_EQ(planner.held_elements(), 0u);
+  // Prefetch runs ahead: more than the row in use is held, but each acquire adds at
+  // most prefetch_bucket_size (20) to what the previous one left.
+  EXPECT_GT(planner.peak_held_elements(), 10u);
+  EXPECT_LE(planner.peak_held_elements(), 40u);
+}
+
+TEST(FetchPlanner, ReuseDistanceKeepsTheLastLayerAcrossTheTurn) {
+  FetchPlanner planner({10, 10, 10, 10}, {}, limits(0, 1000, 5));
+  pass(planner);
+  auto replay = pass(planner);
+  // Row 3 is used twice in a row (end of forward, start of backward): kept, gathered once.
+  EXPECT_EQ(std::count(replay.begin(), replay.end(), 3u), 1);
+  EXPECT_EQ(std::count(replay.begin(), replay.end(), 2u), 2);
+}
+
+TEST(FetchPlanner, MaxLiveParametersCapsPrefetch) {
+  FetchPlanner planner({10, 10, 10, 10}, {}, limits(1000, 15, 0));
+  pass(planner);
+  pass(planner);
+  EXPECT_LE(planner.peak_held_elements(), 10u) << "no room under the cap: only the row in use";
+}
+
+TEST(FetchPlanner, PersistentRowsAreHeldAndNeverFreed) {
+  FetchPlanner planner({5, 10, 10}, {true, false, false}, limits(0, 1000, 0));
+  EXPECT_EQ(planner.held_elements(), 5u);
+  auto gathered = pass(planner, {1, 2});
+  EXPECT_EQ(std::count(gathered.begin(), gathered.end(), 0u), 0);
+  EXPECT_TRUE(planner.held(0));
+  EXPECT_FALSE(planner.release(0));
+}
+
+TEST(FetchPlanner, AChangedOrderDiscardsTheTraceAndRecordsAgain) {
+  FetchPlanner planner({10, 10, 10, 10}, {}, limits(100, 1000, 0));
+  pass(planner);
+  pass(planner);
+  EXPECT_EQ(planner.invalidations(), 0);
+  pass(planner, {0, 2, 3});  // a layer skipped
+  EXPECT_EQ(planner.invalidations(), 1);
+  EXPECT_EQ(planner.mode(), FetchPlanner::Mode::invalid);
+  EXPECT_EQ(planner.held_elements(), 0u) << "prefetched rows are freed at the end of the pass";
+  pass(planner, {0, 2, 3});
+  EXPECT_EQ(planner.mode(), FetchPlanner::Mode::record);
+  EXPECT_EQ(planner.trace().size(), 6u);
+  pass(planner, {0, 2, 3});
+  EXPECT_EQ(planner.mode(), FetchPlanner::Mode::complete);
+  EXPECT_EQ(planner.invalidations(), 1);
+}
+
+TEST(MemoryLedger, ChargesFollowBufferLifetimesAndPeaksReset) {
+  auto ledger = std::make_shared<MemoryLedger>();
+  {
+    MemoryCharge a(ledger, MemoryKind::gradients, 100);
+    MemoryCharge b(ledger, MemoryKind::gradients, 50);
+    EXPECT_EQ(ledger->current()[MemoryKind::gradients], 150);
+    MemoryCharge moved = std::move(b);
+    EXPECT_EQ(ledger->current()[MemoryKind::gradients], 150);
+  }
+  EXPECT_EQ(ledger->current()[MemoryKind::gradients], 0);
+  EXPECT_EQ(ledger->peak()[MemoryKind::gradients], 150);
+  ledger->reset_peaks();
+  EXPECT_EQ(ledger->peak()[MemoryKind::gradients], 0);
+  ledger->set(MemoryKind::optimizer_state, 64);
+  EXPECT_EQ(ledger->peak().model_state(), 64);
+}
+
+}  // namespace
+}  // namespace troupe
