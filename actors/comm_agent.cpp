@@ -32,10 +32,14 @@ void deliver(CommAgent* self, const std::string& role, int64_t index, caf::messa
 }
 
 // Completion on the transport's progress thread: record the span, post the outcome.
+// A buffer the transport is done with is let go before the requester hears of it, so
+// memory the requester frees next (a gathered row in ZeRO stage 3) really is freed;
+// after a failure the transport may still touch it, so it is kept until the job ends.
 Completion reply(Tracer* tracer, std::string label, caf::actor to, uint64_t tag,
                  std::shared_ptr<HostBuffer> keep) {
   int64_t start_us = tracer ? Tracer::now_us() : 0;
-  return [=, keep = std::move(keep)](Status status) {
+  return [=, keep = std::move(keep)](Status status) mutable {
+    if (status.ok()) keep.reset();
     if (tracer) tracer->span("comm", label, start_us, Tracer::now_us());
     caf::anon_send(to, collective_done{tag, status.ok() ? std::string() : status.error().message});
   };
@@ -96,7 +100,11 @@ caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> tr
         auto done = reply(tracer, std::move(label), r.reply_to, r.tag, r.input.owner);
         self->state.transport->reduce_scatter(
             r.input.data(), r.output.data(), r.output.count, r.output.type, r.op,
-            [done, keep = r.output.owner](Status s) { done(s); }, r.comm);
+            [done, keep = r.output.owner](Status s) mutable {
+              if (s.ok()) keep.reset();
+              done(s);
+            },
+            r.comm);
       },
       [=](all_gather_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "all_gather_request");
@@ -104,7 +112,11 @@ caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> tr
         auto done = reply(tracer, std::move(label), r.reply_to, r.tag, r.input.owner);
         self->state.transport->all_gather(
             r.input.data(), r.output.data(), r.input.count, r.input.type,
-            [done, keep = r.output.owner](Status s) { done(s); }, r.comm);
+            [done, keep = r.output.owner](Status s) mutable {
+              if (s.ok()) keep.reset();
+              done(s);
+            },
+            r.comm);
       },
       [=](broadcast_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "broadcast_request");

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -15,13 +16,14 @@
 #include "actors/stream.hpp"
 #include "actors/zero/gradient_rows.hpp"
 #include "actors/zero/parameter_fetcher.hpp"
+#include "actors/zero/sequence_check.hpp"
 #include "base/check.hpp"
 
 namespace troupe {
 namespace {
 
 // Collective tags of the stage: kind in the top byte, then bucket slot, micro-batch, row.
-enum class Tag : uint64_t { gradients = 1, loss, norm, parameters, fetch, memory };
+enum class Tag : uint64_t { gradients = 1, loss, norm, parameters, fetch, memory, sequence };
 uint64_t tag(Tag kind, uint64_t row = 0, uint64_t slot = 0) {
   return static_cast<uint64_t>(kind) << 56 | slot << 40 | row;
 }
@@ -53,6 +55,8 @@ struct StageState {
   std::shared_ptr<BucketPool> pool;
   std::unique_ptr<GradientRows> rows;
   std::unique_ptr<ParameterFetcher> fetcher;
+  std::unique_ptr<LayerSequenceCheck> sequence_check;
+  std::vector<torch::nn::AnyModule*> layers;
   caf::actor owner;
   std::unique_ptr<CpuStream> compute;  // after what its work touches: its thread stops first
   caf::actor driver;
@@ -74,6 +78,7 @@ void fail(StageActor* self, const std::string& error) {
   s.failed = true;
   if (s.pool) s.pool->fail(error);
   if (s.fetcher) s.fetcher->fail(error);
+  if (s.sequence_check) s.sequence_check->fail(error);
   if (s.driver) self->send(s.driver, stage_failed{error});
 }
 
@@ -93,6 +98,24 @@ std::vector<torch::Tensor> model_parameters(const torch::nn::Sequential& model) 
   return all;
 }
 
+// The layers micro-batch (step, micro) runs: the trainer's schedule, or all in order.
+std::vector<int64_t> layer_sequence(const StageState& s, int64_t step, int64_t micro) {
+  auto count = static_cast<int64_t>(s.layers.size());
+  std::vector<int64_t> sequence;
+  if (!s.options.schedule) {
+    for (int64_t i = 0; i < count; ++i) sequence.push_back(i);
+    return sequence;
+  }
+  sequence = s.options.schedule(step, micro);
+  for (int64_t index : sequence)
+    if (index < 0 || index >= count)
+      throw std::runtime_error(
+          fmt::format("the layer schedule of step {}, micro-batch {} names layer {}, but the "
+                      "model has layers 0 to {}",
+                      step + 1, micro, index, count - 1));
+  return sequence;
+}
+
 // Runs on the compute stream: forward layer by layer (gathering each layer's
 // parameters first in stage 3), loss, backward.
 void forward_backward(StageState& s, const run_micro_batch& m, caf::actor self) {
@@ -104,18 +127,18 @@ void forward_backward(StageState& s, const run_micro_batch& m, caf::actor self) 
   s.rows->begin_micro(last);
   ParameterFetcher* fetcher = s.fetcher.get();
   const std::vector<int64_t>& layer_row = s.store->plan().layer_row;
+  std::vector<int64_t> sequence = layer_sequence(s, m.step, m.micro);
+  if (s.sequence_check) s.sequence_check->agree(m.step, m.micro, sequence);
   if (fetcher) fetcher->begin_pass();
   torch::Tensor x = m.batch->input;
-  std::size_t index = 0;
-  for (auto& layer : *s.options.model) {
-    int64_t row = fetcher ? layer_row[index] : -1;
+  for (int64_t index : sequence) {
+    int64_t row = fetcher ? layer_row[static_cast<std::size_t>(index)] : -1;
     if (row >= 0) fetcher->acquire(static_cast<std::size_t>(row));
-    x = layer.forward(x);
+    x = s.layers[static_cast<std::size_t>(index)]->forward(x);
     if (row >= 0) {
       x = gather_before_backward(x, fetcher, static_cast<std::size_t>(row));
       fetcher->release(static_cast<std::size_t>(row));
     }
-    ++index;
   }
   torch::Tensor loss = s.options.loss(x, m.batch->target) / static_cast<double>(m.micro_count);
   loss.backward();
@@ -163,7 +186,7 @@ void build(StageActor* self) {
       if (z.stage < 3 || !s.store->plan().persistent_rows[k])
         largest = std::max(largest, layout.row(k).block * static_cast<std::size_t>(layout.partitions()));
     s.pool = std::make_shared<BucketPool>(z.overlap_comm ? 2 : 1, largest, s.options.ledger,
-                                          s.options.collective_timeout_s);
+                                          s.options.collective_timeout_s, s.options.tracer);
     if (z.stage == 3)
       for (std::size_t k = 0; k < layout.row_count(); ++k)
         if (s.store->plan().persistent_rows[k])
@@ -176,7 +199,18 @@ void build(StageActor* self) {
           caf::anon_send(comm, all_gather_request{tag(Tag::fetch, row), std::move(in), std::move(out),
                                                   world_communicator, me});
         },
-        s.options.collective_timeout_s);
+        s.options.collective_timeout_s, s.options.tracer);
+  }
+  if (z.stage == 3) {
+    std::vector<std::string> names;
+    for (const auto& item : s.options.model->named_children()) names.push_back(item.key());
+    s.sequence_check = std::make_unique<LayerSequenceCheck>(
+        s.options.dp, s.options.rank, std::move(names),
+        [comm = s.options.comm_agent, me](uint64_t id, BufferSpan in, BufferSpan out) {
+          caf::anon_send(comm, all_gather_request{tag(Tag::sequence, id), std::move(in), std::move(out),
+                                                  world_communicator, me});
+        },
+        s.options.collective_timeout_s, s.options.tracer);
   }
   ParameterFetcher* fetcher = s.fetcher.get();
   s.rows = std::make_unique<GradientRows>(
@@ -267,6 +301,10 @@ void gather_updated(StageActor* self) {
 
 void on_collective(StageActor* self, const collective_done& done) {
   auto& s = self->state;
+  if (kind_of(done.tag) == Tag::sequence) {  // the compute thread waits for it
+    s.sequence_check->on_gathered(row_of(done.tag), done.error);
+    return;
+  }
   if (kind_of(done.tag) == Tag::fetch) {  // the compute thread waits for it
     s.fetcher->on_gathered(row_of(done.tag), done.error);
     if (!done.error.empty()) fail(self, "gathering parameters failed: " + done.error);
@@ -302,6 +340,7 @@ void on_collective(StageActor* self, const collective_done& done) {
     case Tag::memory:
       return report_step(self);
     case Tag::fetch:
+    case Tag::sequence:
       return;
   }
 }
@@ -341,6 +380,7 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
   s.norm = std::make_shared<HostBuffer>(sizeof(float));
   s.memory =
       std::make_shared<HostBuffer>(kMemoryFields * sizeof(int64_t) * static_cast<std::size_t>(s.options.dp));
+  for (auto& layer : *s.options.model) s.layers.push_back(&layer);
   build(self);
   return {
       [=](run_micro_batch& m) {

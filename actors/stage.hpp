@@ -44,6 +44,7 @@ struct StageOptions {
   torch::nn::Sequential model;
   LossFunction loss;
   OptimizerFactory make_optimizer;
+  LayerSchedule schedule;  ///< optional: which layers run, per micro-batch
   ZeroOptions zero;
   int64_t dp = 1;
   int64_t rank = 0;             ///< position in the data-parallel group

@@ -152,6 +152,7 @@ class Engine::Impl {
     so.model = layers;
     so.loss = std::move(t.loss);
     so.make_optimizer = std::move(optimizer);
+    so.schedule = std::move(t.schedule);
     so.zero = zero_options(config);
     so.dp = config.parallel.dp;
     so.rank = rank.rank;

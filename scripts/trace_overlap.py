@@ -3,12 +3,15 @@
 
 usage: trace_overlap.py TRACE.json [RANK]
 Reads the merged Chrome/Perfetto trace a run writes with `[trace] path`, takes the spans
-on the "comm" track (each collective, issue to completion) and on "stream compute"
-(forward+backward, optimizer step) of one rank (default 0), and prints:
-  collectives=N overlapping=M comm_s=C overlapped_s=O exposed_comm_s=E wall_s=W
+on the "comm" track (each collective, issue to completion) and on the compute streams
+("stream compute": forward and backward; "stream optimizer": the shard owner's clipping
+and optimizer step) of one rank (default 0), less the time compute spent blocked on
+communication ("compute wait": a ZeRO-3 gather, a gradient bucket), and prints:
+  collectives=N overlapping=M comm_s=C overlapped_s=O exposed_comm_s=E wall_s=W exposed_fraction=F
 where `overlapping` counts collectives that share any time with compute, `overlapped_s`
-is the union of communication time that coincides with compute, and `exposed_comm_s` the
-union of communication time during which no compute runs.
+is the union of communication time that coincides with compute, `exposed_comm_s` the
+union of communication time during which no compute runs, and `exposed_fraction` that
+over the wall time of the traced steps.
 """
 import json
 import sys
@@ -22,6 +25,20 @@ def union(intervals):
         else:
             merged.append([start, end])
     return merged
+
+
+def subtract(intervals, holes):
+    out = []
+    for start, end in intervals:
+        for hole_start, hole_end in holes:
+            if hole_end <= start or hole_start >= end:
+                continue
+            if hole_start > start:
+                out.append([start, hole_start])
+            start = max(start, hole_end)
+        if start < end:
+            out.append([start, end])
+    return out
 
 
 def intersect_length(a, b):
@@ -41,14 +58,17 @@ def main(path, rank):
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
     spans = [e for e in events if e["ph"] == "X" and e["pid"] == rank]
     track = lambda name: [(e["ts"], e["ts"] + e["dur"]) for e in spans if names.get((rank, e["tid"])) == name]
-    comm, compute = track("comm"), track("stream compute")
-    compute_union, comm_union = union(compute), union(comm)
+    comm, compute = track("comm"), track("stream compute") + track("stream optimizer")
+    # A compute stream blocked on communication (a gather it needs, a free gradient
+    # bucket) is not computing: those waits are cut out of its spans.
+    compute_union, comm_union = subtract(union(compute), union(track("compute wait"))), union(comm)
     overlapping = sum(1 for c in comm if intersect_length([list(c)], compute_union) > 0)
     comm_s = sum(e - s for s, e in comm_union) / 1e6
     overlapped_s = intersect_length(comm_union, compute_union) / 1e6
     wall = (max(e for _, e in comm + compute) - min(s for s, _ in comm + compute)) / 1e6 if comm or compute else 0
     print(f"collectives={len(comm)} overlapping={overlapping} comm_s={comm_s:.6f} overlapped_s={overlapped_s:.6f} "
-          f"exposed_comm_s={comm_s - overlapped_s:.6f} wall_s={wall:.6f}")
+          f"exposed_comm_s={comm_s - overlapped_s:.6f} wall_s={wall:.6f} "
+          f"exposed_fraction={(comm_s - overlapped_s) / wall if wall > 0 else 0:.4f}")
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@
 namespace troupe {
 
 BucketPool::BucketPool(std::size_t shared_slots, std::size_t slot_elements,
-                       std::shared_ptr<MemoryLedger> ledger, double timeout_s)
-    : slot_elements_(slot_elements), ledger_(std::move(ledger)), timeout_s_(timeout_s) {
+                       std::shared_ptr<MemoryLedger> ledger, double timeout_s, Tracer* tracer)
+    : slot_elements_(slot_elements), ledger_(std::move(ledger)), timeout_s_(timeout_s), tracer_(tracer) {
   for (std::size_t i = 0; i < shared_slots; ++i)
     slots_.push_back(
         Slot{std::make_shared<HostBuffer>(slot_elements * sizeof(float), ledger_, MemoryKind::communication),
@@ -58,6 +58,7 @@ std::size_t BucketPool::acquire(std::size_t row, std::size_t elements) {
           State::free, std::nullopt});
       continue;
     }
+    Tracer::Scope waiting(tracer_, "compute wait", "bucket");
     if (changed_.wait_until(lock, deadline) == std::cv_status::timeout)
       throw std::runtime_error(fmt::format(
           "no gradient bucket came free within {} s (reductions are not completing)", timeout_s_));

@@ -19,14 +19,16 @@
 #include <string>
 #include <vector>
 
+#include "base/trace.hpp"
 #include "memory/host_buffer.hpp"
 
 namespace troupe {
 
 class BucketPool {
  public:
+  /// Waits show on the trace's "compute wait" track.
   BucketPool(std::size_t shared_slots, std::size_t slot_elements, std::shared_ptr<MemoryLedger> ledger,
-             double timeout_s);
+             double timeout_s, Tracer* tracer = nullptr);
   /// A slot of `elements` only `row` uses; returns its index.
   std::size_t add_dedicated(std::size_t row, std::size_t elements);
 
@@ -55,6 +57,7 @@ class BucketPool {
   std::size_t slot_elements_;
   std::shared_ptr<MemoryLedger> ledger_;
   double timeout_s_;
+  Tracer* tracer_;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<Slot> slots_;

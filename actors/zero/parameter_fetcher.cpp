@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -20,11 +21,12 @@ std::vector<std::size_t> row_sizes(const FlatLayout& layout) {
 }  // namespace
 
 ParameterFetcher::ParameterFetcher(std::shared_ptr<ParameterStore> store, FetchPlanner::Limits limits,
-                                   Gather gather, double timeout_s)
+                                   Gather gather, double timeout_s, Tracer* tracer)
     : store_(std::move(store)),
       planner_(row_sizes(store_->layout()), store_->plan().persistent_rows, limits),
       gather_(std::move(gather)),
       timeout_s_(timeout_s),
+      tracer_(tracer),
       pending_(store_->layout().row_count()),
       arrived_(store_->layout().row_count(), false) {}
 
@@ -47,12 +49,15 @@ void ParameterFetcher::issue(std::size_t row) {
 void ParameterFetcher::wait_for(std::size_t row) {
   if (!pending_[row]) return;  // bound already
   std::unique_lock lock(mutex_);
+  std::optional<Tracer::Scope> waiting;
+  if (!arrived_[row]) waiting.emplace(tracer_, "compute wait", "gather");
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
   while (!arrived_[row] && error_.empty())
     if (changed_.wait_until(lock, deadline) == std::cv_status::timeout)
       throw std::runtime_error(
           fmt::format("gathering parameter row {} took longer than {} s", row, timeout_s_));
   if (!error_.empty()) throw std::runtime_error(error_);
+  waiting.reset();
   lock.unlock();
   store_->bind_row(row, std::move(pending_[row]));
   pending_[row].reset();

@@ -21,6 +21,7 @@
 
 #include "actors/protocol/comm.hpp"
 #include "actors/zero/parameter_store.hpp"
+#include "base/trace.hpp"
 #include "memory/fetch_planner.hpp"
 
 namespace troupe {
@@ -30,8 +31,9 @@ class ParameterFetcher {
   /// Issues the all-gather of row `row`: this rank's block `input` into `output`.
   using Gather = std::function<void(std::size_t row, BufferSpan input, BufferSpan output)>;
 
+  /// Waits show on the trace's "compute wait" track.
   ParameterFetcher(std::shared_ptr<ParameterStore> store, FetchPlanner::Limits limits, Gather gather,
-                   double timeout_s);
+                   double timeout_s, Tracer* tracer = nullptr);
 
   void begin_pass();
   /// Row `row` gathered and bound when this returns; throws std::runtime_error on failure.
@@ -56,6 +58,7 @@ class ParameterFetcher {
   FetchPlanner planner_;
   Gather gather_;
   double timeout_s_;
+  Tracer* tracer_;
   std::vector<std::shared_ptr<HostBuffer>> pending_;  // by row: being gathered into
   std::mutex mutex_;
   std::condition_variable changed_;

@@ -43,9 +43,10 @@ int main(int argc, char** argv) {
   torch::manual_seed(static_cast<uint64_t>(config->train.seed));
   torch::nn::Sequential layers(torch::nn::Linear(features, 64), torch::nn::Tanh(), torch::nn::Linear(64, 64),
                                torch::nn::Tanh(), torch::nn::Linear(64, 1));
-  troupe::Trainable trainable{
-      layers, [](const torch::Tensor& out, const torch::Tensor& y) { return torch::mse_loss(out, y); },
-      samples, nullptr};
+  troupe::Trainable trainable;
+  trainable.layers = layers;
+  trainable.loss = [](const torch::Tensor& out, const torch::Tensor& y) { return torch::mse_loss(out, y); };
+  trainable.data = samples;
   auto engine = troupe::Engine::make(*config, std::move(trainable));
   if (!engine) {
     std::fprintf(stderr, "embed_trainer: %s\n", engine.error().message.c_str());

@@ -36,6 +36,10 @@ struct Trainable {
   MicroBatchSource data;
   /// Optional: builds the optimizer; by default the one in [optimizer].
   OptimizerFactory make_optimizer;
+  /// Optional: which layers run for each micro-batch (layer drop, early exit); all of
+  /// them in order by default. With ZeRO stage 3 every rank must get the same sequence;
+  /// ranks that differ stop with an error naming the step and the layer.
+  LayerSchedule schedule;
 };
 
 /// One optimizer step, as every rank sees it.

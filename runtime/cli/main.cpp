@@ -2,6 +2,7 @@
 //   troupe run FILE      start world_size ranks of the job on this machine
 //   troupe rank FILE     run one rank (under any launcher)
 //   troupe check FILE    validate the job and print it resolved
+//   troupe estimate FILE predict the model-state bytes each rank will hold
 //   troupe launch --ranks N -- PROGRAM ARGS...   start N ranks of any program
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include "runtime/config/load.hpp"
 #include "runtime/config/render.hpp"
 #include "runtime/coordinator.hpp"
+#include "runtime/estimate.hpp"
 #include "runtime/gpt_job.hpp"
 #include "runtime/launch/launcher.hpp"
 
@@ -97,6 +99,14 @@ int main(int argc, char** argv) {
   check->add_option("FILE", check_args.file, "job configuration (TOML)")->required();
   check->add_option("--set", check_args.overrides, "override a key: section.key=value (repeatable)");
 
+  JobArguments estimate_args;
+  bool estimate_as_json = false;
+  auto* estimate = app.add_subcommand(
+      "estimate", "predict the bytes each rank will hold: parameters, gradients, optimizer state, buffers");
+  estimate->add_option("FILE", estimate_args.file, "job configuration (TOML)")->required();
+  estimate->add_option("--set", estimate_args.overrides, "override a key: section.key=value (repeatable)");
+  estimate->add_flag("--json", estimate_as_json, "one JSON object instead of the table");
+
   int64_t launch_ranks_count = 1;
   std::vector<std::string> program;
   auto* launch =
@@ -107,20 +117,26 @@ int main(int argc, char** argv) {
   launch->add_option("PROGRAM", program, "program and its arguments (after --)")->required();
 
   BenchOptions bench_options;
-  auto* bench = app.add_subcommand("bench", "measure the transport or a collective across processes of this machine");
+  auto* bench =
+      app.add_subcommand("bench", "measure the transport or a collective across processes of this machine");
   auto add_bench_options = [&](CLI::App* command) {
-    command->add_option("KIND", bench_options.kind, "transport | allreduce | reduce_scatter | allgather | rtt")
+    command
+        ->add_option("KIND", bench_options.kind, "transport | allreduce | reduce_scatter | allgather | rtt")
         ->required()
         ->check(CLI::IsMember(bench_kinds()));
-    command->add_option("--bytes", bench_options.bytes, "size to measure (repeatable); default 1 KiB to 256 MiB, x4")
+    command
+        ->add_option("--bytes", bench_options.bytes,
+                     "size to measure (repeatable); default 1 KiB to 256 MiB, x4")
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 34));
     command->add_flag("--json", bench_options.json, "one JSON line per size");
     command->add_option("--seconds", bench_options.seconds_per_size, "measuring time per size")
         ->check(CLI::Range(0.01, 600.0));
-    command->add_option("--window", bench_options.window, "transport: messages in flight")->check(CLI::Range(1, 1024));
+    command->add_option("--window", bench_options.window, "transport: messages in flight")
+        ->check(CLI::Range(1, 1024));
   };
   add_bench_options(bench);
-  bench->add_option("--ranks", bench_options.ranks, "processes (transport always uses 2)")->check(CLI::Range(2, 64));
+  bench->add_option("--ranks", bench_options.ranks, "processes (transport always uses 2)")
+      ->check(CLI::Range(2, 64));
   auto* bench_rank = app.add_subcommand("bench-rank", "");  // one rank of `troupe bench` (hidden)
   bench_rank->group("");
   add_bench_options(bench_rank);
@@ -134,6 +150,15 @@ int main(int argc, char** argv) {
     auto job = load(check_args);
     if (!job) return report_config_error(job.error());
     std::printf("%s", render_config(*job).c_str());
+    return 0;
+  }
+  if (*estimate) {
+    auto job = load(estimate_args);
+    if (!job) return report_config_error(job.error());
+    auto predicted = estimate_job(*job);
+    if (!predicted) return report_config_error(predicted.error());
+    std::string text = estimate_as_json ? estimate_json(*predicted) + "\n" : render_estimate(*predicted);
+    std::printf("%s", text.c_str());
     return 0;
   }
   if (*launch) {

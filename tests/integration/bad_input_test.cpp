@@ -1,5 +1,6 @@
 // Bad input gets one clear sentence and a non-zero exit, never a crash or a hang:
-// config errors, a busy coordinator port, a rank with the wrong token.
+// config errors (ZeRO's included), a busy coordinator port, a rank with the wrong
+// token. Stage 3 with layer sequences that differ across ranks: schedule_test.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -44,6 +45,25 @@ TEST(BadInput, WrongTypeNamesTheKeyAndWhatIsAllowed) {
   auto r = run_on("run", "[batch]\nmicro_batch_size = \"four\"\n", &path);
   expect_refused(r, path + ":2:");
   expect_refused(r, "micro_batch_size");
+}
+
+TEST(BadInput, ZeroStageOutsideZeroToThreeIsRefused) {
+  std::string path;
+  auto r = run_on("run", "[zero]\nstage = 4\n", &path);
+  expect_refused(r, path + ":2:");
+  expect_refused(r, "[zero] stage must be one of 0, 1, 2 or 3, got 4");
+}
+
+TEST(BadInput, ZeroBucketSizesMustBePositive) {
+  std::string path;
+  auto r = run_on("run", "[zero]\nstage = 2\nreduce_bucket_size = 0\n", &path);
+  expect_refused(r, path + ":3:");
+  expect_refused(r, "[zero] reduce_bucket_size must be a positive integer (elements), got 0");
+  r = run_on("run", "[zero]\nstage = 3\nprefetch_bucket_size = -8\n", &path);
+  expect_refused(r, path + ":3:");
+  expect_refused(r, "[zero] prefetch_bucket_size must be a positive integer (elements), got -8");
+  r = run_on("estimate", "[zero]\nmax_live_parameters = 0\n", &path);
+  expect_refused(r, "[zero] max_live_parameters must be a positive integer (elements), got 0");
 }
 
 TEST(BadInput, UnknownKeySuggestsTheClosestOne) {

@@ -1,0 +1,149 @@
+#include "runtime/estimate.hpp"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <array>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "memory/zero_plan.hpp"
+#include "runtime/metrics.hpp"
+#include "runtime/model/gpt.hpp"
+
+namespace troupe {
+namespace {
+
+constexpr int64_t kFloatBytes = 4;
+
+int64_t optimizer_states_per_element(const OptimizerConfig& o) {
+  switch (o.type) {
+    case OptimizerType::adam:
+    case OptimizerType::adamw:
+      return 2;  // exp_avg and exp_avg_sq
+    case OptimizerType::sgd:
+      return o.momentum > 0 ? 1 : 0;  // the momentum buffer
+  }
+  return 2;
+}
+
+// "a + b/N" with the terms that are not zero; "0" when none is.
+std::string formula_text(int64_t whole, int64_t divided) {
+  if (divided == 0) return std::to_string(whole);
+  std::string per_rank = std::to_string(divided) + "/N";
+  return whole == 0 ? per_rank : std::to_string(whole) + " + " + per_rank;
+}
+
+double per_param(int64_t bytes, int64_t params) {
+  return params > 0 ? static_cast<double>(bytes) / static_cast<double>(params) : 0.0;
+}
+
+}  // namespace
+
+Result<ModelStateEstimate> estimate_job(const JobConfig& job) {
+  torch::NoGradGuard no_grad;
+  torch::nn::Sequential model = make_gpt(job.model);
+  ZeroPlanInput input;
+  input.stage = job.zero.stage;
+  input.dp = job.parallel.dp;
+  input.reduce_bucket_size = static_cast<std::size_t>(job.zero.reduce_bucket_size);
+  input.persistence_threshold = static_cast<std::size_t>(job.zero.param_persistence_threshold);
+  for (const auto& child : model->children()) {  // the layers, in model order
+    input.layers.emplace_back();
+    for (const auto& p : child->parameters())
+      input.layers.back().push_back(static_cast<std::size_t>(p.numel()));
+  }
+  auto plan = plan_zero(input);
+  if (!plan) return make_error(fmt::format("{}: cannot plan ZeRO: {}", job.source, plan.error().message));
+
+  ModelStateInputs inputs;
+  inputs.optimizer_states_per_element = optimizer_states_per_element(job.optimizer);
+  inputs.bucket_buffers = job.zero.overlap_comm ? 2 : 1;
+  inputs.limits.prefetch_bucket_size = static_cast<std::size_t>(job.zero.prefetch_bucket_size);
+  inputs.limits.max_live_parameters = static_cast<std::size_t>(job.zero.max_live_parameters);
+  inputs.limits.max_reuse_distance = static_cast<std::size_t>(job.zero.max_reuse_distance);
+
+  ModelStateEstimate e;
+  e.file = job.source;
+  e.stage = job.zero.stage;
+  e.dp = job.parallel.dp;
+  e.params = count_parameters(*model);
+  // Every kind lives in host memory: the CPU backend is the only one for now. GPU tiers
+  // (device memory, pinned host buffers) come with the CUDA backend.
+  e.tier = "host";
+  e.bytes = estimate_model_state(*plan, inputs);
+
+  // The ZeRO paper's accounting, fp32 everywhere: parameters 4, gradients 4, optimizer
+  // state 4 per state; stage 1 partitions the optimizer state, 2 the gradients too, 3 all.
+  const int64_t optimizer = kFloatBytes * inputs.optimizer_states_per_element;
+  std::array<std::pair<int64_t, int64_t>, 4> whole_and_divided{{
+      {2 * kFloatBytes + optimizer, 0},
+      {2 * kFloatBytes, optimizer},
+      {kFloatBytes, kFloatBytes + optimizer},
+      {0, 2 * kFloatBytes + optimizer},
+  }};
+  auto [whole, divided] = whole_and_divided[static_cast<std::size_t>(e.stage)];
+  e.formula = formula_text(whole, divided);
+  e.formula_bytes_per_param =
+      static_cast<double>(whole) + static_cast<double>(divided) / static_cast<double>(e.dp);
+  if (e.stage == 3) e.live_window_elements = static_cast<int64_t>(stage3_peak_gathered(*plan, inputs.limits));
+  return e;
+}
+
+std::string render_estimate(const ModelStateEstimate& e) {
+  std::string out = fmt::format("{}: ZeRO stage {}, dp {}, {} parameters\n", e.file, e.stage, e.dp,
+                                group_thousands(e.params));
+  struct Row {
+    std::string kind;
+    int64_t bytes;
+  };
+  std::vector<Row> rows;
+  for (MemoryKind k : {MemoryKind::parameters, MemoryKind::gradients, MemoryKind::optimizer_state,
+                       MemoryKind::communication})
+    rows.push_back({std::string(memory_kind_name(k)), e.bytes[k]});
+  rows.push_back({"model states", e.bytes.model_state()});
+  const std::array<std::string, 4> heading{"kind", "tier", "bytes per rank", "bytes/param"};
+  std::size_t kind_width = heading[0].size(), bytes_width = heading[2].size();
+  for (const Row& r : rows) {
+    kind_width = std::max(kind_width, r.kind.size());
+    bytes_width = std::max(bytes_width, group_thousands(r.bytes).size());
+  }
+  const std::size_t tier_width = std::max(heading[1].size(), e.tier.size());
+  out += fmt::format("  {:<{}}  {:<{}}  {:>{}}  {:>11}\n", heading[0], kind_width, heading[1], tier_width,
+                     heading[2], bytes_width, heading[3]);
+  for (const Row& r : rows)
+    out += fmt::format("  {:<{}}  {:<{}}  {:>{}}  {:>11.2f}\n", r.kind, kind_width, e.tier, tier_width,
+                       group_thousands(r.bytes), bytes_width, per_param(r.bytes, e.params));
+  out += fmt::format("ZeRO formula (fp32): {} = {:.2f} bytes/param at N = {}", e.formula,
+                     e.formula_bytes_per_param, e.dp);
+  if (e.stage == 3)
+    out += fmt::format(", plus the live window: {} elements gathered at the peak ({:.2f} bytes/param)",
+                       group_thousands(e.live_window_elements),
+                       per_param(kFloatBytes * e.live_window_elements, e.params));
+  out += "\n";
+  return out;
+}
+
+std::string estimate_json(const ModelStateEstimate& e) {
+  nlohmann::json j = {
+      {"file", e.file},
+      {"stage", e.stage},
+      {"dp", e.dp},
+      {"params", e.params},
+      {"tier", e.tier},
+      {"parameters_bytes", e.bytes[MemoryKind::parameters]},
+      {"gradients_bytes", e.bytes[MemoryKind::gradients]},
+      {"optimizer_state_bytes", e.bytes[MemoryKind::optimizer_state]},
+      {"communication_bytes", e.bytes[MemoryKind::communication]},
+      {"model_state_bytes", e.bytes.model_state()},
+      {"formula", e.formula},
+      {"formula_bytes_per_param", e.formula_bytes_per_param},
+  };
+  if (e.stage == 3) j["live_window_elements"] = e.live_window_elements;
+  return j.dump();
+}
+
+}  // namespace troupe

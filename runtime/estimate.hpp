@@ -1,0 +1,54 @@
+// `troupe estimate`: the model-state bytes each rank will hold, predicted before a run.
+//
+// estimate_job() builds the job's GPT (make_gpt: cheap), lays its parameters out as the
+// runtime will (plan_zero over the model's layers) and asks estimate_model_state() what
+// each rank holds at the peak of a step, by kind, beside the ZeRO paper's formula for
+// comparison. The figures are what the runtime's MemoryLedger measures and
+// `troupe run --metrics` reports (parameter_bytes, gradient_bytes, ...).
+// Thread safety: pure functions; estimate_job draws the model's weights from torch's
+// global generator.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/result.hpp"
+#include "memory/memory_ledger.hpp"
+#include "runtime/config/config.hpp"
+
+namespace troupe {
+
+struct ModelStateEstimate {
+  std::string file;  ///< the config the job came from
+  int64_t stage = 0;
+  int64_t dp = 1;
+  int64_t params = 0;  ///< the model's parameter count
+  /// Bytes one rank holds at the peak of a step, by kind.
+  MemoryBytes bytes;
+  /// The tier every kind lives in: "host" for the CPU backend (GPU tiers come with the
+  /// CUDA backend).
+  std::string tier = "host";
+  /// The ZeRO paper's model-state bytes per parameter for this stage and dp, fp32
+  /// everywhere: 4 (parameters) + 4 (gradients) + 4 × optimizer states, the partitioned
+  /// kinds divided by dp. Adam: 16; 8 + 8/N; 4 + 12/N; 16/N. Stage 3 leaves out the
+  /// live window of gathered parameters (below).
+  double formula_bytes_per_param = 0;
+  /// The formula as text, e.g. "4 + 12/N".
+  std::string formula;
+  /// Stage 3: elements gathered at the peak, the persistent row included
+  /// (stage3_peak_gathered); 0 for other stages.
+  int64_t live_window_elements = 0;
+};
+
+/// The estimate for a resolved job; fails with a sentence when the job cannot be planned.
+Result<ModelStateEstimate> estimate_job(const JobConfig& job);
+
+/// A header line, the table by kind (bytes per rank, bytes per parameter) and the formula.
+std::string render_estimate(const ModelStateEstimate& estimate);
+
+/// One JSON object (one line): file, stage, dp, params, parameters_bytes, gradients_bytes,
+/// optimizer_state_bytes, communication_bytes, model_state_bytes, formula (the text, e.g.
+/// "4 + 12/N"), formula_bytes_per_param, tier and, for stage 3, live_window_elements.
+std::string estimate_json(const ModelStateEstimate& estimate);
+
+}  // namespace troupe

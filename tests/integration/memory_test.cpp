@@ -1,0 +1,208 @@
+// Memory: the model-state bytes each rank holds under every ZeRO stage, measured by
+// real runs (`troupe run --metrics`: the peaks of the ranks' memory ledgers), against
+// `troupe estimate` and against the ZeRO paper's bytes per parameter; and each stage
+// frees what it partitions (a stage that kept its full gradients, optimizer state or
+// parameters would fail here). `ctest -R memory_test -V` prints the figures.
+#include <gtest/gtest.h>
+
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <ostream>
+#include <string>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/integration/command.hpp"
+
+namespace troupe {
+namespace {
+
+constexpr double kTolerance = 0.05;
+
+struct Case {
+  int stage = 0;
+  int dp = 1;
+};
+
+void PrintTo(const Case& c, std::ostream* out) {
+  *out << "stage " << c.stage << ", dp " << c.dp;
+}
+
+struct Measured {
+  int64_t params = 0;
+  int64_t model_state = 0;
+  int64_t parameters = 0;
+  int64_t gradients = 0;
+  int64_t optimizer_state = 0;
+  int64_t communication = 0;
+};
+
+struct Estimated {
+  int64_t params = 0;
+  int64_t model_state = 0;
+  double formula_bytes_per_param = 0;
+  int64_t live_window_elements = 0;
+};
+
+struct Figures {
+  Measured measured;
+  Estimated estimated;
+};
+
+// The job of every case: a GPT of 470,528 parameters (d_model 128, 2 blocks), 4
+// sequences per rank, 3 steps. Gradient rows of at most 65,536 elements; stage 3
+// keeps parameters of at most 1,000 elements (LayerNorms, biases) gathered, and frees
+// every other row after each use: no row is kept for reuse, and prefetch may not
+// raise the gathered elements past one block's row (196,608) and the persistent row.
+// The defaults (reuse within 10^9 elements) would keep this small model's rows all
+// gathered through the step, so stage 3 would hold more than stage 2.
+std::string job_flags(const Case& c) {
+  auto dp = std::to_string(c.dp);
+  return " --set train.steps=3 --set cluster.world_size=" + dp + " --set parallel.dp=" + dp +
+         " --set batch.micro_batch_size=4 --set batch.gradient_accumulation_steps=1" +
+         " --set batch.global_batch_size=" + std::to_string(4 * c.dp) +
+         " --set zero.stage=" + std::to_string(c.stage) +
+         " --set model.d_model=128 --set zero.reduce_bucket_size=65536" +
+         " --set zero.param_persistence_threshold=1000" +
+         " --set zero.max_reuse_distance=0 --set zero.max_live_parameters=210000";
+}
+
+std::string config() {
+  return std::string(TROUPE_SOURCE_DIR) + "/configs/tiny-gpt.toml";
+}
+
+Measured measure(const Case& c, int port) {
+  std::string dir = testing::make_temp_dir();
+  auto r = testing::run_command(std::string(TROUPE_BINARY) + " run " + config() + job_flags(c) +
+                                    " --set cluster.coordinator=127.0.0.1:" + std::to_string(port) +
+                                    " --metrics " + dir + "/m.jsonl",
+                                120);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(dir + "/m.jsonl");
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  Measured m;
+  if (last.empty()) {
+    ADD_FAILURE() << "no metrics from stage " << c.stage << ", dp " << c.dp << ":\n" << r.output;
+    return m;
+  }
+  auto j = nlohmann::json::parse(last);
+  m.params = j.at("params");
+  m.model_state = j.at("model_state_bytes");
+  m.parameters = j.at("parameter_bytes");
+  m.gradients = j.at("gradient_bytes");
+  m.optimizer_state = j.at("optimizer_state_bytes");
+  m.communication = j.at("communication_bytes");
+  return m;
+}
+
+Estimated estimate(const Case& c) {
+  auto r =
+      testing::run_command(std::string(TROUPE_BINARY) + " estimate " + config() + job_flags(c) + " --json");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  Estimated e;
+  auto j = nlohmann::json::parse(r.output, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    ADD_FAILURE() << "troupe estimate --json printed no JSON object:\n" << r.output;
+    return e;
+  }
+  e.params = j.at("params");
+  e.model_state = j.at("model_state_bytes");
+  e.formula_bytes_per_param = j.at("formula_bytes_per_param");
+  if (c.stage == 3) e.live_window_elements = j.at("live_window_elements");
+  return e;
+}
+
+double per_param(int64_t bytes, int64_t params) {
+  return params > 0 ? static_cast<double>(bytes) / static_cast<double>(params) : 0.0;
+}
+
+// Every case, run once (about a second each) and shared by the tests below.
+const std::map<std::pair<int, int>, Figures>& figures() {
+  static const std::map<std::pair<int, int>, Figures> all = [] {
+    std::map<std::pair<int, int>, Figures> runs;
+    int port = 29950;  // 29950-29961: this test only
+    std::printf("memory: stage  dp  measured B/rank  B/param  estimate B/rank  formula B/param\n");
+    for (int stage : {0, 1, 2, 3})
+      for (int dp : {1, 2, 4}) {
+        Case c{stage, dp};
+        Figures f{measure(c, port++), estimate(c)};
+        std::string window;
+        if (stage == 3)
+          window = " + live window " + std::to_string(f.estimated.live_window_elements) + " elements";
+        std::printf("memory: %5d  %2d  %15" PRId64 "  %7.2f  %15" PRId64 "  %7.2f%s\n", stage, dp,
+                    f.measured.model_state, per_param(f.measured.model_state, f.measured.params),
+                    f.estimated.model_state, f.estimated.formula_bytes_per_param, window.c_str());
+        std::fflush(stdout);
+        runs.emplace(std::make_pair(stage, dp), f);
+      }
+    return runs;
+  }();
+  return all;
+}
+
+class Memory : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Memory, MeasuredMatchesTheEstimateAndTheZeroFormula) {
+  const Case c = GetParam();
+  const Figures& f = figures().at({c.stage, c.dp});
+  const Measured& m = f.measured;
+  const Estimated& e = f.estimated;
+  ASSERT_GT(m.params, 0);
+  ASSERT_EQ(m.params, e.params) << "the run and the estimate must build the same model";
+
+  // (a) The estimate predicts the runtime's allocations.
+  EXPECT_NEAR(static_cast<double>(m.model_state), static_cast<double>(e.model_state),
+              kTolerance * static_cast<double>(e.model_state))
+      << "measured " << m.model_state << " B (parameters " << m.parameters << ", gradients " << m.gradients
+      << ", optimizer state " << m.optimizer_state << "), estimated " << e.model_state << " B";
+
+  // (b) The ZeRO paper's bytes per parameter: 16, 8 + 8/N, 4 + 12/N; stage 3 holds
+  // 16/N plus the parameters it has gathered at the peak.
+  double measured = per_param(m.model_state, m.params);
+  if (c.stage < 3) {
+    EXPECT_NEAR(measured, e.formula_bytes_per_param, kTolerance * e.formula_bytes_per_param)
+        << "stage " << c.stage << ", dp " << c.dp;
+  } else {
+    ASSERT_GT(e.live_window_elements, 0);
+    double bound = e.formula_bytes_per_param * static_cast<double>(m.params) +
+                   4.0 * static_cast<double>(e.live_window_elements);
+    EXPECT_LE(static_cast<double>(m.model_state), (1 + kTolerance) * bound)
+        << "16/N × " << m.params << " parameters + 4 × " << e.live_window_elements << " gathered elements";
+  }
+}
+
+// (c) Each stage frees what it partitions: a stage that kept what the one before it
+// holds whole would fail here.
+TEST(Memory, EveryStageFreesWhatItPartitions) {
+  for (int dp : {2, 4}) {
+    const Measured& s0 = figures().at({0, dp}).measured;
+    const Measured& s1 = figures().at({1, dp}).measured;
+    const Measured& s2 = figures().at({2, dp}).measured;
+    const Measured& s3 = figures().at({3, dp}).measured;
+    SCOPED_TRACE("dp " + std::to_string(dp));
+    EXPECT_LE(static_cast<double>(s1.optimizer_state), 0.6 * static_cast<double>(s0.optimizer_state))
+        << "stage 1 keeps only its partition of the optimizer state";
+    EXPECT_LE(static_cast<double>(s2.gradients), 0.6 * static_cast<double>(s1.gradients))
+        << "stage 2 keeps only its partition of the gradients";
+    EXPECT_LT(s3.parameters, s2.parameters) << "stage 3 frees the parameters it gathered";
+    EXPECT_LT(s3.model_state, s2.model_state) << "stage 3 holds less than stage 2";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Zero, Memory,
+                         ::testing::Values(Case{0, 1}, Case{0, 2}, Case{0, 4}, Case{1, 1}, Case{1, 2},
+                                           Case{1, 4}, Case{2, 1}, Case{2, 2}, Case{2, 4}, Case{3, 1},
+                                           Case{3, 2}, Case{3, 4}),
+                         [](const auto& info) {
+                           return "Stage" + std::to_string(info.param.stage) + "Dp" +
+                                  std::to_string(info.param.dp);
+                         });
+
+}  // namespace
+}  // namespace troupe

@@ -1,0 +1,72 @@
+// ZeRO stage 3 against a trainer whose layer sequence changes (tests/integration/
+// schedule_rank.cpp): when every rank drops the same layers, the recorded fetch order
+// is discarded and made again and training still matches plain single-process
+// training; when ranks drop different layers, every rank stops with an error naming
+// the step and the layers instead of hanging or gathering the wrong parameters.
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/integration/command.hpp"
+
+namespace troupe {
+namespace {
+
+std::vector<double> losses(const std::string& output) {
+  std::vector<double> out;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    auto at = line.find("loss ");
+    if (at == std::string::npos) continue;
+    std::istringstream fields(line.substr(at + 5));
+    long long step = 0;
+    double value = 0;
+    fields >> step >> value;
+    out.push_back(value);
+  }
+  return out;
+}
+
+std::string launch(int ranks, int stage, const std::string& mode, int port) {
+  std::string program = std::string(SCHEDULE_RANK_BINARY) + " " + std::to_string(stage) + " " + mode + " " +
+                        std::to_string(port);
+  if (ranks == 1) return program;
+  return std::string(TROUPE_BINARY) + " launch --ranks " + std::to_string(ranks) + " -- " + program;
+}
+
+TEST(LayerSchedule, StageThreeFollowsAChangedLayerOrderAndMatchesOneProcess) {
+  auto alone = testing::run_command(launch(1, 0, "skip", 29970), 120);
+  ASSERT_EQ(alone.exit_code, 0) << alone.output;
+  auto ranks = testing::run_command(launch(2, 3, "skip", 29971), 120);
+  ASSERT_EQ(ranks.exit_code, 0) << ranks.output;
+  auto expected = losses(alone.output), got = losses(ranks.output);
+  ASSERT_EQ(expected.size(), 6u);
+  ASSERT_EQ(got.size(), 6u);
+  for (std::size_t s = 0; s < 6; ++s)
+    EXPECT_NEAR(got[s], expected[s], 1e-5 * expected[s]) << "step " << s + 1;
+  auto all_layers = testing::run_command(launch(1, 0, "all", 29972), 120);
+  ASSERT_EQ(all_layers.exit_code, 0) << all_layers.output;
+  EXPECT_NE(losses(all_layers.output)[3], expected[3]) << "dropping layers at step 3 must change training";
+}
+
+TEST(LayerSchedule, StageThreeRefusesRanksThatRunDifferentLayers) {
+  auto r = testing::run_command(launch(2, 3, "diverge", 29973), 120);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("step 3, micro-batch 0: rank 1 runs layer 4 (4) where rank 0 runs layer 2 (2), at "
+                          "position 2 of the forward pass"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("every rank must run the same layers in the same order"), std::string::npos)
+      << r.output;
+}
+
+TEST(LayerSchedule, BelowStageThreeRanksMaySkipDifferentLayers) {
+  auto r = testing::run_command(launch(2, 2, "diverge", 29974), 120);
+  EXPECT_EQ(r.exit_code, 0) << "below stage 3 a rank may skip layers (their gradients are zero): "
+                            << r.output;
+}
+
+}  // namespace
+}  // namespace troupe
