@@ -47,7 +47,10 @@ int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
 
 double square_sum(const std::vector<torch::Tensor>& gradients) {
   double sum = 0;
-  for (const auto& g : gradients) sum += g.to(torch::kFloat64).square().sum().item<double>();
+  for (const auto& g : gradients) {
+    torch::Tensor c = g.contiguous();
+    sum += kernels::sum_squares(c.data_ptr<float>(), static_cast<std::size_t>(c.numel()));
+  }
   return sum;
 }
 

@@ -2,7 +2,8 @@
 # ZeRO stages against each other and against PyTorch on the same GPT shape: for each
 # stage, troupe's throughput (step 1 skipped) alternated REPEATS times with the nearest
 # PyTorch peer (../shared/peers/torch-gpt.py: stage 0 ↔ DDP, stages 1-2 ↔ DDP +
-# ZeroRedundancyOptimizer, stage 3 ↔ FSDP), then one traced run per stage, from which
+# ZeroRedundancyOptimizer, stage 3 ↔ FSDP where this PyTorch can import it), then one
+# traced run per stage, from which
 # scripts/trace_overlap.py takes the exposed-communication fraction: the time in which
 # communication runs and no compute does (forward, backward, optimizer), over the
 # step time.
@@ -10,7 +11,8 @@
 # usage: scripts/bench-zero.sh [RANKS=2] [STEPS=20] [REPEATS=2]
 # shape: 4 layers, d_model 256, 4 heads, seq 128, micro-batch 8 per rank, 1 thread per
 # rank; gradient rows of 524,288 elements (2 MiB) so backward has several to overlap;
-# stage 3 prefetches 524,288 elements ahead and keeps parameters under 100,000 whole.
+# stage 3 prefetches up to 1,000,000 elements ahead (one block), frees each layer after
+# use (max_reuse_distance 0) and keeps parameters under 100,000 elements whole.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ranks=${1:-2}
@@ -27,7 +29,8 @@ troupe_run() {  # STAGE STEPS EXTRA...
     --set model.n_layers=4 --set model.d_model=256 --set model.n_heads=4 --set model.seq_len=128 \
     --set batch.micro_batch_size=8 --set batch.gradient_accumulation_steps=1 \
     --set train.steps="$n" --set train.threads=1 --set optimizer.lr=3e-4 \
-    --set zero.stage="$stage" --set zero.reduce_bucket_size=524288 --set zero.prefetch_bucket_size=524288 \
+    --set zero.stage="$stage" --set zero.reduce_bucket_size=524288 --set zero.prefetch_bucket_size=1000000 \
+    --set zero.max_reuse_distance=0 \
     --set cluster.coordinator=127.0.0.1:29591 "$@" > "$work/out" 2>&1
 }
 
@@ -43,7 +46,7 @@ peer_mode() { case $1 in 0) echo ddp ;; 3) echo fsdp ;; *) echo zero1 ;; esac; }
 
 peer_once() {
   /usr/bin/python3 "$peer" --ranks "$ranks" --mode "$1" --layers 4 --hidden 256 --heads 4 --seq 128 --micro 8 \
-    --steps "$steps" --threads 1 2>/dev/null | tail -1 | sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p'
+    --steps "$steps" --threads 1 2>/dev/null | tail -1 | sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p' || true
 }
 
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
@@ -68,7 +71,7 @@ import sys
 stage, t, base, mode, p, exposed, state, ranks = sys.argv[1:]
 t, base, p = float(t), float(base), float(p or 0)
 step_ms = int(ranks) * 8 * 128 / t * 1000
-ratio = f"{t / p:.2f}x" if p > 0 else "n/a"
+ratio = f"{t / p:.2f}x" if p > 0 else "n/a (peer did not run)"
 print(f"{stage} | {t:,.0f} | {step_ms:.0f} | {base / t:.2f}x | torch {mode} | {p:,.0f} | {ratio} | "
       f"{float(exposed) * 100:.1f}% | {int(state):,}")
 PY

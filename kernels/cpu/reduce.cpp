@@ -132,4 +132,20 @@ void scale(void* x, std::size_t count, float factor, DataType type) {
   }
 }
 
+// Eight independent fp64 accumulators, so the loop vectorizes without reassociating
+// a single sum (which the compiler may not do without -ffast-math).
+TROUPE_MULTIVERSION
+double sum_squares(const float* x, std::size_t count) {
+  constexpr std::size_t lanes = 8;
+  double acc[lanes] = {};
+  std::size_t i = 0;
+  for (; i + lanes <= count; i += lanes)
+    for (std::size_t k = 0; k < lanes; ++k)
+      acc[k] += static_cast<double>(x[i + k]) * static_cast<double>(x[i + k]);
+  double sum = 0;
+  for (; i < count; ++i) sum += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  for (double a : acc) sum += a;
+  return sum;
+}
+
 }  // namespace troupe::kernels

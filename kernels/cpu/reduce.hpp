@@ -30,6 +30,9 @@ void add_into(void* dst, const void* src, std::size_t count, DataType type);
 /// x[i] *= factor for i in [0, count), in fp32.
 void scale(void* x, std::size_t count, float factor, DataType type);
 
+/// Σ x[i]² over fp32 values, accumulated in fp64 (the gradient norm: no fp64 copy).
+double sum_squares(const float* x, std::size_t count);
+
 /// fp32 ↔ 16-bit conversions, round to nearest even (NaN stays NaN).
 uint16_t float_to_bf16(float x);
 float bf16_to_float(uint16_t x);

@@ -1,9 +1,14 @@
 // Tracing: a 2-rank run writes one Chrome-trace/Perfetto timeline with a process per
-// rank and a thread track per actor and stream.
+// rank and a thread track per actor and stream; under ZeRO stages 2 and 3 it shows
+// reduction and gathering running while compute runs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -34,6 +39,70 @@ TEST(Trace, TwoRanksMergeIntoOneTimelineWithTracksPerActorAndStream) {
     EXPECT_TRUE(tracks.count(track)) << track;
   EXPECT_EQ(ranks_with_spans, (std::set<int>{0, 1}));
   EXPECT_NE(r.output.find(trace), std::string::npos) << "the summary names the trace: " << r.output;
+}
+
+using Interval = std::pair<double, double>;
+
+// The spans of `track` on rank 0 whose name starts with `prefix`.
+std::vector<Interval> spans(const nlohmann::json& json, const std::string& track, const std::string& prefix) {
+  std::map<int, std::string> names;
+  for (const auto& e : json.at("traceEvents"))
+    if (e.at("ph") == "M" && e.at("name") == "thread_name" && e.at("pid") == 0)
+      names[e.at("tid").get<int>()] = e.at("args").at("name");
+  std::vector<Interval> out;
+  for (const auto& e : json.at("traceEvents")) {
+    if (e.at("ph") != "X" || e.at("pid") != 0 || names[e.at("tid").get<int>()] != track) continue;
+    if (e.at("name").get<std::string>().rfind(prefix, 0) != 0) continue;
+    double start = e.at("ts").get<double>();
+    out.emplace_back(start, start + e.at("dur").get<double>());
+  }
+  return out;
+}
+
+// Microseconds in which a span of `a` runs while compute runs and compute is not
+// blocked waiting for communication.
+double overlap_with_compute(const std::vector<Interval>& a, const std::vector<Interval>& compute,
+                            const std::vector<Interval>& waits) {
+  double total = 0;
+  for (const auto& [s, e] : a)
+    for (const auto& [cs, ce] : compute) {
+      double lo = std::max(s, cs), hi = std::min(e, ce);
+      if (hi <= lo) continue;
+      double busy = hi - lo;
+      for (const auto& [ws, we] : waits) busy -= std::max(0.0, std::min(hi, we) - std::max(lo, ws));
+      total += std::max(0.0, busy);
+    }
+  return total;
+}
+
+// Stage 2 reduce-scatters gradient rows while backward still runs; stage 3 also gathers
+// the next layer's parameters (prefetch) while the current one computes.
+TEST(Trace, ZeroStagesTwoAndThreeCommunicateWhileComputeRuns) {
+  for (int stage : {2, 3}) {
+    std::string dir = testing::make_temp_dir();
+    std::string trace = dir + "/trace.json";
+    auto r = testing::run_command(
+        std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR +
+        "/configs/tiny-gpt.toml --set train.steps=3" +
+        " --set model.d_model=128 --set model.n_layers=3 --set zero.stage=" + std::to_string(stage) +
+        " --set zero.reduce_bucket_size=65536 --set zero.param_persistence_threshold=1000" +
+        " --set zero.max_reuse_distance=0 --set zero.prefetch_bucket_size=400000" +
+        " --set cluster.coordinator=127.0.0.1:29752 --set trace.path=" + trace);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto json = nlohmann::json::parse(testing::read_file(trace), nullptr, false);
+    ASSERT_FALSE(json.is_discarded());
+    auto compute = spans(json, "stream compute", "forward+backward");
+    auto waits = spans(json, "compute wait", "");
+    auto reduces = spans(json, "comm", "reduce_scatter");
+    ASSERT_FALSE(compute.empty());
+    ASSERT_GT(reduces.size(), 3u) << "several gradient rows per step";
+    EXPECT_GT(overlap_with_compute(reduces, compute, waits), 0) << "stage " << stage;
+    if (stage == 3) {
+      auto gathers = spans(json, "comm", "all_gather");
+      ASSERT_GT(gathers.size(), 6u);
+      EXPECT_GT(overlap_with_compute(gathers, compute, waits), 0) << "prefetched gathers overlap compute";
+    }
+  }
 }
 
 }  // namespace

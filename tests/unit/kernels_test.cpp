@@ -22,6 +22,16 @@ bool same_float(float a, float b) {
   return (std::isnan(a) && std::isnan(b)) || a == b;
 }
 
+TEST(Kernels, SumOfSquaresAccumulatesInDoubleLikeLibTorch) {
+  for (int64_t n : {0, 1, 7, 8, 9, 1000, 100003}) {
+    torch::Tensor x = torch::randn({n});
+    double expected = n == 0 ? 0.0 : x.to(torch::kFloat64).square().sum().item<double>();
+    EXPECT_NEAR(kernels::sum_squares(x.data_ptr<float>(), static_cast<std::size_t>(n)), expected,
+                1e-12 * std::max(1.0, expected))
+        << n;
+  }
+}
+
 TEST(Kernels, WideningEvery16BitPatternMatchesLibTorch) {
   for (uint32_t pattern = 0; pattern < 65536; ++pattern) {
     uint16_t h = static_cast<uint16_t>(pattern);
