@@ -87,20 +87,26 @@ caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> tr
         Tracer::Scope span(tracer, "comm_agent", "incoming_frame");
         route_in(self, f);
       },
+      // Each request's buffer handles move into the completion (pointers are taken first):
+      // the request message must not keep a buffer alive after the collective completes,
+      // even while this agent's thread is descheduled.
       [=](all_reduce_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "all_reduce_request");
         auto label = fmt::format("all_reduce {} B", r.buffer.count * element_bytes(r.buffer.type));
-        self->state.transport->all_reduce(r.buffer.data(), r.buffer.count, r.buffer.type, r.op,
-                                          reply(tracer, std::move(label), r.reply_to, r.tag, r.buffer.owner),
-                                          r.comm);
+        void* data = r.buffer.data();
+        self->state.transport->all_reduce(
+            data, r.buffer.count, r.buffer.type, r.op,
+            reply(tracer, std::move(label), r.reply_to, r.tag, std::move(r.buffer.owner)), r.comm);
       },
       [=](reduce_scatter_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "reduce_scatter_request");
         auto label = fmt::format("reduce_scatter {} B", r.output.count * element_bytes(r.output.type));
-        auto done = reply(tracer, std::move(label), r.reply_to, r.tag, r.input.owner);
+        const void* input = r.input.data();
+        void* output = r.output.data();
+        auto done = reply(tracer, std::move(label), r.reply_to, r.tag, std::move(r.input.owner));
         self->state.transport->reduce_scatter(
-            r.input.data(), r.output.data(), r.output.count, r.output.type, r.op,
-            [done, keep = r.output.owner](Status s) mutable {
+            input, output, r.output.count, r.output.type, r.op,
+            [done = std::move(done), keep = std::move(r.output.owner)](Status s) mutable {
               if (s.ok()) keep.reset();
               done(s);
             },
@@ -109,10 +115,12 @@ caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> tr
       [=](all_gather_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "all_gather_request");
         auto label = fmt::format("all_gather {} B", r.input.count * element_bytes(r.input.type));
-        auto done = reply(tracer, std::move(label), r.reply_to, r.tag, r.input.owner);
+        const void* input = r.input.data();
+        void* output = r.output.data();
+        auto done = reply(tracer, std::move(label), r.reply_to, r.tag, std::move(r.input.owner));
         self->state.transport->all_gather(
-            r.input.data(), r.output.data(), r.input.count, r.input.type,
-            [done, keep = r.output.owner](Status s) mutable {
+            input, output, r.input.count, r.input.type,
+            [done = std::move(done), keep = std::move(r.output.owner)](Status s) mutable {
               if (s.ok()) keep.reset();
               done(s);
             },
@@ -121,9 +129,10 @@ caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> tr
       [=](broadcast_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "broadcast_request");
         auto label = fmt::format("broadcast {} B", r.buffer.count * element_bytes(r.buffer.type));
-        self->state.transport->broadcast(r.buffer.data(), r.buffer.count, r.buffer.type, r.root,
-                                         reply(tracer, std::move(label), r.reply_to, r.tag, r.buffer.owner),
-                                         r.comm);
+        void* data = r.buffer.data();
+        self->state.transport->broadcast(
+            data, r.buffer.count, r.buffer.type, r.root,
+            reply(tracer, std::move(label), r.reply_to, r.tag, std::move(r.buffer.owner)), r.comm);
       },
       [=](barrier_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "barrier_request");
