@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "actors/protocol/offload.hpp"
 #include "actors/protocol/stage.hpp"
 #include "actors/protocol/zero.hpp"
 #include "actors/stream.hpp"
@@ -17,7 +18,9 @@ struct ShardOwnerState {
   ShardOwnerOptions options;
   std::vector<torch::Tensor> parameters, gradients;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
-  std::unique_ptr<CpuStream> stream;  // last: its thread stops before the rest goes
+  caf::actor offload;                      // with an offload tier: runs the optimizer
+  std::optional<caf::actor> updating_for;  // who hears shard_updated of the pass in flight
+  std::unique_ptr<CpuStream> stream;       // last: its thread stops before the rest goes
   static inline const char* name = "shard_owner";
 };
 using ShardOwner = caf::stateful_actor<ShardOwnerState>;
@@ -60,6 +63,20 @@ void reply_after(ShardOwner* self, const caf::actor& to, Reply reply) {
   s.stream->notify(s.stream->record(), to, caf::make_message(std::move(reply)));
 }
 
+// With an offload tier: clip on this stream, then the manager runs the optimizer pass.
+void update_offloaded(ShardOwner* self, const update_shard& u) {
+  auto& s = self->state;
+  s.updating_for = u.reply_to;
+  s.stream->enqueue(fmt::format("clip {}", u.step), [&s, scale = u.scale] {
+    if (scale == 1.0) return;
+    torch::NoGradGuard no_grad;
+    for (auto& g : s.gradients) g.mul_(scale);
+  });
+  s.stream->record().on_complete([to = s.offload, me = caf::actor_cast<caf::actor>(self), step = u.step] {
+    caf::anon_send(to, optimizer_pass{step, me});
+  });
+}
+
 caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) {
   auto& s = self->state;
   s.options = std::move(options);
@@ -69,7 +86,21 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
     s.gradients.push_back(grad);
     s.parameters.back().mutable_grad() = grad;
   }
-  s.optimizer = s.options.make_optimizer(s.parameters);
+  if (s.options.offload) {
+    OffloadManagerOptions o;
+    o.offload = *s.options.offload;
+    o.rule = s.options.rule;
+    for (auto& p : s.parameters)
+      o.partition.push_back(PartitionSpan{p.data_ptr<float>(), p.grad().data_ptr<float>(),
+                                          static_cast<std::size_t>(p.numel())});
+    o.threads = s.options.threads;
+    o.tracer = s.options.tracer;
+    o.ledger = s.options.store->ledger();
+    s.offload = spawn_offload_manager(self->system(), std::move(o));
+    self->link_to(s.offload);
+  } else {
+    s.optimizer = s.options.make_optimizer(s.parameters);
+  }
   s.stream =
       CpuStream::make("optimizer", s.options.tracer, [to = s.options.report_to](const std::string& what) {
         caf::anon_send(to, stage_failed{"shard owner: " + what});
@@ -100,6 +131,7 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
       },
       [=](update_shard& u) {
         auto& st = self->state;
+        if (st.offload) return update_offloaded(self, u);
         st.stream->enqueue(fmt::format("optimizer step {}", u.step), [&st, scale = u.scale] {
           torch::NoGradGuard no_grad;
           if (scale != 1.0)
@@ -108,6 +140,15 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
           st.options.store->ledger()->set(MemoryKind::optimizer_state, optimizer_state_bytes(*st.optimizer));
         });
         reply_after(self, u.reply_to, shard_updated{u.step});
+      },
+      [=](optimizer_pass_done& d) {
+        auto& st = self->state;
+        if (!st.updating_for) return;
+        caf::actor to = *st.updating_for;
+        st.updating_for.reset();
+        if (!d.error.empty())
+          return self->send(st.options.report_to, stage_failed{"optimizer offload: " + d.error});
+        self->send(to, shard_updated{d.step});
       },
   };
 }

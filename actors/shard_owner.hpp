@@ -4,6 +4,8 @@
 // stage 0 the partition is the whole model). Its work runs on a stream of its own:
 // absorbing reduced gradient blocks, measuring the gradients' norm, clipping and
 // stepping the optimizer. Measures the optimizer state it allocates into the ledger.
+// With [offload] optimizer = "cpu" or "nvme" the state and the update move to an
+// offload manager actor it spawns (actors/offload_manager.hpp).
 //
 // Protocol (actors/protocol/zero.hpp): begin_accumulation; absorb_gradients →
 // gradients_absorbed; measure_gradients → gradient_square_sum; update_shard →
@@ -14,8 +16,10 @@
 #include <caf/actor_system.hpp>
 
 #include <memory>
+#include <optional>
 
 #include "actors/micro_batch.hpp"
+#include "actors/offload_manager.hpp"
 #include "actors/zero/parameter_store.hpp"
 #include "base/trace.hpp"
 
@@ -27,6 +31,10 @@ struct ShardOwnerOptions {
   int64_t threads = 1;  ///< intra-op threads of the owner's stream
   Tracer* tracer = nullptr;
   caf::actor report_to;  ///< hears stage_failed when the owner's work throws
+  /// With an offload tier the optimizer state lives with an offload manager, which runs
+  /// troupe's fused kernels with `rule`; without, LibTorch's optimizer from make_optimizer.
+  std::optional<OffloadOptions> offload;
+  OptimizerRule rule;
 };
 
 caf::actor spawn_shard_owner(caf::actor_system& system, ShardOwnerOptions options);

@@ -220,9 +220,14 @@ void build(StageActor* self) {
       },
       fetcher ? GradientRows::RowDone([fetcher](std::size_t row) { fetcher->release(row); })
               : GradientRows::RowDone());
-  s.owner = spawn_shard_owner(
-      self->system(),
-      ShardOwnerOptions{s.store, s.options.make_optimizer, s.options.compute_threads, s.options.tracer, me});
+  ShardOwnerOptions owner{s.store,
+                          s.options.make_optimizer,
+                          s.options.compute_threads,
+                          s.options.tracer,
+                          me,
+                          s.options.offload,
+                          s.options.rule};
+  s.owner = spawn_shard_owner(self->system(), std::move(owner));
   self->link_to(s.owner);
 }
 

@@ -22,8 +22,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "actors/micro_batch.hpp"
+#include "actors/offload_manager.hpp"
 #include "base/trace.hpp"
 #include "memory/fetch_planner.hpp"
 #include "memory/memory_ledger.hpp"
@@ -53,6 +55,8 @@ struct StageOptions {
   caf::actor comm_agent;
   Tracer* tracer = nullptr;
   std::shared_ptr<MemoryLedger> ledger;
+  std::optional<OffloadOptions> offload;  ///< set: the optimizer state goes to an offload tier
+  OptimizerRule rule;                     ///< the optimizer, for the offload tier's kernels
 };
 
 caf::actor spawn_stage(caf::actor_system& system, StageOptions options);

@@ -3,6 +3,10 @@
 #include <torch/torch.h>
 #include <caf/all.hpp>
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
 #include <thread>
 
 #include <fmt/format.h>
@@ -15,6 +19,7 @@
 #include "actors/protocol/stage.hpp"
 #include "actors/stage.hpp"
 #include "actors/step_driver.hpp"
+#include "memory/nvme_store.hpp"
 #include "runtime/coordinator.hpp"
 #include "runtime/model/optimizer.hpp"
 #include "runtime/trace_merge.hpp"
@@ -85,6 +90,47 @@ ZeroOptions zero_options(const JobConfig& config) {
   o.persistence_threshold = z.param_persistence_threshold;
   o.gradient_clipping = config.optimizer.gradient_clipping;
   return o;
+}
+
+std::optional<OffloadOptions> offload_options(const JobConfig& config, int64_t rank) {
+  const OffloadConfig& c = config.offload;
+  if (c.optimizer == "none") return std::nullopt;
+  OffloadOptions o;
+  o.tier = c.optimizer;
+  o.nvme_dir = c.nvme_path.empty() ? "" : fmt::format("{}/rank{}", c.nvme_path, rank);
+  o.host_budget_bytes = c.host_budget_bytes;
+  o.sub_group_size = c.sub_group_size;
+  o.buffer_count = c.buffer_count;
+  o.block_size = c.block_size;
+  o.queue_depth = c.queue_depth;
+  return o;
+}
+
+OptimizerRule optimizer_rule(const OptimizerConfig& c) {
+  OptimizerRule r;
+  r.kind = c.type == OptimizerType::adamw  ? OptimizerRule::Kind::adamw
+           : c.type == OptimizerType::adam ? OptimizerRule::Kind::adam
+                                           : OptimizerRule::Kind::sgd;
+  r.lr = c.lr;
+  r.beta1 = c.beta1;
+  r.beta2 = c.beta2;
+  r.eps = c.eps;
+  r.weight_decay = c.weight_decay;
+  r.momentum = c.momentum;
+  r.nesterov = c.nesterov;
+  return r;
+}
+
+// The nvme tier's folder must be usable before any step: checked when the engine starts,
+// so a bad nvme_path stops the job at once with the path and the reason.
+Status check_nvme_tier(const std::optional<OffloadOptions>& offload) {
+  if (!offload || offload->tier != "nvme") return {};
+  if (::mkdir(offload->nvme_dir.c_str(), 0755) != 0 && errno != EEXIST)
+    return make_error(
+        fmt::format("[offload] nvme_path: creating {} failed: {}", offload->nvme_dir, std::strerror(errno)));
+  auto probe = NvmeStore::open(offload->nvme_dir);
+  if (!probe) return make_error("[offload] nvme_path: " + probe.error().message);
+  return {};
 }
 
 // Every rank starts from rank 0's parameters, whatever its own initialisation did.
@@ -161,6 +207,8 @@ class Engine::Impl {
     so.comm_agent = comm;
     so.tracer = tr;
     so.ledger = ledger;
+    so.offload = offload_options(config, rank.rank);
+    so.rule = optimizer_rule(config.optimizer);
     stage = spawn_stage(*system, std::move(so));
     driver = spawn_step_driver(
         *system, StepDriverOptions{stage, loader, comm, b.gradient_accumulation_steps, config.parallel.dp,
@@ -190,6 +238,8 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   torch::set_num_threads(static_cast<int>(impl->compute_threads));
   if (!impl->config.trace.path.empty()) impl->tracer = std::make_unique<Tracer>(impl->rank.rank);
 
+  if (auto usable = check_nvme_tier(offload_options(impl->config, impl->rank.rank)); !usable)
+    return make_error(fmt::format("rank {}: {}", impl->rank.rank, usable.error().message));
   auto options = transport_options(impl->config, impl->rank);
   if (!options) return options.error();
   auto transport = Transport::make(*options);

@@ -14,6 +14,9 @@
 #include <CLI/CLI.hpp>
 
 #include "runtime/bench.hpp"
+#include "runtime/bench_adam.hpp"
+#include "runtime/bench_nvme.hpp"
+#include "runtime/bench_offload.hpp"
 #include "runtime/config/load.hpp"
 #include "runtime/config/render.hpp"
 #include "runtime/coordinator.hpp"
@@ -140,9 +143,52 @@ int main(int argc, char** argv) {
   auto* bench_rank = app.add_subcommand("bench-rank", "");  // one rank of `troupe bench` (hidden)
   bench_rank->group("");
   add_bench_options(bench_rank);
+  // `troupe bench nvme` is a subcommand of bench with its own options, so bench's KIND is optional.
+  NvmeBenchOptions nvme_bench;
+  auto* bench_nvme =
+      bench->add_subcommand("nvme", "sequential write then read of one file through the NVMe tier");
+  bench_nvme->add_option("--dir", nvme_bench.dir, "directory on the device to measure")->required();
+  bench_nvme->add_option("--bytes", nvme_bench.bytes, "bytes written, then read (default 1 GiB)")
+      ->check(CLI::Range(int64_t{4096}, int64_t{1} << 36));
+  bench_nvme->add_option("--block-size", nvme_bench.block_size, "bytes per request (default 1 MiB)")
+      ->check(CLI::Range(int64_t{4096}, int64_t{1} << 30));
+  bench_nvme->add_option("--queue-depth", nvme_bench.queue_depth, "requests in flight (default 32)")
+      ->check(CLI::Range(1, 1024));
+  bench_nvme->add_flag("--json", nvme_bench.json, "one JSON object per direction");
+  // `troupe bench offload`: an optimizer step with its state on NVMe against its bounds.
+  OffloadBenchOptions offload_bench;
+  auto* bench_offload = bench->add_subcommand(
+      "offload", "an AdamW step with its state on NVMe, against the step in memory and the disk's own speed");
+  bench_offload->add_option("--dir", offload_bench.dir, "directory of the nvme tier")->required();
+  bench_offload->add_option("--params", offload_bench.params, "fp32 parameters of the partition (default 2^24)");
+  bench_offload->add_option("--iters", offload_bench.iters, "timed passes after one warm-up (median)");
+  bench_offload->add_option("--sub-group-size", offload_bench.sub_group_size, "elements swapped together");
+  bench_offload->add_option("--buffer-count", offload_bench.buffer_count, "swap buffers in flight");
+  bench_offload->add_option("--queue-depth", offload_bench.queue_depth, "I/O requests in flight");
+  bench_offload->add_option("--threads", offload_bench.threads, "threads of the optimizer kernel");
+  bench_offload->add_option("--trace", offload_bench.trace_path, "write a Perfetto trace of the nvme passes");
+  bench_offload->add_flag("--json", offload_bench.json, "one JSON object");
+  // `troupe bench adam`: the fused CPU optimizer step, in this process (no ranks).
+  AdamBenchOptions adam_bench;
+  auto* bench_adam = bench->add_subcommand("adam", "time the fused CPU AdamW step (fp32) in this process");
+  bench_adam->add_option("--params", adam_bench.params, "fp32 parameters (default 2^26)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 34));
+  bench_adam->add_option("--iters", adam_bench.iters, "timed steps after one warm-up; the best is reported")
+      ->check(CLI::Range(int64_t{1}, int64_t{10000}));
+  bench_adam->add_option("--threads", adam_bench.threads, "threads per step (default 1)")
+      ->check(CLI::Range(1, 64));
+  bench_adam->add_flag("--json", adam_bench.json, "one JSON object");
+  bench->get_option("KIND")->required(false);
 
   CLI11_PARSE(app, argc, argv);
 
+  if (*bench_nvme) return run_bench_nvme(nvme_bench);
+  if (*bench_offload) return run_offload_bench(offload_bench);
+  if (*bench_adam) return run_bench_adam(adam_bench);
+  if (*bench && bench_options.kind.empty()) {
+    std::fprintf(stderr, "troupe: bench needs a KIND, or nvme (see troupe bench --help)\n");
+    return usage_exit_code;
+  }
   if (*bench) return run_bench(bench_options, self_path());
   if (*bench_rank) return run_bench_rank(bench_options);
 

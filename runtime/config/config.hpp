@@ -50,6 +50,29 @@ struct ZeroConfig {
   int64_t param_persistence_threshold = 100000;
 };
 
+/// [offload]: ZeRO-Offload / ZeRO-Infinity memory tiers, managed per rank by the
+/// offload manager actor.
+struct OffloadConfig {
+  /// Where the optimizer state lives: "none" (beside the partition, LibTorch's optimizer),
+  /// "cpu" (host memory, troupe's fused CPU kernels) or "nvme" (files under nvme_path,
+  /// swapped through host buffers while the step runs). Stages 1-3.
+  std::string optimizer = "none";
+  /// Stage 3: where the parameter partition lives: "none", "cpu" or "nvme".
+  std::string param = "none";
+  /// Directory of the nvme tier; each rank makes a folder of its own in it.
+  std::string nvme_path;
+  /// Host memory the offload manager may hold (state and swap buffers); 0 = no limit.
+  int64_t host_budget_bytes = 0;
+  /// Elements of the partition updated (and swapped) together.
+  int64_t sub_group_size = 100000000;
+  /// Swap buffers in flight (reading ahead, updating, writing back): at least 2.
+  int64_t buffer_count = 4;
+  /// Bytes per I/O request: a positive multiple of 4096 (DeepSpeed's aio block_size).
+  int64_t block_size = 1048576;
+  /// I/O requests in flight per file operation (DeepSpeed's aio queue_depth).
+  int64_t queue_depth = 8;
+};
+
 /// [batch]: DeepSpeed's rule global = micro × accumulation × dp; 0 = derive.
 struct BatchConfig {
   int64_t micro_batch_size = 0;
@@ -110,6 +133,7 @@ struct JobConfig {
   ClusterConfig cluster;
   ParallelConfig parallel;
   ZeroConfig zero;
+  OffloadConfig offload;
   BatchConfig batch;
   OptimizerConfig optimizer;
   ModelConfig model;

@@ -146,6 +146,45 @@ Status resolve_zero(const ZeroConfig& zero, const ConfigOrigins& origins) {
   return {};
 }
 
+bool is_tier(const std::string& tier) {
+  return tier == "none" || tier == "cpu" || tier == "nvme";
+}
+
+Status resolve_offload(const OffloadConfig& o, int64_t stage, const ConfigOrigins& origins) {
+  TROUPE_TRY(require(is_tier(o.optimizer), origins, "offload", "optimizer", o.optimizer));
+  TROUPE_TRY(require(is_tier(o.param), origins, "offload", "param", o.param));
+  if (o.optimizer != "none" && stage < 1)
+    return key_error(origins, "offload", "optimizer",
+                     fmt::format("optimizer = \"{}\" needs [zero] stage 1, 2 or 3 (the optimizer state is "
+                                 "offloaded by the partition's shard owner), got stage {}",
+                                 o.optimizer, stage));
+  if (o.param != "none" && stage != 3)
+    return key_error(origins, "offload", "param",
+                     fmt::format("param = \"{}\" needs [zero] stage = 3 (only stage 3 partitions the "
+                                 "parameters), got stage {}",
+                                 o.param, stage));
+  if (o.param == "nvme")
+    return key_error(origins, "offload", "param",
+                     "param = \"nvme\" is not available yet: parameter partitions stay in host memory; use "
+                     "\"cpu\" (on the CPU backend the same as \"none\")");
+  for (const char* key : {"optimizer", "param"}) {
+    const std::string& tier = std::string(key) == "optimizer" ? o.optimizer : o.param;
+    if (tier == "nvme" && o.nvme_path.empty())
+      return key_error(origins, "offload", key,
+                       fmt::format("{} = \"nvme\" needs nvme_path, the directory of the nvme tier, but "
+                                   "nvme_path is not set",
+                                   key));
+  }
+  TROUPE_TRY(require(o.host_budget_bytes >= 0, origins, "offload", "host_budget_bytes", o.host_budget_bytes));
+  TROUPE_TRY(require(o.sub_group_size > 0, origins, "offload", "sub_group_size", o.sub_group_size));
+  TROUPE_TRY(require(o.buffer_count >= 2, origins, "offload", "buffer_count", o.buffer_count));
+  TROUPE_TRY(
+      require(o.block_size > 0 && o.block_size % 4096 == 0, origins, "offload", "block_size", o.block_size));
+  TROUPE_TRY(
+      require(o.queue_depth >= 1 && o.queue_depth <= 1024, origins, "offload", "queue_depth", o.queue_depth));
+  return {};
+}
+
 // Sets *unknown = global / (known × dp), which must be a positive integer.
 Status derive_batch_factor(const BatchConfig& batch, int64_t dp, const char* known_key, int64_t known,
                            const char* unknown_key, int64_t* unknown, const ConfigOrigins& origins) {
@@ -332,6 +371,7 @@ Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins) {
   TROUPE_TRY(resolve_cluster(raw.cluster, origins));
   TROUPE_TRY(resolve_parallel(raw, origins));
   TROUPE_TRY(resolve_zero(raw.zero, origins));
+  TROUPE_TRY(resolve_offload(raw.offload, raw.zero.stage, origins));
   TROUPE_TRY(resolve_batch(raw, origins));
   TROUPE_TRY(resolve_optimizer(raw.optimizer, origins));
   TROUPE_TRY(resolve_model(raw.model, origins));

@@ -47,6 +47,23 @@ std::vector<KeySpec> make_key_specs() {
       {"zero", "param_persistence_threshold", "a non-negative integer (elements)",
        [](C& c) -> FieldRef { return &c.zero.param_persistence_threshold; }},
 
+      {"offload", "optimizer", R"(one of "none", "cpu" or "nvme")",
+       [](C& c) -> FieldRef { return &c.offload.optimizer; }},
+      {"offload", "param", R"(one of "none", "cpu" or "nvme")",
+       [](C& c) -> FieldRef { return &c.offload.param; }},
+      {"offload", "nvme_path", "a directory path (needed when a tier is \"nvme\")",
+       [](C& c) -> FieldRef { return &c.offload.nvme_path; }},
+      {"offload", "host_budget_bytes", "a non-negative integer (bytes; 0 = no limit)",
+       [](C& c) -> FieldRef { return &c.offload.host_budget_bytes; }},
+      {"offload", "sub_group_size", "a positive integer (elements)",
+       [](C& c) -> FieldRef { return &c.offload.sub_group_size; }},
+      {"offload", "buffer_count", "an integer of at least 2",
+       [](C& c) -> FieldRef { return &c.offload.buffer_count; }},
+      {"offload", "block_size", "a positive multiple of 4096 (bytes)",
+       [](C& c) -> FieldRef { return &c.offload.block_size; }},
+      {"offload", "queue_depth", "an integer from 1 to 1024",
+       [](C& c) -> FieldRef { return &c.offload.queue_depth; }},
+
       {"batch", "micro_batch_size", "a positive integer",
        [](C& c) -> FieldRef { return &c.batch.micro_batch_size; }},
       {"batch", "gradient_accumulation_steps", "a positive integer",
@@ -117,8 +134,8 @@ const std::vector<KeySpec>& key_specs() {
 }
 
 const std::vector<std::string>& section_names() {
-  static const std::vector<std::string> names = {"cluster", "parallel", "zero",  "batch", "optimizer",
-                                                 "model",   "data",     "train", "trace"};
+  static const std::vector<std::string> names = {"cluster",   "parallel", "zero", "offload", "batch",
+                                                 "optimizer", "model",    "data", "train",   "trace"};
   return names;
 }
 

@@ -233,7 +233,7 @@ TEST(ConfigLoad, UnknownSectionSuggestsTheClosestSection) {
 TEST(ConfigLoad, UnknownSectionWithNothingCloseListsTheSections) {
   EXPECT_EQ(error_of(load("[logging]\nlevel = 1\n")),
             "job.toml:1:2: unknown section [logging]; the sections are [cluster], [parallel], "
-            "[zero], [batch], [optimizer], [model], [data], [train], [trace]");
+            "[zero], [offload], [batch], [optimizer], [model], [data], [train], [trace]");
 }
 
 TEST(ConfigLoad, KeyOutsideAnySectionNamesItsSection) {
@@ -865,8 +865,8 @@ TEST(ConfigRender, ShowsTheBatchArithmetic) {
 
 TEST(ConfigRender, ListsEverySection) {
   const std::string text = render_config(JobConfig{});
-  for (const char* section : {"[cluster]", "[parallel]", "[zero]", "[batch]", "[optimizer]", "[model]",
-                              "[data]", "[train]", "[trace]"}) {
+  for (const char* section : {"[cluster]", "[parallel]", "[zero]", "[offload]", "[batch]", "[optimizer]",
+                              "[model]", "[data]", "[train]", "[trace]"}) {
     EXPECT_NE(text.find(section), std::string::npos) << section;
   }
 }
@@ -909,6 +909,44 @@ TEST(ConfigResolve, UnknownTopologyIsRefusedNamingTheAllowedOnes) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("job.toml:2:"), std::string::npos) << r.error().message;
   EXPECT_NE(r.error().message.find("\"two_level\""), std::string::npos) << r.error().message;
+}
+
+// ---- [offload] ----
+
+TEST(ConfigOffload, LoadsEveryKey) {
+  auto config = load(
+      "[zero]\nstage = 3\n[offload]\noptimizer = \"nvme\"\nparam = \"cpu\"\nnvme_path = \"/tmp/x\"\n"
+      "host_budget_bytes = 1048576\nsub_group_size = 4096\nbuffer_count = 3\nblock_size = 8192\n"
+      "queue_depth = 16\n[batch]\nmicro_batch_size = 2\n");
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_EQ(config->offload.optimizer, "nvme");
+  EXPECT_EQ(config->offload.param, "cpu");
+  EXPECT_EQ(config->offload.nvme_path, "/tmp/x");
+  EXPECT_EQ(config->offload.host_budget_bytes, 1048576);
+  EXPECT_EQ(config->offload.sub_group_size, 4096);
+  EXPECT_EQ(config->offload.buffer_count, 3);
+  EXPECT_EQ(config->offload.block_size, 8192);
+  EXPECT_EQ(config->offload.queue_depth, 16);
+}
+
+TEST(ConfigOffload, BadValuesNameTheKeyAndWhatIsAllowed) {
+  EXPECT_EQ(error_of(load("[zero]\nstage = 2\n[offload]\noptimizer = \"disk\"\n")),
+            "job.toml:4:13: [offload] optimizer must be one of \"none\", \"cpu\" or \"nvme\", got \"disk\"");
+  EXPECT_EQ(
+      error_of(load("[offload]\noptimizer = \"cpu\"\n")),
+      "job.toml:2:13: [offload] optimizer = \"cpu\" needs [zero] stage 1, 2 or 3 (the optimizer state is "
+      "offloaded by the partition's shard owner), got stage 0");
+  EXPECT_EQ(error_of(load("[zero]\nstage = 2\n[offload]\nparam = \"cpu\"\n")),
+            "job.toml:4:9: [offload] param = \"cpu\" needs [zero] stage = 3 (only stage 3 partitions the "
+            "parameters), got stage 2");
+  EXPECT_EQ(
+      error_of(load("[zero]\nstage = 1\n[offload]\noptimizer = \"nvme\"\n")),
+      "job.toml:4:13: [offload] optimizer = \"nvme\" needs nvme_path, the directory of the nvme tier, but "
+      "nvme_path is not set");
+  EXPECT_EQ(error_of(load("[offload]\nblock_size = 1000\n")),
+            "job.toml:2:14: [offload] block_size must be a positive multiple of 4096 (bytes), got 1000");
+  EXPECT_EQ(error_of(load("[offload]\nbuffer_count = 1\n")),
+            "job.toml:2:16: [offload] buffer_count must be an integer of at least 2, got 1");
 }
 
 }  // namespace

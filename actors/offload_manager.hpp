@@ -1,0 +1,77 @@
+// The offload manager actor: owns the memory tiers of one rank's optimizer state
+// (ZeRO-Offload / ZeRO-Infinity) and runs the optimizer over the partition with troupe's
+// fused CPU kernels (kernels/cpu/optimizer.hpp).
+//
+//   tier "cpu":  the state lives in host memory; a pass updates every sub-group.
+//   tier "nvme": the state lives in files (memory/nvme_store.hpp), one per sub-group,
+//                and moves through a bounded pool of swap buffers. A pass reads the state
+//                of the next sub-groups while the current one is updated on the stream
+//                and the previous ones are written back — read i+1, update i, write i−1 —
+//                with at most buffer_count sub-groups in flight, so a step takes about
+//                max(I/O time, compute time) instead of their sum.
+//
+// Sub-groups are the partition's blocks cut to at most sub_group_size elements, smaller
+// when host_budget_bytes could not otherwise hold buffer_count swap buffers; the manager
+// never holds more host memory than the budget. Every result is the same, bit for bit, in
+// either tier: the kernel is elementwise and sees the same state.
+//
+// Protocol (actors/protocol/offload.hpp): optimizer_pass → optimizer_pass_done. A
+// failure (a tier that cannot be opened, a full disk, a corrupted swap file) is the
+// pass's error, naming the path and the operation; the manager then refuses further
+// passes.
+#pragma once
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/trace.hpp"
+#include "memory/memory_ledger.hpp"
+
+namespace troupe {
+
+/// What the optimizer does to each element (LibTorch's AdamW, Adam or SGD semantics).
+struct OptimizerRule {
+  enum class Kind { adamw, adam, sgd };
+  Kind kind = Kind::adamw;
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  double momentum = 0;
+  bool nesterov = false;
+  /// fp32 values of optimizer state per parameter element.
+  int64_t states_per_element() const { return kind == Kind::sgd ? (momentum != 0 ? 1 : 0) : 2; }
+};
+
+/// A contiguous run of the partition: parameters and their (reduced) gradients.
+struct PartitionSpan {
+  float* parameters = nullptr;
+  float* gradients = nullptr;
+  std::size_t count = 0;
+};
+
+struct OffloadOptions {
+  std::string tier = "cpu";       ///< "cpu" or "nvme"
+  std::string nvme_dir;           ///< this rank's folder of the nvme tier (made if missing)
+  int64_t host_budget_bytes = 0;  ///< 0 = no limit
+  int64_t sub_group_size = 100000000;
+  int64_t buffer_count = 4;
+  int64_t block_size = 1048576;
+  int64_t queue_depth = 8;
+};
+
+struct OffloadManagerOptions {
+  OffloadOptions offload;
+  OptimizerRule rule;
+  std::vector<PartitionSpan> partition;
+  int64_t threads = 1;  ///< threads of the fused kernel
+  double io_timeout_s = 120;
+  Tracer* tracer = nullptr;
+  std::shared_ptr<MemoryLedger> ledger;
+};
+
+caf::actor spawn_offload_manager(caf::actor_system& system, OffloadManagerOptions options);
+
+}  // namespace troupe

@@ -1,0 +1,143 @@
+// Optimizer offload over real processes: the state on "cpu" and on "nvme" (real files,
+// O_DIRECT where the file system allows it) trains bit for bit alike, and like the state
+// in memory to the parity tolerance; a host budget smaller than the state works with
+// nvme and is refused with cpu; a bad nvme_path, a full disk and a swap file corrupted
+// while training all stop the run with the path and the operation, without hanging.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/integration/command.hpp"
+
+namespace troupe {
+namespace {
+
+struct Trained {
+  testing::CommandResult result;
+  std::vector<double> losses;
+  std::string parameters;  // raw bytes
+};
+
+// 20 steps of a small GPT on 2 ranks, ZeRO stage 2, with `settings` on top.
+Trained train(const std::string& settings, int port, int steps = 20, int timeout_s = 180) {
+  std::string dir = testing::make_temp_dir();
+  std::string command = std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR +
+                        "/configs/tiny-gpt.toml --set train.steps=" + std::to_string(steps) +
+                        " --set optimizer.lr=1e-3 --set zero.stage=2 --set zero.reduce_bucket_size=16384" +
+                        " --set cluster.coordinator=127.0.0.1:" + std::to_string(port) + settings +
+                        " --metrics " + dir + "/metrics.jsonl --parameters-out " + dir + "/parameters.bin";
+  Trained t;
+  t.result = testing::run_command(command, timeout_s);
+  std::ifstream in(dir + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) t.losses.push_back(nlohmann::json::parse(line).at("loss"));
+  t.parameters = testing::read_file(dir + "/parameters.bin");
+  return t;
+}
+
+std::string nvme(const std::string& path) {
+  return " --set offload.optimizer=nvme --set offload.nvme_path=" + path;
+}
+
+TEST(Offload, CpuAndNvmeTrainBitForBitAlikeAndLikeTheStateInMemory) {
+  Trained memory = train("", 29940);
+  Trained cpu = train(" --set offload.optimizer=cpu", 29941);
+  // Small sub-groups and two swap buffers: many reads and writes in flight per step.
+  Trained disk = train(
+      nvme(testing::make_temp_dir()) + " --set offload.sub_group_size=4096 --set offload.buffer_count=2",
+      29942);
+  ASSERT_EQ(memory.result.exit_code, 0) << memory.result.output;
+  ASSERT_EQ(cpu.result.exit_code, 0) << cpu.result.output;
+  ASSERT_EQ(disk.result.exit_code, 0) << disk.result.output;
+  ASSERT_EQ(cpu.losses.size(), 20u);
+  EXPECT_EQ(cpu.losses, disk.losses) << "bit for bit";
+  EXPECT_EQ(cpu.parameters, disk.parameters) << "bit for bit";
+  ASSERT_FALSE(cpu.parameters.empty());
+  for (std::size_t s = 0; s < 20; ++s)
+    EXPECT_NEAR(cpu.losses[s], memory.losses[s], 1e-5 * std::abs(memory.losses[s])) << "step " << s + 1;
+}
+
+TEST(Offload, NvmeTrainsWithAStateLargerThanTheHostBudget) {
+  // The state of this model's half partition is about 550 KB; the budget is 100 KB.
+  std::string budget = " --set offload.host_budget_bytes=100000";
+  Trained disk = train(nvme(testing::make_temp_dir()) + budget, 29943, 5);
+  EXPECT_EQ(disk.result.exit_code, 0) << disk.result.output;
+  EXPECT_EQ(disk.losses.size(), 5u);
+  Trained cpu = train(" --set offload.optimizer=cpu" + budget, 29944, 5);
+  EXPECT_NE(cpu.result.exit_code, 0);
+  EXPECT_NE(cpu.result.output.find("more than host_budget_bytes = 100000; use optimizer = \"nvme\""),
+            std::string::npos)
+      << cpu.result.output;
+}
+
+TEST(Offload, AnNvmePathThatIsMissingOrNotADirectoryIsNamed) {
+  Trained missing = train(nvme("/nonexistent/troupe-nvme"), 29945, 2, 60);
+  EXPECT_NE(missing.result.exit_code, 0);
+  EXPECT_NE(missing.result.output.find("/nonexistent/troupe-nvme/rank0"), std::string::npos)
+      << missing.result.output;
+  EXPECT_NE(missing.result.output.find("No such file or directory"), std::string::npos)
+      << missing.result.output;
+
+  std::string file = testing::make_temp_dir() + "/a-file";
+  testing::write_file(file, "not a directory");
+  Trained not_dir = train(nvme(file), 29946, 2, 60);
+  EXPECT_NE(not_dir.result.exit_code, 0);
+  EXPECT_NE(not_dir.result.output.find(file + "/rank"), std::string::npos) << not_dir.result.output;
+  EXPECT_NE(not_dir.result.output.find("Not a directory"), std::string::npos) << not_dir.result.output;
+}
+
+TEST(Offload, ASwapFileCorruptedWhileTrainingStopsTheRunNamingIt) {
+  std::string dir = testing::make_temp_dir();
+  std::atomic<bool> done{false};
+  // Flip bytes of rank 0's first state file until the run notices (a step may rewrite it).
+  std::thread corrupt([&] {
+    std::string file = dir + "/rank0/optimizer-00000.bin";
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+    while (!done && std::chrono::steady_clock::now() < until) {
+      int fd = ::open(file.c_str(), O_WRONLY);
+      if (fd >= 0) {
+        char junk[64];
+        std::memset(junk, 0x5a, sizeof(junk));
+        (void)!::pwrite(fd, junk, sizeof(junk), 128);
+        ::close(fd);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  Trained run = train(nvme(dir), 29947, 100000, 120);
+  done = true;
+  corrupt.join();
+  EXPECT_NE(run.result.exit_code, 0) << run.result.output;
+  EXPECT_LT(run.result.exit_code, 128) << "crashed: " << run.result.output;
+  EXPECT_NE(run.result.output.find(dir + "/rank0/optimizer-00000.bin"), std::string::npos)
+      << run.result.output;
+  EXPECT_NE(run.result.output.find("is corrupt"), std::string::npos) << run.result.output;
+}
+
+TEST(Offload, AFullDiskStopsTheRunNamingThePath) {
+  std::string dir = testing::make_temp_dir();
+  if (::geteuid() != 0 || ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=256k") != 0)
+    GTEST_SKIP() << "needs a small file system to fill: mounting a 256 KiB tmpfs on " << dir
+                 << " takes root (euid " << ::geteuid() << ")";
+  Trained run = train(nvme(dir), 29948, 3, 90);
+  ::umount2(dir.c_str(), MNT_DETACH);
+  EXPECT_NE(run.result.exit_code, 0) << run.result.output;
+  EXPECT_LT(run.result.exit_code, 128) << "crashed: " << run.result.output;
+  EXPECT_NE(run.result.output.find("No space left on device"), std::string::npos) << run.result.output;
+  EXPECT_NE(run.result.output.find(dir + "/rank"), std::string::npos) << run.result.output;
+}
+
+}  // namespace
+}  // namespace troupe
