@@ -16,12 +16,12 @@
 #include "memory/aligned_pool.hpp"
 #include "memory/host_buffer.hpp"
 #include "memory/nvme_store.hpp"
+#include "memory/offload_plan.hpp"
 
 namespace troupe {
 namespace {
 
 constexpr std::size_t kPage = 4096;
-constexpr std::size_t kMinGroup = 1024;  // elements: smaller sub-groups only add I/O requests
 
 std::size_t round_up(std::size_t n, std::size_t unit) {
   return (n + unit - 1) / unit * unit;
@@ -77,22 +77,6 @@ std::string key_of(std::size_t group) {
   return fmt::format("optimizer-{:05}.bin", group);
 }
 
-// The largest sub-group whose buffer_count swap buffers fit the host budget.
-Result<std::size_t> group_limit(const OffloadManagerOptions& o, std::size_t states) {
-  auto limit = static_cast<std::size_t>(o.offload.sub_group_size);
-  if (o.offload.host_budget_bytes == 0 || states == 0) return limit;
-  std::size_t per_element = states * sizeof(float) * static_cast<std::size_t>(o.offload.buffer_count);
-  std::size_t fits =
-      static_cast<std::size_t>(o.offload.host_budget_bytes) / per_element / kMinGroup * kMinGroup;
-  if (fits < kMinGroup)
-    return make_error(fmt::format(
-        "[offload] host_budget_bytes = {} cannot hold {} swap buffers of even {} elements ({} bytes each); "
-        "raise "
-        "the budget or lower buffer_count",
-        o.offload.host_budget_bytes, o.offload.buffer_count, kMinGroup, kMinGroup * states * sizeof(float)));
-  return std::min(limit, fits);
-}
-
 Status make_dir(const std::string& dir) {
   if (::mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST) return {};
   return make_error(fmt::format("[offload] nvme_path: creating {} failed: {}", dir, std::strerror(errno)));
@@ -139,7 +123,8 @@ Status open_nvme_tier(OffloadState& s) {
 
 Status open_tier(OffloadState& s) {
   s.states = static_cast<std::size_t>(s.options.rule.states_per_element());
-  auto limit = group_limit(s.options, s.states);
+  const OffloadOptions& o = s.options.offload;
+  auto limit = sub_group_limit(o.sub_group_size, o.host_budget_bytes, o.buffer_count, s.states);
   if (!limit) return limit.error();
   for (const PartitionSpan& span : cut(s.options.partition, std::max<std::size_t>(*limit, 1)))
     s.groups.push_back(Group{span, nullptr, nullptr, false, 0});

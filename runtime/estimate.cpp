@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "memory/offload_plan.hpp"
 #include "memory/zero_plan.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/model/gpt.hpp"
@@ -39,6 +40,22 @@ std::string formula_text(int64_t whole, int64_t divided) {
 
 double per_param(int64_t bytes, int64_t params) {
   return params > 0 ? static_cast<double>(bytes) / static_cast<double>(params) : 0.0;
+}
+
+// With the optimizer state on NVMe the host holds buffer_count swap buffers of the
+// largest sub-group (the offload manager's rule, memory/offload_plan.hpp).
+Status move_state_to_nvme(const JobConfig& job, const ZeroPlan& plan, ModelStateEstimate& e) {
+  auto states = static_cast<std::size_t>(optimizer_states_per_element(job.optimizer));
+  const OffloadConfig& o = job.offload;
+  auto limit = sub_group_limit(o.sub_group_size, o.host_budget_bytes, o.buffer_count, states);
+  if (!limit) return limit.error();
+  std::size_t largest = 0;
+  for (std::size_t k = 0; k < plan.layout.row_count(); ++k)
+    largest = std::max(largest, std::min(plan.layout.row(k).block, *limit));
+  std::size_t buffer = (largest * states * sizeof(float) + 4095) / 4096 * 4096;
+  e.nvme_optimizer_state_bytes = e.bytes[MemoryKind::optimizer_state];
+  e.bytes[MemoryKind::optimizer_state] = states == 0 ? 0 : static_cast<int64_t>(buffer) * o.buffer_count;
+  return {};
 }
 
 }  // namespace
@@ -90,6 +107,7 @@ Result<ModelStateEstimate> estimate_job(const JobConfig& job) {
   e.formula_bytes_per_param =
       static_cast<double>(whole) + static_cast<double>(divided) / static_cast<double>(e.dp);
   if (e.stage == 3) e.live_window_elements = static_cast<int64_t>(stage3_peak_gathered(*plan, inputs.limits));
+  if (job.offload.optimizer == "nvme") TROUPE_TRY(move_state_to_nvme(job, *plan, e));
   return e;
 }
 
@@ -105,18 +123,24 @@ std::string render_estimate(const ModelStateEstimate& e) {
                        MemoryKind::communication})
     rows.push_back({std::string(memory_kind_name(k)), e.bytes[k]});
   rows.push_back({"model states", e.bytes.model_state()});
+  std::vector<std::string> tiers(rows.size(), e.tier);
+  if (e.nvme_optimizer_state_bytes > 0) {  // the state itself, on disk
+    rows.push_back({"optimizer_state", e.nvme_optimizer_state_bytes});
+    tiers.push_back("nvme");
+  }
   const std::array<std::string, 4> heading{"kind", "tier", "bytes per rank", "bytes/param"};
   std::size_t kind_width = heading[0].size(), bytes_width = heading[2].size();
   for (const Row& r : rows) {
     kind_width = std::max(kind_width, r.kind.size());
     bytes_width = std::max(bytes_width, group_thousands(r.bytes).size());
   }
-  const std::size_t tier_width = std::max(heading[1].size(), e.tier.size());
+  const std::size_t tier_width = std::max<std::size_t>(heading[1].size(), 4);
   out += fmt::format("  {:<{}}  {:<{}}  {:>{}}  {:>11}\n", heading[0], kind_width, heading[1], tier_width,
                      heading[2], bytes_width, heading[3]);
-  for (const Row& r : rows)
-    out += fmt::format("  {:<{}}  {:<{}}  {:>{}}  {:>11.2f}\n", r.kind, kind_width, e.tier, tier_width,
-                       group_thousands(r.bytes), bytes_width, per_param(r.bytes, e.params));
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    out +=
+        fmt::format("  {:<{}}  {:<{}}  {:>{}}  {:>11.2f}\n", rows[i].kind, kind_width, tiers[i], tier_width,
+                    group_thousands(rows[i].bytes), bytes_width, per_param(rows[i].bytes, e.params));
   out += fmt::format("ZeRO formula (fp32): {} = {:.2f} bytes/param at N = {}", e.formula,
                      e.formula_bytes_per_param, e.dp);
   if (e.stage == 3)
@@ -143,6 +167,7 @@ std::string estimate_json(const ModelStateEstimate& e) {
       {"formula_bytes_per_param", e.formula_bytes_per_param},
   };
   if (e.stage == 3) j["live_window_elements"] = e.live_window_elements;
+  if (e.nvme_optimizer_state_bytes > 0) j["nvme_optimizer_state_bytes"] = e.nvme_optimizer_state_bytes;
   return j.dump();
 }
 

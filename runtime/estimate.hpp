@@ -35,6 +35,9 @@ struct ModelStateEstimate {
   double formula_bytes_per_param = 0;
   /// The formula as text, e.g. "4 + 12/N".
   std::string formula;
+  /// [offload] optimizer = "nvme": the optimizer state held in the nvme tier (the host
+  /// holds only the swap buffers, in bytes[optimizer_state]); 0 otherwise.
+  int64_t nvme_optimizer_state_bytes = 0;
   /// Stage 3: elements gathered at the peak, the persistent row included
   /// (stage3_peak_gathered); 0 for other stages.
   int64_t live_window_elements = 0;

@@ -160,7 +160,8 @@ int main(int argc, char** argv) {
   auto* bench_offload = bench->add_subcommand(
       "offload", "an AdamW step with its state on NVMe, against the step in memory and the disk's own speed");
   bench_offload->add_option("--dir", offload_bench.dir, "directory of the nvme tier")->required();
-  bench_offload->add_option("--params", offload_bench.params, "fp32 parameters of the partition (default 2^24)");
+  bench_offload->add_option("--params", offload_bench.params,
+                            "fp32 parameters of the partition (default 2^24)");
   bench_offload->add_option("--iters", offload_bench.iters, "timed passes after one warm-up (median)");
   bench_offload->add_option("--sub-group-size", offload_bench.sub_group_size, "elements swapped together");
   bench_offload->add_option("--buffer-count", offload_bench.buffer_count, "swap buffers in flight");
@@ -186,7 +187,9 @@ int main(int argc, char** argv) {
   if (*bench_offload) return run_offload_bench(offload_bench);
   if (*bench_adam) return run_bench_adam(adam_bench);
   if (*bench && bench_options.kind.empty()) {
-    std::fprintf(stderr, "troupe: bench needs a KIND, or nvme (see troupe bench --help)\n");
+    std::fprintf(stderr,
+                 "troupe: bench needs a KIND (transport, allreduce, reduce_scatter, allgather, rtt) or one "
+                 "of adam, nvme, offload (see troupe bench --help)\n");
     return usage_exit_code;
   }
   if (*bench) return run_bench(bench_options, self_path());

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -124,6 +125,43 @@ TEST(Offload, ASwapFileCorruptedWhileTrainingStopsTheRunNamingIt) {
   EXPECT_NE(run.result.output.find(dir + "/rank0/optimizer-00000.bin"), std::string::npos)
       << run.result.output;
   EXPECT_NE(run.result.output.find("is corrupt"), std::string::npos) << run.result.output;
+}
+
+// The pipelined swap: the trace of `troupe bench offload` shows reads of later sub-groups
+// running while earlier ones are updated and written back.
+TEST(Offload, ReadsUpdatesAndWritesOverlapInTheTrace) {
+  std::string dir = testing::make_temp_dir();
+  std::string trace = dir + "/trace.json";
+  auto r =
+      testing::run_command(std::string(TROUPE_BINARY) + " bench offload --dir " + dir +
+                               " --params 4194304 --sub-group-size 262144 --iters 2 --json --trace " + trace,
+                           120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto json = nlohmann::json::parse(testing::read_file(trace), nullptr, false);
+  ASSERT_FALSE(json.is_discarded());
+  const auto& events = json.is_object() ? json.at("traceEvents") : json;
+  struct Span {
+    std::string name;
+    double start, end;
+  };
+  std::vector<Span> spans;
+  for (const auto& e : events)
+    if (e.value("ph", "") == "X")
+      spans.push_back(
+          Span{e.at("name"), e.at("ts").get<double>(), e.at("ts").get<double>() + e.at("dur").get<double>()});
+  auto overlap = [&](const std::string& a, const std::string& b) {
+    double total = 0;
+    for (const Span& x : spans)
+      for (const Span& y : spans)
+        if (x.name.rfind(a, 0) == 0 && y.name.rfind(b, 0) == 0)
+          total += std::max(0.0, std::min(x.end, y.end) - std::max(x.start, y.start));
+    return total;
+  };
+  EXPECT_GT(overlap("read group", "update group"), 0) << "reading ahead while updating";
+  EXPECT_GT(overlap("write group", "update group") + overlap("write group", "read group"), 0)
+      << "writing back while the pipeline goes on";
+  auto result = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  EXPECT_GT(result.at("nvme_ms").get<double>(), 0);
 }
 
 TEST(Offload, AFullDiskStopsTheRunNamingThePath) {
