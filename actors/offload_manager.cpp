@@ -136,20 +136,20 @@ Status open_tier(OffloadState& s) {
 void update(const OptimizerRule& rule, int64_t step, const PartitionSpan& span, float* state, int threads) {
   if (rule.kind == OptimizerRule::Kind::sgd) {
     kernels::SgdParams p;
-    p.lr = static_cast<float>(rule.lr);
-    p.momentum = static_cast<float>(rule.momentum);
-    p.weight_decay = static_cast<float>(rule.weight_decay);
+    p.lr = rule.lr;
+    p.momentum = rule.momentum;
+    p.weight_decay = rule.weight_decay;
     p.nesterov = rule.nesterov;
     p.first_step = step == 1;
     kernels::sgd_step(span.parameters, span.gradients, state, span.count, p);
     return;
   }
   kernels::AdamParams p;
-  p.lr = static_cast<float>(rule.lr);
-  p.beta1 = static_cast<float>(rule.beta1);
-  p.beta2 = static_cast<float>(rule.beta2);
-  p.eps = static_cast<float>(rule.eps);
-  p.weight_decay = static_cast<float>(rule.weight_decay);
+  p.lr = rule.lr;
+  p.beta1 = rule.beta1;
+  p.beta2 = rule.beta2;
+  p.eps = rule.eps;
+  p.weight_decay = rule.weight_decay;
   p.decoupled = rule.kind == OptimizerRule::Kind::adamw;
   p.step = step;
   kernels::adam_step_parallel(span.parameters, span.gradients, state, state + span.count, span.count, p,

@@ -32,13 +32,13 @@ AdamCoefficients adam_coefficients(const AdamParams& a) {
   AdamCoefficients c;
   c.weight_decay_mode = wd == 0 ? WeightDecay::none : a.decoupled ? WeightDecay::decoupled : WeightDecay::l2;
   c.decay = static_cast<float>(1 - lr * wd);
-  c.weight_decay = a.weight_decay;
-  c.beta1 = a.beta1;
+  c.weight_decay = static_cast<float>(a.weight_decay);
+  c.beta1 = static_cast<float>(a.beta1);
   c.one_minus_beta1 = static_cast<float>(1 - beta1);
-  c.beta2 = a.beta2;
+  c.beta2 = static_cast<float>(a.beta2);
   c.one_minus_beta2 = static_cast<float>(1 - beta2);
   c.sqrt_bias_correction2 = static_cast<float>(std::sqrt(bias_correction2));
-  c.eps = a.eps;
+  c.eps = static_cast<float>(a.eps);
   c.neg_step_size = static_cast<float>(-(lr / bias_correction1));
   return c;
 }
@@ -49,10 +49,10 @@ SgdCoefficients sgd_coefficients(const SgdParams& s) {
   c.has_momentum = s.momentum != 0;
   c.nesterov = s.nesterov;
   c.first_step = s.first_step;
-  c.weight_decay = s.weight_decay;
-  c.momentum = s.momentum;
-  c.one_minus_dampening = static_cast<float>(1 - static_cast<double>(s.dampening));
-  c.neg_lr = static_cast<float>(-1 * static_cast<double>(s.lr));
+  c.weight_decay = static_cast<float>(s.weight_decay);
+  c.momentum = static_cast<float>(s.momentum);
+  c.one_minus_dampening = static_cast<float>(1 - s.dampening);
+  c.neg_lr = static_cast<float>(-1 * s.lr);
   return c;
 }
 

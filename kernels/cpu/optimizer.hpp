@@ -29,14 +29,14 @@ namespace troupe::kernels {
 /// A 16-bit copy of the updated parameters written in the same pass (for the GPU's copy).
 enum class Precision16 : uint8_t { none = 0, bf16 = 1, f16 = 2 };
 
-/// One Adam or AdamW step. The fields are LibTorch's AdamOptions/AdamWOptions (there doubles:
-/// pass these floats widened to get identical results).
+/// One Adam or AdamW step. The fields are LibTorch's AdamOptions/AdamWOptions, in double as
+/// there: the same values give the same coefficients, hence bit-identical results.
 struct AdamParams {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0;
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;
   bool decoupled = false;  ///< AdamW: decay the parameter; otherwise Adam: add wd·p to the gradient
   int64_t step = 1;        ///< 1-based, already incremented for this step (bias corrections)
 };
@@ -44,10 +44,10 @@ struct AdamParams {
 /// One SGD step with LibTorch's semantics (buffer = g on the first step, then
 /// buffer = momentum·buffer + (1 − dampening)·g).
 struct SgdParams {
-  float lr = 0.01f;
-  float momentum = 0;  ///< 0: no buffer (it may be null)
-  float dampening = 0;
-  float weight_decay = 0;
+  double lr = 0.01;
+  double momentum = 0;  ///< 0: no buffer (it may be null)
+  double dampening = 0;
+  double weight_decay = 0;
   bool nesterov = false;
   bool first_step = false;  ///< initialise the momentum buffer to the gradient
 };
