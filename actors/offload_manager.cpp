@@ -61,7 +61,7 @@ struct OffloadState {
   static inline const char* name = "offload_manager";
 
   ~OffloadState() {
-    stream.reset();  // no update runs on a swap buffer any more
+    stream.reset();  // no update runs on a swap buffer (or on the partition) any more
     store.reset();   // finishes what was submitted: no I/O touches one either
     for (Group& g : groups)
       if (g.buffer != nullptr) pool->release(g.buffer);

@@ -66,6 +66,9 @@ struct OffloadManagerOptions {
   OffloadOptions offload;
   OptimizerRule rule;
   std::vector<PartitionSpan> partition;
+  /// Owns the memory `partition` points into; the manager keeps it alive until its
+  /// stream has stopped (an update may still be queued when the rank shuts down).
+  std::shared_ptr<void> partition_owner;
   int64_t threads = 1;  ///< threads of the fused kernel
   double io_timeout_s = 120;
   Tracer* tracer = nullptr;

@@ -93,6 +93,7 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
     for (auto& p : s.parameters)
       o.partition.push_back(PartitionSpan{p.data_ptr<float>(), p.grad().data_ptr<float>(),
                                           static_cast<std::size_t>(p.numel())});
+    o.partition_owner = s.options.store;
     o.threads = s.options.threads;
     o.tracer = s.options.tracer;
     o.ledger = s.options.store->ledger();

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 #include <caf/all.hpp>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -67,6 +68,8 @@ struct StageState {
   std::vector<caf::response_promise> collecting;
   double loss_sum = 0;  // compute thread only
   bool failed = false;
+  std::shared_ptr<std::atomic<bool>> stopped =
+      std::make_shared<std::atomic<bool>>(false);  // compute reads it
   static inline const char* name = "stage";
 };
 
@@ -76,6 +79,7 @@ void fail(StageActor* self, const std::string& error) {
   auto& s = self->state;
   if (s.failed) return;
   s.failed = true;
+  *s.stopped = true;  // micro-batches already queued on the compute stream do nothing
   if (s.pool) s.pool->fail(error);
   if (s.fetcher) s.fetcher->fail(error);
   if (s.sequence_check) s.sequence_check->fail(error);
@@ -119,6 +123,7 @@ std::vector<int64_t> layer_sequence(const StageState& s, int64_t step, int64_t m
 // Runs on the compute stream: forward layer by layer (gathering each layer's
 // parameters first in stage 3), loss, backward.
 void forward_backward(StageState& s, const run_micro_batch& m, caf::actor self) {
+  if (*s.stopped) return;  // this rank failed: issuing collectives alone would only confuse peers
   bool last = m.micro == m.micro_count - 1;
   if (m.micro == 0) {
     s.rows->begin_step();
@@ -362,11 +367,15 @@ void collect(StageActor* self) {
   s.collecting.push_back(self->make_response_promise());
   auto result = std::make_shared<parameters_collected>();
   s.compute->enqueue("collect parameters", [&s, result] {
-    if (s.fetcher) s.fetcher->gather_all();
-    torch::Tensor flat = s.store->flatten();
-    if (s.fetcher) s.fetcher->drop_all();
-    result->flat = std::make_shared<HostBuffer>(static_cast<std::size_t>(flat.numel()) * sizeof(float));
-    std::memcpy(result->flat->data(), flat.data_ptr<float>(), result->flat->bytes());
+    try {
+      if (s.fetcher) s.fetcher->gather_all();
+      torch::Tensor flat = s.store->flatten();
+      if (s.fetcher) s.fetcher->drop_all();
+      result->flat = std::make_shared<HostBuffer>(static_cast<std::size_t>(flat.numel()) * sizeof(float));
+      std::memcpy(result->flat->data(), flat.data_ptr<float>(), result->flat->bytes());
+    } catch (const std::exception& e) {
+      result->error = e.what();
+    }
   });
   s.compute->record().on_complete(
       [me = caf::actor_cast<caf::actor>(self), result] { caf::anon_send(me, std::move(*result)); });

@@ -278,6 +278,7 @@ Result<torch::Tensor> Engine::gather_parameters() {
       .receive([&](parameters_collected& c) { collected = std::move(c); },
                [&](caf::error& e) { error = m.system->render(e); });
   if (error.empty()) error = collected.error;
+  if (error.empty() && !collected.flat) error = "the stage returned no parameters";
   if (!error.empty()) return m.fail("gathering the parameters: " + error);
   auto count = static_cast<int64_t>(collected.flat->bytes() / sizeof(float));
   return torch::from_blob(collected.flat->data(), {count}, torch::kFloat32).clone();

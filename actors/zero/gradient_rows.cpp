@@ -15,6 +15,17 @@ GradientRows::GradientRows(std::shared_ptr<ParameterStore> store, std::shared_pt
     : store_(std::move(store)), pool_(std::move(pool)), post_(std::move(post)), done_(std::move(done)) {
   const FlatLayout& layout = store_->layout();
   rows_.resize(layout.row_count());
+  // Stages 0-2 lay rows out in backward order already; stage 3 has one row per layer in
+  // forward order, then its persistent row completes last (its LayerNorms span the model).
+  for (std::size_t k = 0; k < rows_.size(); ++k)
+    if (store_->stage() < 3) order_.push_back(k);
+  if (store_->stage() == 3) {
+    const auto& persistent = store_->plan().persistent_rows;
+    for (std::size_t k = rows_.size(); k-- > 0;)
+      if (!persistent[k]) order_.push_back(k);
+    for (std::size_t k = 0; k < rows_.size(); ++k)
+      if (persistent[k]) order_.push_back(k);
+  }
   for (std::size_t i = 0; i < layout.parameter_count(); ++i) {
     auto accumulator = torch::autograd::impl::grad_accumulator(store_->parameter_at(i));
     TROUPE_CHECK(accumulator != nullptr, "every parameter must require a gradient");
@@ -38,6 +49,7 @@ void GradientRows::begin_step() {
 void GradientRows::begin_micro(bool last) {
   last_micro_ = last;
   for (auto& r : rows_) r = Row{};
+  cursor_ = 0;
 }
 
 void GradientRows::on_gradient_final(std::size_t position) {
@@ -46,8 +58,13 @@ void GradientRows::on_gradient_final(std::size_t position) {
   if (store_->stage() >= 2) take_gradient(position, row, k);
   const auto& layout_row = store_->layout().row(k);
   if (++row.ready < layout_row.parameter_count) return;
+  row.complete = true;
   if (done_) done_(k);
-  if (posts_now()) post(k);
+  if (posts_now()) post_ready_in_order();
+}
+
+void GradientRows::post_ready_in_order() {
+  while (cursor_ < order_.size() && rows_[order_[cursor_]].complete) post(order_[cursor_++]);
 }
 
 // Stages 2-3: the gradient moves into the row's bucket slot and .grad is dropped.
@@ -67,8 +84,7 @@ void GradientRows::take_gradient(std::size_t position, Row& row, std::size_t k) 
 
 void GradientRows::flush() {
   if (!posts_now()) return;
-  for (std::size_t k = 0; k < rows_.size(); ++k)
-    if (!rows_[k].posted) post(k);
+  while (cursor_ < order_.size()) post(order_[cursor_++]);
 }
 
 void GradientRows::post(std::size_t k) {

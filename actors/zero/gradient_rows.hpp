@@ -9,6 +9,10 @@
 // autograd finishes it and .grad is dropped; every micro-batch's rows are posted
 // (reduce-scattered, then absorbed into the partition by the shard owner).
 // A post-hook on each parameter's gradient accumulator reports the gradient final.
+// Rows are posted in one fixed order on every rank (the order backward completes them
+// when every parameter gets a gradient): a row whose gradients are complete waits for
+// the rows before it, so ranks whose backward skips different parameters (unused
+// layers, data-dependent branches) still issue the same collectives in the same order.
 //
 // Thread safety: owned by the compute thread (hooks run there too).
 #pragma once
@@ -52,6 +56,7 @@ class GradientRows {
  private:
   struct Row {
     std::size_t ready = 0;
+    bool complete = false;
     bool posted = false;
     std::size_t slot = 0;
     bool has_slot = false;
@@ -60,12 +65,15 @@ class GradientRows {
   void on_gradient_final(std::size_t position);
   void take_gradient(std::size_t position, Row& row, std::size_t k);
   void post(std::size_t k);
+  void post_ready_in_order();
 
   std::shared_ptr<ParameterStore> store_;
   std::shared_ptr<BucketPool> pool_;
   Post post_;
   RowDone done_;
   std::vector<Row> rows_;
+  std::vector<std::size_t> order_;  // the order every rank posts rows in
+  std::size_t cursor_ = 0;          // rows of order_ posted so far in this micro-batch
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive for the hooks
   bool last_micro_ = false;
 };

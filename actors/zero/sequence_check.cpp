@@ -1,5 +1,6 @@
 #include "actors/zero/sequence_check.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -63,11 +64,14 @@ void LayerSequenceCheck::agree(int64_t step, int64_t micro, const std::vector<in
     for (std::size_t k = 0; k < kRecord; ++k) same &= records->as<int64_t>()[r * kRecord + k] == mine[k];
   if (same) return;
   // Every rank saw the same difference: all of them exchange the sequences and stop.
-  std::size_t width = names_.size() + 1;  // length, then the layers
+  // Length, then the layers; as wide as the longest sequence (a schedule may repeat layers).
+  int64_t longest = 0;
+  for (int64_t r = 0; r < dp_; ++r) longest = std::max(longest, records->as<int64_t>()[r * kRecord + 2]);
+  auto width = static_cast<std::size_t>(longest) + 1;
   auto sequences = std::make_shared<HostBuffer>(width * sizeof(int64_t) * static_cast<std::size_t>(dp_));
   int64_t* own = sequences->as<int64_t>() + rank_ * static_cast<int64_t>(width);
   own[0] = static_cast<int64_t>(layers.size());
-  for (std::size_t i = 0; i < layers.size() && i + 1 < width; ++i) own[i + 1] = layers[i];
+  for (std::size_t i = 0; i < layers.size(); ++i) own[i + 1] = layers[i];
   exchange(kSequenceId, sequences, width);
   throw std::runtime_error(describe(step, micro, sequences, width));
 }

@@ -93,7 +93,8 @@ TEST(Offload, NvmeTrainsWithAStateLargerThanTheHostBudget) {
 TEST(Offload, AnNvmePathThatIsMissingOrNotADirectoryIsNamed) {
   Trained missing = train(nvme("/nonexistent/troupe-nvme"), 29945, 2, 60);
   EXPECT_NE(missing.result.exit_code, 0);
-  EXPECT_NE(missing.result.output.find("/nonexistent/troupe-nvme/rank0"), std::string::npos)
+  EXPECT_NE(missing.result.output.find("/nonexistent/troupe-nvme/rank"),
+            std::string::npos)  // either rank may report first
       << missing.result.output;
   EXPECT_NE(missing.result.output.find("No such file or directory"), std::string::npos)
       << missing.result.output;
