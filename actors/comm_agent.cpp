@@ -3,8 +3,10 @@
 #include <caf/all.hpp>
 
 #include <map>
+#include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -15,7 +17,22 @@
 namespace troupe {
 namespace {
 
+// Buffers of collectives that failed: the transport may still touch them until it is
+// closed (it waits a bounded time for transfers in flight), so they live as long as it.
+class FailedBuffers {
+ public:
+  void keep(std::shared_ptr<HostBuffer> buffer) {
+    std::lock_guard lock(mutex_);
+    buffers_.push_back(std::move(buffer));
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<HostBuffer>> buffers_;
+};
+
 struct CommAgentState {
+  std::shared_ptr<FailedBuffers> failed_buffers = std::make_shared<FailedBuffers>();  // outlives transport
   std::shared_ptr<Transport> transport;
   Tracer* tracer = nullptr;
   std::map<std::pair<std::string, int64_t>, caf::actor> registry;  // local actors other ranks may address
@@ -34,12 +51,17 @@ void deliver(CommAgent* self, const std::string& role, int64_t index, caf::messa
 // Completion on the transport's progress thread: record the span, post the outcome.
 // A buffer the transport is done with is let go before the requester hears of it, so
 // memory the requester frees next (a gathered row in ZeRO stage 3) really is freed;
-// after a failure the transport may still touch it, so it is kept until the job ends.
+// after a failure the transport may still touch it, so it is kept until the transport closes.
+void let_go(Status status, std::shared_ptr<HostBuffer>& buffer, FailedBuffers& failed) {
+  if (!status.ok() && buffer) failed.keep(std::move(buffer));
+  buffer.reset();
+}
+
 Completion reply(Tracer* tracer, std::string label, caf::actor to, uint64_t tag,
-                 std::shared_ptr<HostBuffer> keep) {
+                 std::shared_ptr<HostBuffer> keep, std::shared_ptr<FailedBuffers> failed) {
   int64_t start_us = tracer ? Tracer::now_us() : 0;
   return [=, keep = std::move(keep)](Status status) mutable {
-    if (status.ok()) keep.reset();
+    let_go(status, keep, *failed);
     if (tracer) tracer->span("comm", label, start_us, Tracer::now_us());
     caf::anon_send(to, collective_done{tag, status.ok() ? std::string() : status.error().message});
   };
@@ -94,20 +116,23 @@ caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> tr
         Tracer::Scope span(tracer, "comm_agent", "all_reduce_request");
         auto label = fmt::format("all_reduce {} B", r.buffer.count * element_bytes(r.buffer.type));
         void* data = r.buffer.data();
-        self->state.transport->all_reduce(
-            data, r.buffer.count, r.buffer.type, r.op,
-            reply(tracer, std::move(label), r.reply_to, r.tag, std::move(r.buffer.owner)), r.comm);
+        self->state.transport->all_reduce(data, r.buffer.count, r.buffer.type, r.op,
+                                          reply(tracer, std::move(label), r.reply_to, r.tag,
+                                                std::move(r.buffer.owner), self->state.failed_buffers),
+                                          r.comm);
       },
       [=](reduce_scatter_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "reduce_scatter_request");
         auto label = fmt::format("reduce_scatter {} B", r.output.count * element_bytes(r.output.type));
         const void* input = r.input.data();
         void* output = r.output.data();
-        auto done = reply(tracer, std::move(label), r.reply_to, r.tag, std::move(r.input.owner));
+        auto done = reply(tracer, std::move(label), r.reply_to, r.tag, std::move(r.input.owner),
+                          self->state.failed_buffers);
         self->state.transport->reduce_scatter(
             input, output, r.output.count, r.output.type, r.op,
-            [done = std::move(done), keep = std::move(r.output.owner)](Status s) mutable {
-              if (s.ok()) keep.reset();
+            [done = std::move(done), keep = std::move(r.output.owner),
+             failed = self->state.failed_buffers](Status s) mutable {
+              let_go(s, keep, *failed);
               done(s);
             },
             r.comm);
@@ -117,11 +142,13 @@ caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> tr
         auto label = fmt::format("all_gather {} B", r.input.count * element_bytes(r.input.type));
         const void* input = r.input.data();
         void* output = r.output.data();
-        auto done = reply(tracer, std::move(label), r.reply_to, r.tag, std::move(r.input.owner));
+        auto done = reply(tracer, std::move(label), r.reply_to, r.tag, std::move(r.input.owner),
+                          self->state.failed_buffers);
         self->state.transport->all_gather(
             input, output, r.input.count, r.input.type,
-            [done = std::move(done), keep = std::move(r.output.owner)](Status s) mutable {
-              if (s.ok()) keep.reset();
+            [done = std::move(done), keep = std::move(r.output.owner),
+             failed = self->state.failed_buffers](Status s) mutable {
+              let_go(s, keep, *failed);
               done(s);
             },
             r.comm);
@@ -130,13 +157,15 @@ caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> tr
         Tracer::Scope span(tracer, "comm_agent", "broadcast_request");
         auto label = fmt::format("broadcast {} B", r.buffer.count * element_bytes(r.buffer.type));
         void* data = r.buffer.data();
-        self->state.transport->broadcast(
-            data, r.buffer.count, r.buffer.type, r.root,
-            reply(tracer, std::move(label), r.reply_to, r.tag, std::move(r.buffer.owner)), r.comm);
+        self->state.transport->broadcast(data, r.buffer.count, r.buffer.type, r.root,
+                                         reply(tracer, std::move(label), r.reply_to, r.tag,
+                                               std::move(r.buffer.owner), self->state.failed_buffers),
+                                         r.comm);
       },
       [=](barrier_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "barrier_request");
-        self->state.transport->barrier(reply(tracer, "barrier", r.reply_to, r.tag, nullptr));
+        self->state.transport->barrier(
+            reply(tracer, "barrier", r.reply_to, r.tag, nullptr, self->state.failed_buffers));
       },
       [=](abort_request& r) { self->state.transport->abort(r.reason); },
   };
