@@ -10,7 +10,11 @@ namespace troupe {
 
 BucketPool::BucketPool(std::size_t shared_slots, std::size_t slot_elements,
                        std::shared_ptr<MemoryLedger> ledger, double timeout_s, Tracer* tracer)
-    : slot_elements_(slot_elements), ledger_(std::move(ledger)), timeout_s_(timeout_s), tracer_(tracer) {
+    : shared_slots_(shared_slots),
+      slot_elements_(slot_elements),
+      ledger_(std::move(ledger)),
+      timeout_s_(timeout_s),
+      tracer_(tracer) {
   for (std::size_t i = 0; i < shared_slots; ++i)
     slots_.push_back(
         Slot{std::make_shared<HostBuffer>(slot_elements * sizeof(float), ledger_, MemoryKind::communication),
@@ -86,6 +90,15 @@ void BucketPool::release(std::size_t slot) {
     slots_[slot].state = State::free;
   }
   changed_.notify_all();
+}
+
+void BucketPool::trim() {
+  std::lock_guard lock(mutex_);
+  std::size_t shared = 0;
+  for (auto it = slots_.begin(); it != slots_.end();) {
+    bool extra = !it->dedicated_row && it->state == State::free && ++shared > shared_slots_;
+    it = extra ? slots_.erase(it) : it + 1;
+  }
 }
 
 void BucketPool::fail(const std::string& error) {

@@ -39,6 +39,9 @@ class BucketPool {
   void reducing(std::size_t slot);
   /// The slot's contents were absorbed: it may be filled again.
   void release(std::size_t slot);
+  /// Between steps (every slot free): drops the slots the pool grew beyond its shared
+  /// ones, so a step whose gradients interleaved does not keep its extra memory.
+  void trim();
   /// Wakes every waiter with `error`.
   void fail(const std::string& error);
 
@@ -54,6 +57,7 @@ class BucketPool {
   std::optional<std::size_t> find_free(std::size_t row) const;
   bool can_grow() const;
 
+  std::size_t shared_slots_;
   std::size_t slot_elements_;
   std::shared_ptr<MemoryLedger> ledger_;
   double timeout_s_;

@@ -43,6 +43,7 @@ std::size_t GradientRows::posts_per_step(int64_t micro_count) const {
 }
 
 void GradientRows::begin_step() {
+  if (pool_) pool_->trim();
   if (auto flat = store_->flat_gradients()) std::memset(flat->data(), 0, flat->bytes());
 }
 
