@@ -52,13 +52,16 @@ void deliver(CommAgent* self, const std::string& role, int64_t index, caf::messa
 // A buffer the transport is done with is let go before the requester hears of it, so
 // memory the requester frees next (a gathered row in ZeRO stage 3) really is freed;
 // after a failure the transport may still touch it, so it is kept until the transport closes.
-void let_go(Status status, std::shared_ptr<HostBuffer>& buffer, FailedBuffers& failed) {
-  if (!status.ok() && buffer) failed.keep(std::move(buffer));
-  buffer.reset();
+using Buffers = std::vector<std::shared_ptr<HostBuffer>>;
+
+void let_go(Status status, Buffers& buffers, FailedBuffers& failed) {
+  for (auto& buffer : buffers)
+    if (!status.ok() && buffer) failed.keep(std::move(buffer));
+  buffers.clear();
 }
 
-Completion reply(Tracer* tracer, std::string label, caf::actor to, uint64_t tag,
-                 std::shared_ptr<HostBuffer> keep, std::shared_ptr<FailedBuffers> failed) {
+Completion reply(Tracer* tracer, std::string label, caf::actor to, uint64_t tag, Buffers keep,
+                 std::shared_ptr<FailedBuffers> failed) {
   int64_t start_us = tracer ? Tracer::now_us() : 0;
   return [=, keep = std::move(keep)](Status status) mutable {
     let_go(status, keep, *failed);
@@ -116,25 +119,21 @@ caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> tr
         Tracer::Scope span(tracer, "comm_agent", "all_reduce_request");
         auto label = fmt::format("all_reduce {} B", r.buffer.count * element_bytes(r.buffer.type));
         void* data = r.buffer.data();
-        self->state.transport->all_reduce(data, r.buffer.count, r.buffer.type, r.op,
-                                          reply(tracer, std::move(label), r.reply_to, r.tag,
-                                                std::move(r.buffer.owner), self->state.failed_buffers),
-                                          r.comm);
+        self->state.transport->all_reduce(
+            data, r.buffer.count, r.buffer.type, r.op,
+            reply(tracer, std::move(label), r.reply_to, r.tag, Buffers{std::move(r.buffer.owner)},
+                  self->state.failed_buffers),
+            r.comm);
       },
       [=](reduce_scatter_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "reduce_scatter_request");
         auto label = fmt::format("reduce_scatter {} B", r.output.count * element_bytes(r.output.type));
         const void* input = r.input.data();
         void* output = r.output.data();
-        auto done = reply(tracer, std::move(label), r.reply_to, r.tag, std::move(r.input.owner),
-                          self->state.failed_buffers);
         self->state.transport->reduce_scatter(
             input, output, r.output.count, r.output.type, r.op,
-            [done = std::move(done), keep = std::move(r.output.owner),
-             failed = self->state.failed_buffers](Status s) mutable {
-              let_go(s, keep, *failed);
-              done(s);
-            },
+            reply(tracer, std::move(label), r.reply_to, r.tag,
+                  Buffers{std::move(r.input.owner), std::move(r.output.owner)}, self->state.failed_buffers),
             r.comm);
       },
       [=](all_gather_request& r) {
@@ -142,30 +141,26 @@ caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> tr
         auto label = fmt::format("all_gather {} B", r.input.count * element_bytes(r.input.type));
         const void* input = r.input.data();
         void* output = r.output.data();
-        auto done = reply(tracer, std::move(label), r.reply_to, r.tag, std::move(r.input.owner),
-                          self->state.failed_buffers);
         self->state.transport->all_gather(
             input, output, r.input.count, r.input.type,
-            [done = std::move(done), keep = std::move(r.output.owner),
-             failed = self->state.failed_buffers](Status s) mutable {
-              let_go(s, keep, *failed);
-              done(s);
-            },
+            reply(tracer, std::move(label), r.reply_to, r.tag,
+                  Buffers{std::move(r.input.owner), std::move(r.output.owner)}, self->state.failed_buffers),
             r.comm);
       },
       [=](broadcast_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "broadcast_request");
         auto label = fmt::format("broadcast {} B", r.buffer.count * element_bytes(r.buffer.type));
         void* data = r.buffer.data();
-        self->state.transport->broadcast(data, r.buffer.count, r.buffer.type, r.root,
-                                         reply(tracer, std::move(label), r.reply_to, r.tag,
-                                               std::move(r.buffer.owner), self->state.failed_buffers),
-                                         r.comm);
+        self->state.transport->broadcast(
+            data, r.buffer.count, r.buffer.type, r.root,
+            reply(tracer, std::move(label), r.reply_to, r.tag, Buffers{std::move(r.buffer.owner)},
+                  self->state.failed_buffers),
+            r.comm);
       },
       [=](barrier_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "barrier_request");
         self->state.transport->barrier(
-            reply(tracer, "barrier", r.reply_to, r.tag, nullptr, self->state.failed_buffers));
+            reply(tracer, "barrier", r.reply_to, r.tag, {}, self->state.failed_buffers));
       },
       [=](abort_request& r) { self->state.transport->abort(r.reason); },
   };

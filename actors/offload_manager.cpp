@@ -2,10 +2,7 @@
 
 #include <caf/all.hpp>
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -77,11 +74,6 @@ std::string key_of(std::size_t group) {
   return fmt::format("optimizer-{:05}.bin", group);
 }
 
-Status make_dir(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST) return {};
-  return make_error(fmt::format("[offload] nvme_path: creating {} failed: {}", dir, std::strerror(errno)));
-}
-
 // Tier "cpu": the whole state in host memory, within the budget.
 Status open_cpu_tier(OffloadState& s) {
   std::size_t bytes = 0;
@@ -102,7 +94,8 @@ Status open_cpu_tier(OffloadState& s) {
 // Tier "nvme": this rank's folder, the store, and the swap buffers.
 Status open_nvme_tier(OffloadState& s) {
   const OffloadOptions& o = s.options.offload;
-  TROUPE_TRY(make_dir(o.nvme_dir));
+  if (auto made = make_directory(o.nvme_dir); !made)
+    return make_error("[offload] nvme_path: " + made.error().message);
   NvmeStoreOptions store_options;
   store_options.block_size = static_cast<std::size_t>(o.block_size);
   store_options.queue_depth = static_cast<unsigned>(o.queue_depth);

@@ -279,8 +279,8 @@ void report_step(StageActor* self) {
     largest = std::max(largest, b[0] + b[1] + b[2]);
   }
   const int64_t* mine = all + s.options.rank * static_cast<int64_t>(kMemoryFields);
-  self->send(s.driver, step_applied{s.progress.step, s.progress.grad_norm, largest, mine[0], mine[1], mine[2],
-                                    mine[3]});
+  self->send(s.driver, step_applied{s.progress.step, StepStats{s.progress.grad_norm, largest, mine[0],
+                                                               mine[1], mine[2], mine[3]}});
 }
 
 // The shard owner updated this rank's blocks: bring every rank's into every rank.

@@ -39,10 +39,8 @@ void finish_step(StepDriver* self, std::string error, const step_applied& applie
   if (!s.current) return;
   CurrentStep& c = *s.current;
   double ms = std::chrono::duration<double, std::milli>(Clock::now() - c.start).count();
-  c.reply.deliver(step_report{c.step, c.loss.value_or(0), ms, c.tokens * s.options.dp, std::move(error),
-                              applied.grad_norm, applied.model_state_bytes, applied.parameter_bytes,
-                              applied.gradient_bytes, applied.optimizer_state_bytes,
-                              applied.communication_bytes});
+  c.reply.deliver(
+      step_report{c.step, c.loss.value_or(0), ms, c.tokens * s.options.dp, std::move(error), applied.stats});
   s.current.reset();
 }
 

@@ -149,4 +149,9 @@ std::string NvmeStore::path_of(const std::string& key) const {
   return engine_->path_of(key);
 }
 
+Status make_directory(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST) return {};
+  return make_error(fmt::format("creating {} failed: {}", dir, std::strerror(errno)));
+}
+
 }  // namespace troupe

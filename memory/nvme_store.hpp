@@ -60,6 +60,10 @@ struct NvmeStoreOptions {
   std::shared_ptr<MemoryLedger> ledger;
 };
 
+/// Makes directory `dir` (its parent must exist); an existing one is fine. The error names
+/// the directory and the reason (a missing parent, a file in the way, no permission).
+Status make_directory(const std::string& dir);
+
 class NvmeStore {
  public:
   static constexpr std::size_t alignment = 4096;

@@ -20,9 +20,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Runs one write or read of the whole buffer and returns its seconds. The store calls back
-// within its own I/O timeout; this deadline only guards against a store that did not.
-Result<double> timed(NvmeStore& store, bool write, const std::string& key, std::byte* data, int64_t bytes) {
+}  // namespace
+
+// The store calls back within its own I/O timeout; this deadline only guards against a
+// store that did not.
+Result<double> time_nvme_transfer(NvmeStore& store, bool write, const std::string& key, std::byte* data,
+                                  int64_t bytes) {
   auto promise = std::make_shared<std::promise<Status>>();
   auto future = promise->get_future();
   auto done = [promise](Status s) { promise->set_value(std::move(s)); };
@@ -40,6 +43,8 @@ Result<double> timed(NvmeStore& store, bool write, const std::string& key, std::
   if (!s) return s.error();
   return seconds;
 }
+
+namespace {
 
 void report(const NvmeBenchOptions& o, const char* rw, double seconds, bool direct) {
   double mbps = static_cast<double>(o.bytes) / seconds / (1 << 20);
@@ -72,8 +77,8 @@ Status bench(const NvmeBenchOptions& o) {
     std::memcpy(buffer + i, &word, static_cast<std::size_t>(std::min<int64_t>(8, o.bytes - i)));
   }
   std::string key = fmt::format("bench-nvme.{}", ::getpid());
-  auto written = timed(**store, true, key, buffer, o.bytes);
-  Result<double> read = written ? timed(**store, false, key, buffer, o.bytes) : written;
+  auto written = time_nvme_transfer(**store, true, key, buffer, o.bytes);
+  Result<double> read = written ? time_nvme_transfer(**store, false, key, buffer, o.bytes) : written;
   bool direct = (*store)->direct();
   std::string path = (*store)->path_of(key);
   store->reset();  // finish before the files go

@@ -7,8 +7,11 @@
 // fio's unit. The file is removed afterwards.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "base/result.hpp"
 
 namespace troupe {
 
@@ -22,5 +25,10 @@ struct NvmeBenchOptions {
 
 /// Runs the benchmark and returns the exit code (errors go to stderr as one sentence).
 int run_bench_nvme(const NvmeBenchOptions& options);
+
+class NvmeStore;
+/// Seconds to write (or read) `bytes` at `data` as key `key` through `store`, bounded.
+Result<double> time_nvme_transfer(NvmeStore& store, bool write, const std::string& key, std::byte* data,
+                                  int64_t bytes);
 
 }  // namespace troupe

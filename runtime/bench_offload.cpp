@@ -4,9 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
-#include <mutex>
 #include <random>
 #include <vector>
 
@@ -18,6 +16,7 @@
 #include "memory/aligned_pool.hpp"
 #include "memory/host_buffer.hpp"
 #include "memory/nvme_store.hpp"
+#include "runtime/bench_nvme.hpp"
 
 namespace troupe {
 namespace {
@@ -76,37 +75,19 @@ Result<double> time_io(const OffloadBenchOptions& o, std::size_t bytes) {
   auto buffer = (*pool)->acquire(std::chrono::milliseconds(1000));
   if (!buffer) return buffer.error();
   std::memset(*buffer, 1, bytes);
-  std::mutex mutex;
-  std::condition_variable done;
-  auto run = [&](bool write) -> Result<double> {
-    bool finished = false;
-    Status outcome;
-    auto start = Clock::now();
-    auto callback = [&](Status s) {
-      std::lock_guard lock(mutex);
-      outcome = s;
-      finished = true;
-      done.notify_all();
-    };
-    if (write)
-      (*store)->write("bench-io.bin", *buffer, bytes, callback);
-    else
-      (*store)->read("bench-io.bin", *buffer, bytes, callback);
-    std::unique_lock lock(mutex);
-    done.wait(lock, [&] { return finished; });
-    if (!outcome) return outcome.error();
-    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-  };
   std::vector<double> ms;
-  for (int64_t i = 0; i < o.iters; ++i) {
-    auto w = run(true);
-    if (!w) return w.error();
-    auto r = run(false);
-    if (!r) return r.error();
-    ms.push_back(*w + *r);
+  Status failed;
+  for (int64_t i = 0; i < o.iters && failed; ++i) {
+    auto w = time_nvme_transfer(**store, true, "bench-io.bin", *buffer, static_cast<int64_t>(bytes));
+    auto r = w ? time_nvme_transfer(**store, false, "bench-io.bin", *buffer, static_cast<int64_t>(bytes)) : w;
+    if (r)
+      ms.push_back((*w + *r) * 1000);
+    else
+      failed = r.error();
   }
-  (*pool)->release(*buffer);
+  (*pool)->release(*buffer);  // every buffer goes back before the pool goes
   std::remove((*store)->path_of("bench-io.bin").c_str());
+  if (!failed) return failed.error();
   return median(ms);
 }
 

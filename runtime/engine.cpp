@@ -3,10 +3,6 @@
 #include <torch/torch.h>
 #include <caf/all.hpp>
 
-#include <sys/stat.h>
-
-#include <cerrno>
-#include <cstring>
 #include <thread>
 
 #include <fmt/format.h>
@@ -125,9 +121,8 @@ OptimizerRule optimizer_rule(const OptimizerConfig& c) {
 // so a bad nvme_path stops the job at once with the path and the reason.
 Status check_nvme_tier(const std::optional<OffloadOptions>& offload) {
   if (!offload || offload->tier != "nvme") return {};
-  if (::mkdir(offload->nvme_dir.c_str(), 0755) != 0 && errno != EEXIST)
-    return make_error(
-        fmt::format("[offload] nvme_path: creating {} failed: {}", offload->nvme_dir, std::strerror(errno)));
+  if (auto made = make_directory(offload->nvme_dir); !made)
+    return make_error("[offload] nvme_path: " + made.error().message);
   auto probe = NvmeStore::open(offload->nvme_dir);
   if (!probe) return make_error("[offload] nvme_path: " + probe.error().message);
   return {};
@@ -305,12 +300,7 @@ Result<StepResult> Engine::train_batch() {
   result.step_ms = report.step_ms;
   result.tokens = report.tokens;
   result.tokens_per_s = report.step_ms > 0 ? report.tokens / (report.step_ms / 1000.0) : 0;
-  result.grad_norm = report.grad_norm;
-  result.model_state_bytes = report.model_state_bytes;
-  result.parameter_bytes = report.parameter_bytes;
-  result.gradient_bytes = report.gradient_bytes;
-  result.optimizer_state_bytes = report.optimizer_state_bytes;
-  result.communication_bytes = report.communication_bytes;
+  result.stats = report.stats;
   return result;
 }
 

@@ -101,13 +101,13 @@ int run_gpt_rank(const JobConfig& job, const JobOutputs& outputs) {
     auto r = e.train_batch();
     if (!r) return fail(r.error().message);
     StepMetrics m{r->step, job.train.steps, r->loss, r->tokens_per_s, r->step_ms, r->tokens};
-    m.grad_norm = r->grad_norm;
+    m.grad_norm = r->stats.grad_norm;
     m.params = parameter_count;
-    m.model_state_bytes = r->model_state_bytes;
-    m.parameter_bytes = r->parameter_bytes;
-    m.gradient_bytes = r->gradient_bytes;
-    m.optimizer_state_bytes = r->optimizer_state_bytes;
-    m.communication_bytes = r->communication_bytes;
+    m.model_state_bytes = r->stats.model_state_bytes;
+    m.parameter_bytes = r->stats.parameter_bytes;
+    m.gradient_bytes = r->stats.gradient_bytes;
+    m.optimizer_state_bytes = r->stats.optimizer_state_bytes;
+    m.communication_bytes = r->stats.communication_bytes;
     auto written = report->step(m);
     if (!written) return fail(written.error().message);
   }

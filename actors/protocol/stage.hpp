@@ -9,6 +9,7 @@
 #include <string>
 
 #include "actors/protocol/data.hpp"
+#include "actors/protocol/step_stats.hpp"
 #include "memory/host_buffer.hpp"
 
 namespace troupe {
@@ -51,23 +52,15 @@ typename Inspector::result_type inspect(Inspector& f, apply_step& x) {
   return f(caf::meta::type_name("apply_step"), x.step);
 }
 
-/// The step's parameters are updated on every rank. grad_norm is the global L2 norm
-/// before clipping; memory is this rank's peak bytes of the step by kind
-/// (parameters, gradients, optimizer state, communication); model_state_bytes is the
-/// largest parameter + gradient + optimizer-state peak of any rank.
+/// The step's parameters are updated on every rank; stats holds the gradient norm and
+/// the memory the step held.
 struct step_applied {
   int64_t step = 0;
-  double grad_norm = 0;
-  int64_t model_state_bytes = 0;
-  int64_t parameter_bytes = 0;
-  int64_t gradient_bytes = 0;
-  int64_t optimizer_state_bytes = 0;
-  int64_t communication_bytes = 0;
+  StepStats stats;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_applied& x) {
-  return f(caf::meta::type_name("step_applied"), x.step, x.grad_norm, x.model_state_bytes, x.parameter_bytes,
-           x.gradient_bytes, x.optimizer_state_bytes, x.communication_bytes);
+  return f(caf::meta::type_name("step_applied"), x.step, x.stats);
 }
 
 /// Every rank asks at once (stage 3 gathers): the model's parameters in model order,

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "actors/micro_batch.hpp"
+#include "actors/protocol/step_stats.hpp"
 #include "base/result.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/config/load.hpp"
@@ -49,12 +50,7 @@ struct StepResult {
   double step_ms = 0;
   int64_t tokens = 0;  ///< target elements in the global batch
   double tokens_per_s = 0;
-  double grad_norm = 0;           ///< global L2 norm of the gradients, before clipping
-  int64_t model_state_bytes = 0;  ///< largest parameter + gradient + optimizer-state peak of any rank
-  int64_t parameter_bytes = 0;    ///< this rank's peaks of the step, by kind
-  int64_t gradient_bytes = 0;
-  int64_t optimizer_state_bytes = 0;
-  int64_t communication_bytes = 0;
+  StepStats stats;  ///< gradient norm (before clipping) and memory held, by kind
 };
 
 class Engine {

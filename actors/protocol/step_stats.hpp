@@ -1,0 +1,26 @@
+// What a step measured besides its loss and time: the gradients' global norm and the
+// memory each kind held. The stage measures it, the step driver and the embedding API
+// hand it on unchanged.
+#pragma once
+
+#include <caf/meta/type_name.hpp>
+
+#include <cstdint>
+
+namespace troupe {
+
+struct StepStats {
+  double grad_norm = 0;           ///< global L2 norm of the gradients, before clipping
+  int64_t model_state_bytes = 0;  ///< largest parameter + gradient + optimizer-state peak of any rank
+  int64_t parameter_bytes = 0;    ///< this rank's peaks of the step, by kind
+  int64_t gradient_bytes = 0;
+  int64_t optimizer_state_bytes = 0;
+  int64_t communication_bytes = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StepStats& x) {
+  return f(caf::meta::type_name("StepStats"), x.grad_norm, x.model_state_bytes, x.parameter_bytes,
+           x.gradient_bytes, x.optimizer_state_bytes, x.communication_bytes);
+}
+
+}  // namespace troupe
