@@ -29,17 +29,19 @@ std::vector<PartitionSpan> cut(const std::vector<PartitionSpan>& partition, std:
   std::vector<PartitionSpan> groups;
   for (const PartitionSpan& span : partition)
     for (std::size_t at = 0; at < span.count; at += limit)
-      groups.push_back(
-          PartitionSpan{span.parameters + at, span.gradients + at, std::min(limit, span.count - at)});
+      groups.push_back(PartitionSpan{span.parameters + at, span.gradients + at,
+                                     std::min(limit, span.count - at), span.row});
   return groups;
 }
 
 struct Group {
-  PartitionSpan span;
-  std::shared_ptr<HostBuffer> state;  // tier "cpu": the state itself
-  std::byte* buffer = nullptr;        // tier "nvme": the swap buffer while in flight
-  bool stored = false;                // tier "nvme": its file holds the state
-  int64_t io_start_us = 0;
+  PartitionSpan span;                 // parameters null while they live on NVMe
+  std::string parameter_key;          // set: the parameters' piece in the ParameterSwap
+  std::shared_ptr<HostBuffer> state;  // the state in host memory (tier "cpu")
+  std::byte* buffer = nullptr;        // the swap buffer while in flight
+  bool state_stored = false;          // tier "nvme": its file holds the state
+  int io_left = 0;                    // reads or writes of the group in flight
+  std::string io_error;               // the first of them to fail
 };
 
 struct OffloadState {
@@ -47,7 +49,7 @@ struct OffloadState {
   std::vector<Group> groups;
   std::size_t states = 0;  // fp32 values of state per element
   std::unique_ptr<AlignedPool> pool;
-  std::unique_ptr<NvmeStore> store;
+  std::unique_ptr<NvmeStore> store;   // tier "nvme": the optimizer state
   std::unique_ptr<CpuStream> stream;  // last: its thread stops before what it touches goes
   std::string broken;                 // why the tier cannot be used, once it cannot
   int64_t step = 0;                   // the training step of the pass in flight, for the reply
@@ -60,30 +62,62 @@ struct OffloadState {
   ~OffloadState() {
     stream.reset();  // no update runs on a swap buffer (or on the partition) any more
     store.reset();   // finishes what was submitted: no I/O touches one either
+    options.parameter_swap.reset();
     for (Group& g : groups)
       if (g.buffer != nullptr) pool->release(g.buffer);
   }
 };
 using OffloadManager = caf::stateful_actor<OffloadState>;
 
-std::size_t state_bytes(const OffloadState& s, const Group& g) {
-  return round_up(std::max<std::size_t>(g.span.count * s.states * sizeof(float), 1), kPage);
+bool state_swapped(const OffloadState& s) {
+  return s.store != nullptr;
+}
+
+bool swaps(const OffloadState& s, const Group& g) {
+  return state_swapped(s) || !g.parameter_key.empty();
+}
+
+// A swap buffer holds the state (when it is swapped) and then, from the next page, the
+// parameters (when they are).
+std::size_t state_region(const OffloadState& s, const Group& g) {
+  return state_swapped(s) ? round_up(g.span.count * s.states * sizeof(float), kPage) : 0;
+}
+
+std::size_t buffer_bytes(const OffloadState& s, const Group& g) {
+  std::size_t params = g.parameter_key.empty() ? 0 : round_up(g.span.count * sizeof(float), kPage);
+  return std::max(state_region(s, g) + params, kPage);
 }
 
 std::string key_of(std::size_t group) {
   return fmt::format("optimizer-{:05}.bin", group);
 }
 
-// Tier "cpu": the whole state in host memory, within the budget.
-Status open_cpu_tier(OffloadState& s) {
+// The sub-groups: spans in host memory cut to `limit`, swapped rows by their pieces.
+void make_groups(OffloadState& s, std::size_t limit) {
+  for (const PartitionSpan& span : s.options.partition) {
+    if (span.parameters != nullptr) {
+      for (const PartitionSpan& piece : cut({span}, limit)) s.groups.emplace_back().span = piece;
+      continue;
+    }
+    for (const ParameterSwap::Piece& piece : s.options.parameter_swap->pieces(span.row)) {
+      Group& g = s.groups.emplace_back();
+      g.span = PartitionSpan{nullptr, span.gradients + piece.offset, piece.count, span.row};
+      g.parameter_key = piece.key;
+    }
+  }
+}
+
+// Tier "cpu": the whole state in host memory; with the swap buffers, within the budget.
+Status open_cpu_tier(OffloadState& s, std::size_t swap_bytes) {
   std::size_t bytes = 0;
   for (const Group& g : s.groups) bytes += g.span.count * s.states * sizeof(float);
   if (s.options.offload.host_budget_bytes > 0 &&
-      bytes > static_cast<std::size_t>(s.options.offload.host_budget_bytes))
+      bytes + swap_bytes > static_cast<std::size_t>(s.options.offload.host_budget_bytes))
     return make_error(
-        fmt::format("[offload] optimizer = \"cpu\" keeps {} bytes of optimizer state in host memory, "
+        fmt::format("[offload] optimizer = \"cpu\" keeps {} bytes of optimizer state in host memory{}, "
                     "more than host_budget_bytes = {}; use optimizer = \"nvme\"",
-                    bytes, s.options.offload.host_budget_bytes));
+                    bytes, swap_bytes > 0 ? fmt::format(" and {} of parameter swap buffers", swap_bytes) : "",
+                    s.options.offload.host_budget_bytes));
   for (Group& g : s.groups)
     if (s.states > 0)
       g.state = std::make_shared<HostBuffer>(g.span.count * s.states * sizeof(float), s.options.ledger,
@@ -91,7 +125,7 @@ Status open_cpu_tier(OffloadState& s) {
   return {};
 }
 
-// Tier "nvme": this rank's folder, the store, and the swap buffers.
+// Tier "nvme": this rank's folder and the store of the optimizer state.
 Status open_nvme_tier(OffloadState& s) {
   const OffloadOptions& o = s.options.offload;
   if (auto made = make_directory(o.nvme_dir); !made)
@@ -104,13 +138,6 @@ Status open_nvme_tier(OffloadState& s) {
   auto store = NvmeStore::open(o.nvme_dir, store_options);
   if (!store) return make_error("[offload] nvme_path: " + store.error().message);
   s.store = std::move(*store);
-  std::size_t largest = 0;
-  for (const Group& g : s.groups) largest = std::max(largest, state_bytes(s, g));
-  auto pool = AlignedPool::make(AlignedPoolOptions{largest, static_cast<std::size_t>(o.buffer_count),
-                                                   s.options.ledger, MemoryKind::optimizer_state,
-                                                   "optimizer swap buffers"});
-  if (!pool) return pool.error();
-  s.pool = std::move(*pool);
   return {};
 }
 
@@ -119,10 +146,20 @@ Status open_tier(OffloadState& s) {
   const OffloadOptions& o = s.options.offload;
   auto limit = sub_group_limit(o.sub_group_size, o.host_budget_bytes, o.buffer_count, s.states);
   if (!limit) return limit.error();
-  for (const PartitionSpan& span : cut(s.options.partition, std::max<std::size_t>(*limit, 1)))
-    s.groups.push_back(Group{span, nullptr, nullptr, false, 0});
-  if (s.states == 0) return {};  // plain SGD keeps no state
-  return s.options.offload.tier == "nvme" ? open_nvme_tier(s) : open_cpu_tier(s);
+  make_groups(s, std::max<std::size_t>(*limit, 1));
+  if (s.states > 0 && o.tier == "nvme") TROUPE_TRY(open_nvme_tier(s));
+  std::size_t largest = 0;
+  for (const Group& g : s.groups)
+    if (swaps(s, g)) largest = std::max(largest, buffer_bytes(s, g));
+  std::size_t swap_bytes = largest * static_cast<std::size_t>(o.buffer_count);
+  if (s.states > 0 && o.tier != "nvme") TROUPE_TRY(open_cpu_tier(s, swap_bytes));
+  if (largest == 0) return {};
+  auto pool = AlignedPool::make(AlignedPoolOptions{largest, static_cast<std::size_t>(o.buffer_count),
+                                                   s.options.ledger, MemoryKind::optimizer_state,
+                                                   "offload swap buffers"});
+  if (!pool) return pool.error();
+  s.pool = std::move(*pool);
+  return {};
 }
 
 // The fused update of one sub-group whose state is at `state` (m then v, or the momentum).
@@ -164,40 +201,66 @@ void finish_pass(OffloadManager* self, const std::string& error) {
   self->send(s.reply_to, optimizer_pass_done{s.step, error});
 }
 
-void enqueue_update(OffloadManager* self, std::size_t i, float* state) {
+void enqueue_update(OffloadManager* self, std::size_t i) {
   auto& s = self->state;
   const Group& g = s.groups[i];
-  s.stream->enqueue(
-      fmt::format("update group {}", i),
-      [rule = s.options.rule, step = s.updates, span = g.span, state,
-       threads = static_cast<int>(s.options.threads)] { update(rule, step, span, state, threads); });
+  PartitionSpan span = g.span;
+  if (!g.parameter_key.empty()) span.parameters = reinterpret_cast<float*>(g.buffer + state_region(s, g));
+  float* state = state_swapped(s) ? reinterpret_cast<float*>(g.buffer)
+                 : g.state        ? g.state->as<float>()
+                                  : nullptr;
+  s.stream->enqueue(fmt::format("update group {}", i), [rule = s.options.rule, step = s.updates, span, state,
+                                                        threads = static_cast<int>(s.options.threads)] {
+    update(rule, step, span, state, threads);
+  });
   s.stream->notify(s.stream->record(), caf::actor_cast<caf::actor>(self),
                    caf::make_message(group_updated{i}));
 }
 
-// Tier "nvme": start reading the next sub-groups while swap buffers are free.
+// One read or write of group `i`, completing as message `Done` to the manager.
+template <class Done>
+void transfer(OffloadManager* self, NvmeStore& store, bool write, const std::string& key, std::byte* data,
+              std::size_t bytes, std::size_t i) {
+  caf::actor me = caf::actor_cast<caf::actor>(self);
+  Tracer* tracer = self->state.options.tracer;
+  auto done = [me, i, tracer, start = Tracer::now_us(),
+               what = fmt::format("{} group {}: {}", write ? "write" : "read", i, key)](Status status) {
+    if (tracer) tracer->span("nvme", what, start, Tracer::now_us());
+    caf::anon_send(me, Done{i, status.ok() ? "" : status.error().message});
+  };
+  ++self->state.groups[i].io_left;
+  if (write)
+    store.write(key, data, bytes, std::move(done));
+  else
+    store.read(key, data, bytes, std::move(done));
+}
+
+// Starts loading group `i` into its buffer: the state (zero on first use) and the parameters.
+void load(OffloadManager* self, std::size_t i) {
+  auto& s = self->state;
+  Group& g = s.groups[i];
+  g.io_left = 1;  // until every read is started
+  g.io_error.clear();
+  if (state_swapped(s) && !g.state_stored) std::memset(g.buffer, 0, state_region(s, g));
+  if (state_swapped(s) && g.state_stored)
+    transfer<state_loaded>(self, *s.store, false, key_of(i), g.buffer,
+                           g.span.count * s.states * sizeof(float), i);
+  if (!g.parameter_key.empty())
+    transfer<state_loaded>(self, s.options.parameter_swap->store(), false, g.parameter_key,
+                           g.buffer + state_region(s, g), g.span.count * sizeof(float), i);
+}
+
+// Start loading the next sub-groups while swap buffers are free.
 void read_ahead(OffloadManager* self) {
   auto& s = self->state;
-  caf::actor me = caf::actor_cast<caf::actor>(self);
   while (s.next_read < s.groups.size()) {
-    std::byte* buffer = s.pool->try_acquire();
-    if (buffer == nullptr) return;
+    Group& g = s.groups[s.next_read];
+    std::byte* buffer = nullptr;
+    if (swaps(s, g) && (buffer = s.pool->try_acquire()) == nullptr) return;
     std::size_t i = s.next_read++;
-    Group& g = s.groups[i];
     g.buffer = buffer;
-    if (!g.stored) {  // first use: the state starts at zero
-      std::memset(buffer, 0, state_bytes(s, g));
-      self->send(me, state_loaded{i, ""});
-      continue;
-    }
-    g.io_start_us = Tracer::now_us();
-    Tracer* tracer = s.options.tracer;
-    s.store->read(key_of(i), buffer, g.span.count * s.states * sizeof(float),
-                  [me, i, tracer, start = g.io_start_us](Status status) {
-                    if (tracer)
-                      tracer->span("nvme", fmt::format("read group {}", i), start, Tracer::now_us());
-                    caf::anon_send(me, state_loaded{i, status.ok() ? "" : status.error().message});
-                  });
+    load(self, i);
+    self->send(self, state_loaded{i, ""});  // the reads are started
   }
 }
 
@@ -211,31 +274,56 @@ void start_pass(OffloadManager* self, const optimizer_pass& p) {
   s.stored = 0;
   ++s.updates;
   if (s.groups.empty()) return finish_pass(self, "");
-  if (!s.store) {  // tier "cpu", or no state at all
-    for (std::size_t i = 0; i < s.groups.size(); ++i)
-      enqueue_update(self, i, s.groups[i].state ? s.groups[i].state->as<float>() : nullptr);
+  if (!s.pool) {  // nothing is swapped: update every sub-group in place
+    for (std::size_t i = 0; i < s.groups.size(); ++i) enqueue_update(self, i);
     return;
   }
   read_ahead(self);
 }
 
+// Counts one of group `i`'s transfers (or the guard of their start) done; true when the
+// group's transfers are all done and none failed during a pass, else the buffer is free
+// again and a failure ends the pass.
+bool transfers_done(OffloadManager* self, std::size_t i, const std::string& error) {
+  auto& s = self->state;
+  if (i >= s.groups.size()) {  // the stream failed
+    finish_pass(self, error);
+    return false;
+  }
+  Group& g = s.groups[i];
+  if (!error.empty() && g.io_error.empty()) g.io_error = error;
+  if (--g.io_left > 0) return false;
+  if (s.in_pass && g.io_error.empty()) return true;
+  give_back(s, i);
+  finish_pass(self, g.io_error);
+  return false;
+}
+
 void on_updated(OffloadManager* self, std::size_t i) {
   auto& s = self->state;
   if (!s.in_pass) return;
-  if (!s.store) {
+  Group& g = s.groups[i];
+  if (!s.pool) {
     if (++s.stored == s.groups.size()) finish_pass(self, "");
     return;
   }
-  Group& g = s.groups[i];
-  caf::actor me = caf::actor_cast<caf::actor>(self);
-  Tracer* tracer = s.options.tracer;
-  g.io_start_us = Tracer::now_us();
-  s.store->write(key_of(i), g.buffer, g.span.count * s.states * sizeof(float),
-                 [me, i, tracer, start = g.io_start_us](Status status) {
-                   if (tracer)
-                     tracer->span("nvme", fmt::format("write group {}", i), start, Tracer::now_us());
-                   caf::anon_send(me, state_stored{i, status.ok() ? "" : status.error().message});
-                 });
+  g.io_left = 1;
+  if (state_swapped(s))
+    transfer<state_stored>(self, *s.store, true, key_of(i), g.buffer, g.span.count * s.states * sizeof(float),
+                           i);
+  if (!g.parameter_key.empty())
+    transfer<state_stored>(self, s.options.parameter_swap->store(), true, g.parameter_key,
+                           g.buffer + state_region(s, g), g.span.count * sizeof(float), i);
+  self->send(self, state_stored{i, ""});  // the writes are started
+}
+
+void on_stored(OffloadManager* self, std::size_t i, const std::string& error) {
+  auto& s = self->state;
+  if (!transfers_done(self, i, error)) return;
+  s.groups[i].state_stored = state_swapped(s);
+  give_back(s, i);
+  if (++s.stored == s.groups.size()) return finish_pass(self, "");
+  read_ahead(self);
 }
 
 caf::behavior offload_manager_behavior(OffloadManager* self, OffloadManagerOptions options) {
@@ -249,25 +337,10 @@ caf::behavior offload_manager_behavior(OffloadManager* self, OffloadManagerOptio
   return {
       [=](optimizer_pass& p) { start_pass(self, p); },
       [=](state_loaded& l) {
-        auto& st = self->state;
-        if (!st.in_pass || !l.error.empty()) {  // a failed pass: the buffer is free again
-          give_back(st, l.group);
-          return finish_pass(self, l.error);
-        }
-        enqueue_update(self, l.group, reinterpret_cast<float*>(st.groups[l.group].buffer));
+        if (transfers_done(self, l.group, l.error)) enqueue_update(self, l.group);
       },
       [=](group_updated& u) { on_updated(self, u.group); },
-      [=](state_stored& w) {
-        auto& st = self->state;
-        if (!st.in_pass || !w.error.empty()) {
-          give_back(st, w.group);
-          return finish_pass(self, w.error);
-        }
-        st.groups[w.group].stored = true;
-        give_back(st, w.group);
-        if (++st.stored == st.groups.size()) return finish_pass(self, "");
-        read_ahead(self);
-      },
+      [=](state_stored& w) { on_stored(self, w.group, w.error); },
   };
 }
 

@@ -9,6 +9,9 @@
 //                and the previous ones are written back — read i+1, update i, write i−1 —
 //                with at most buffer_count sub-groups in flight, so a step takes about
 //                max(I/O time, compute time) instead of their sum.
+//   param "nvme": (stage 3, either tier) the parameters of the swapped rows live in a
+//                ParameterSwap; each of their pieces is a sub-group whose parameters
+//                travel in the same swap buffer as its state: read, update, write back.
 //
 // Sub-groups are the partition's blocks cut to at most sub_group_size elements, smaller
 // when host_budget_bytes could not otherwise hold buffer_count swap buffers; the manager
@@ -31,6 +34,7 @@
 
 #include "base/trace.hpp"
 #include "memory/memory_ledger.hpp"
+#include "memory/parameter_swap.hpp"
 
 namespace troupe {
 
@@ -45,17 +49,21 @@ struct OptimizerRule {
   int64_t states_per_element() const { return kind == Kind::sgd ? (momentum != 0 ? 1 : 0) : 2; }
 };
 
-/// A contiguous run of the partition: parameters and their (reduced) gradients.
+/// A contiguous run of the partition: parameters and their (reduced) gradients. With
+/// the parameters on NVMe (`parameters` null) the span is stage-3 row `row`'s block,
+/// and its pieces in the ParameterSwap are swapped with their state.
 struct PartitionSpan {
   float* parameters = nullptr;
   float* gradients = nullptr;
   std::size_t count = 0;
+  std::size_t row = 0;
 };
 
 struct OffloadOptions {
-  std::string tier = "cpu";       ///< "cpu" or "nvme"
-  std::string nvme_dir;           ///< this rank's folder of the nvme tier (made if missing)
-  int64_t host_budget_bytes = 0;  ///< 0 = no limit
+  std::string tier = "cpu";         ///< "cpu" or "nvme": where the optimizer state lives
+  std::string param_tier = "none";  ///< stage 3: "nvme" keeps the parameter partition on NVMe
+  std::string nvme_dir;             ///< this rank's folder of the nvme tier (made if missing)
+  int64_t host_budget_bytes = 0;    ///< 0 = no limit
   int64_t sub_group_size = 100000000;
   int64_t buffer_count = 4;
   int64_t block_size = 1048576;
@@ -69,6 +77,8 @@ struct OffloadManagerOptions {
   /// Owns the memory `partition` points into; the manager keeps it alive until its
   /// stream has stopped (an update may still be queued when the rank shuts down).
   std::shared_ptr<void> partition_owner;
+  /// Where the spans with null parameters live ([offload] param = "nvme").
+  std::shared_ptr<ParameterSwap> parameter_swap;
   int64_t threads = 1;  ///< threads of the fused kernel
   double io_timeout_s = 120;
   Tracer* tracer = nullptr;

@@ -82,18 +82,22 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
   s.options = std::move(options);
   caf::actor me = caf::actor_cast<caf::actor>(self);
   for (auto& [param, grad] : s.options.store->shards()) {
-    s.parameters.push_back(param);
+    s.parameters.push_back(param);  // undefined where the row's parameters are on NVMe
     s.gradients.push_back(grad);
-    s.parameters.back().mutable_grad() = grad;
+    if (param.defined()) s.parameters.back().mutable_grad() = grad;
   }
   if (s.options.offload) {
     OffloadManagerOptions o;
     o.offload = *s.options.offload;
     o.rule = s.options.rule;
-    for (auto& p : s.parameters)
-      o.partition.push_back(PartitionSpan{p.data_ptr<float>(), p.grad().data_ptr<float>(),
-                                          static_cast<std::size_t>(p.numel())});
+    for (std::size_t k = 0; k < s.parameters.size(); ++k) {
+      const torch::Tensor& p = s.parameters[k];
+      o.partition.push_back(PartitionSpan{p.defined() ? p.data_ptr<float>() : nullptr,
+                                          s.gradients[k].data_ptr<float>(),
+                                          static_cast<std::size_t>(s.gradients[k].numel()), k});
+    }
     o.partition_owner = s.options.store;
+    o.parameter_swap = s.options.store->swap();
     o.threads = s.options.threads;
     o.tracer = s.options.tracer;
     o.ledger = s.options.store->ledger();

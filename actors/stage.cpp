@@ -16,9 +16,12 @@
 #include "actors/shard_owner.hpp"
 #include "actors/stream.hpp"
 #include "actors/zero/gradient_rows.hpp"
+#include "actors/zero/issue_queue.hpp"
 #include "actors/zero/parameter_fetcher.hpp"
 #include "actors/zero/sequence_check.hpp"
 #include "base/check.hpp"
+#include "memory/offload_plan.hpp"
+#include "memory/parameter_swap.hpp"
 
 namespace troupe {
 namespace {
@@ -66,8 +69,11 @@ struct StageState {
   std::shared_ptr<HostBuffer> norm;    // this rank's gradient square sum, then the global one
   std::shared_ptr<HostBuffer> memory;  // every rank's peak bytes by kind (int64, gathered)
   std::vector<caf::response_promise> collecting;
+  // Every collective the compute thread issues, in order (see issue_queue.hpp).
+  std::shared_ptr<IssueQueue> issue = std::make_shared<IssueQueue>();
   double loss_sum = 0;  // compute thread only
   bool failed = false;
+  std::string failure;  // why, once failed
   std::shared_ptr<std::atomic<bool>> stopped =
       std::make_shared<std::atomic<bool>>(false);  // compute reads it
   static inline const char* name = "stage";
@@ -79,6 +85,7 @@ void fail(StageActor* self, const std::string& error) {
   auto& s = self->state;
   if (s.failed) return;
   s.failed = true;
+  s.failure = error;
   *s.stopped = true;  // micro-batches already queued on the compute stream do nothing
   if (s.pool) s.pool->fail(error);
   if (s.fetcher) s.fetcher->fail(error);
@@ -152,38 +159,77 @@ void forward_backward(StageState& s, const run_micro_batch& m, caf::actor self) 
   if (fetcher) fetcher->end_pass();
   if (!last) return;
   *s.loss->as<float>() = static_cast<float>(s.loss_sum);
-  caf::anon_send(s.options.comm_agent, all_reduce_request{tag(Tag::loss), float_span(s.loss, 0, 1),
-                                                          ReduceOp::average, world_communicator, self});
+  s.issue->issue([comm = s.options.comm_agent, loss = float_span(s.loss, 0, 1), self]() mutable {
+    caf::anon_send(comm, all_reduce_request{tag(Tag::loss), std::move(loss), ReduceOp::average,
+                                            world_communicator, self});
+  });
 }
 
 // A gradient row is ready on the compute thread: reduce it across ranks.
-void post_row(const StageOptions& o, caf::actor self, std::size_t row, std::size_t slot, BufferSpan span,
-              int64_t stage) {
-  if (stage == 0) {
-    caf::anon_send(o.comm_agent, all_reduce_request{tag(Tag::gradients, row), std::move(span),
-                                                    ReduceOp::average, world_communicator, self});
-    return;
-  }
+IssueQueue::Issue reduce_row(const StageOptions& o, caf::actor self, std::size_t row, std::size_t slot,
+                             BufferSpan span, int64_t stage) {
+  if (stage == 0)
+    return [comm = o.comm_agent, self, row, span = std::move(span)]() mutable {
+      caf::anon_send(comm, all_reduce_request{tag(Tag::gradients, row), std::move(span), ReduceOp::average,
+                                              world_communicator, self});
+    };
   // In place: this rank's block of the row receives the average of every rank's.
   BufferSpan mine = span;
   mine.count = span.count / static_cast<std::size_t>(o.dp);
   mine.offset_bytes += static_cast<std::size_t>(o.rank) * mine.count * sizeof(float);
-  caf::anon_send(o.comm_agent,
-                 reduce_scatter_request{tag(Tag::gradients, row, slot), std::move(span), std::move(mine),
-                                        ReduceOp::average, world_communicator, self});
+  return [comm = o.comm_agent, self, row, slot, span = std::move(span), mine = std::move(mine)]() mutable {
+    caf::anon_send(comm,
+                   reduce_scatter_request{tag(Tag::gradients, row, slot), std::move(span), std::move(mine),
+                                          ReduceOp::average, world_communicator, self});
+  };
 }
 
-void build(StageActor* self) {
+// [offload] param = "nvme": this rank's parameter rows go to files of the nvme tier.
+Result<std::shared_ptr<ParameterSwap>> open_parameter_swap(const StageOptions& o, const ZeroPlan& plan) {
+  const OffloadOptions& off = *o.offload;
+  auto piece =
+      parameter_piece_size(off.sub_group_size, off.host_budget_bytes, off.buffer_count,
+                           static_cast<std::size_t>(o.rule.states_per_element()), off.tier == "nvme");
+  if (!piece) return piece.error();
+  if (auto made = make_directory(off.nvme_dir); !made)
+    return make_error("[offload] nvme_path: " + made.error().message);
+  NvmeStoreOptions store;
+  store.block_size = static_cast<std::size_t>(off.block_size);
+  store.queue_depth = static_cast<unsigned>(off.queue_depth);
+  store.io_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.collective_timeout_s * 1000));
+  store.ledger = o.ledger;
+  auto swap = ParameterSwap::open(off.nvme_dir, store, plan.layout, plan.persistent_rows, *piece);
+  if (!swap) return make_error("[offload] nvme_path: " + swap.error().message);
+  return swap;
+}
+
+bool parameters_on_nvme(const StageOptions& o) {
+  return o.zero.stage == 3 && o.offload && o.offload->param_tier == "nvme";
+}
+
+// Lays out and partitions the parameters; an error (the nvme tier) fails the first step.
+Status build(StageActor* self) {
   auto& s = self->state;
   const ZeroOptions& z = s.options.zero;
   caf::actor me = caf::actor_cast<caf::actor>(self);
   ZeroPlanInput input{z.stage, s.options.dp, layer_counts(s.options.model),
                       static_cast<std::size_t>(z.reduce_bucket_size),
                       static_cast<std::size_t>(z.persistence_threshold)};
+  if (parameters_on_nvme(s.options)) input.block_align = page_block_align;
   auto plan = plan_zero(input);
   TROUPE_CHECK(plan.ok(), "a validated config gives a valid ZeRO plan");
-  s.store = std::make_shared<ParameterStore>(std::move(*plan), model_parameters(s.options.model),
-                                             s.options.rank, s.options.ledger);
+  std::shared_ptr<ParameterSwap> swap;
+  if (parameters_on_nvme(s.options)) {
+    auto opened = open_parameter_swap(s.options, *plan);
+    if (!opened) return opened.error();
+    swap = std::move(*opened);
+  }
+  try {
+    s.store = std::make_shared<ParameterStore>(std::move(*plan), model_parameters(s.options.model),
+                                               s.options.rank, s.options.ledger, std::move(swap));
+  } catch (const std::exception& e) {
+    return make_error(e.what());
+  }
   const FlatLayout& layout = s.store->layout();
   if (z.stage >= 2) {
     std::size_t largest = 0;
@@ -204,24 +250,27 @@ void build(StageActor* self) {
           caf::anon_send(comm, all_gather_request{tag(Tag::fetch, row), std::move(in), std::move(out),
                                                   world_communicator, me});
         },
-        s.options.collective_timeout_s, s.options.tracer);
+        s.issue, s.options.collective_timeout_s, s.options.tracer);
   }
   if (z.stage == 3) {
     std::vector<std::string> names;
     for (const auto& item : s.options.model->named_children()) names.push_back(item.key());
     s.sequence_check = std::make_unique<LayerSequenceCheck>(
         s.options.dp, s.options.rank, std::move(names),
-        [comm = s.options.comm_agent, me](uint64_t id, BufferSpan in, BufferSpan out) {
-          caf::anon_send(comm, all_gather_request{tag(Tag::sequence, id), std::move(in), std::move(out),
-                                                  world_communicator, me});
+        [comm = s.options.comm_agent, me, issue = s.issue](uint64_t id, BufferSpan in, BufferSpan out) {
+          issue->issue([comm, me, id, in = std::move(in), out = std::move(out)]() mutable {
+            caf::anon_send(comm, all_gather_request{tag(Tag::sequence, id), std::move(in), std::move(out),
+                                                    world_communicator, me});
+          });
         },
         s.options.collective_timeout_s, s.options.tracer);
   }
   ParameterFetcher* fetcher = s.fetcher.get();
   s.rows = std::make_unique<GradientRows>(
       s.store, s.pool,
-      [o = s.options, me, stage = z.stage](std::size_t row, std::size_t slot, BufferSpan span) {
-        post_row(o, me, row, slot, std::move(span), stage);
+      [o = s.options, me, stage = z.stage, issue = s.issue](std::size_t row, std::size_t slot,
+                                                            BufferSpan span) {
+        issue->issue(reduce_row(o, me, row, slot, std::move(span), stage));
       },
       fetcher ? GradientRows::RowDone([fetcher](std::size_t row) { fetcher->release(row); })
               : GradientRows::RowDone());
@@ -234,6 +283,7 @@ void build(StageActor* self) {
                           s.options.rule};
   s.owner = spawn_shard_owner(self->system(), std::move(owner));
   self->link_to(s.owner);
+  return {};
 }
 
 // Every gradient row and the loss are reduced: measure the gradients' norm.
@@ -366,7 +416,9 @@ void collect(StageActor* self) {
   auto& s = self->state;
   s.collecting.push_back(self->make_response_promise());
   auto result = std::make_shared<parameters_collected>();
+  if (!s.owner) result->error = s.failure;  // never built
   s.compute->enqueue("collect parameters", [&s, result] {
+    if (!result->error.empty()) return;
     try {
       if (s.fetcher) s.fetcher->gather_all();
       torch::Tensor flat = s.store->flatten();
@@ -395,12 +447,13 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
   s.memory =
       std::make_shared<HostBuffer>(kMemoryFields * sizeof(int64_t) * static_cast<std::size_t>(s.options.dp));
   for (auto& layer : *s.options.model) s.layers.push_back(&layer);
-  build(self);
+  if (Status built = build(self); !built) fail(self, built.error().message);
   return {
       [=](run_micro_batch& m) {
         Tracer::Scope span(self->state.options.tracer, "stage", "run_micro_batch");
         auto& st = self->state;
         st.driver = caf::actor_cast<caf::actor>(self->current_sender());
+        if (!st.owner) return self->send(st.driver, stage_failed{st.failure});  // never built
         if (m.micro == 0) {
           st.progress = StepProgress{m.step, m.micro_count};
           st.options.ledger->reset_peaks();

@@ -13,10 +13,14 @@ std::size_t round_up(std::size_t n, std::size_t unit) {
 }  // namespace
 
 Result<FlatLayout> FlatLayout::make(const std::vector<std::size_t>& counts, int64_t partitions,
-                                    std::size_t align, std::vector<std::size_t> row_starts) {
+                                    std::size_t align, std::vector<std::size_t> row_starts,
+                                    std::size_t block_align) {
   if (partitions < 1)
     return make_error("a flat layout needs at least one partition, got " + std::to_string(partitions));
   if (align < 1) return make_error("a flat layout needs an alignment of at least one element");
+  if (block_align == 0) block_align = align;
+  if (block_align % align != 0)
+    return make_error("a flat layout's block alignment must be a multiple of its element alignment");
   if (row_starts.empty() || row_starts.front() != 0) row_starts.insert(row_starts.begin(), 0);
   for (std::size_t i = 1; i < row_starts.size(); ++i)
     if (row_starts[i] <= row_starts[i - 1] || row_starts[i] >= std::max<std::size_t>(counts.size(), 1))
@@ -41,7 +45,7 @@ Result<FlatLayout> FlatLayout::make(const std::vector<std::size_t>& counts, int6
     }
     // Every block starts aligned; an empty row still has one aligned unit each.
     std::size_t used = std::max<std::size_t>(next - row.begin, 1);
-    row.block = round_up(used, parts * align) / parts;
+    row.block = round_up(used, parts * block_align) / parts;
     row.partition_offset = layout.partition_size_;
     layout.partition_size_ += row.block;
     next = row.begin + row.block * parts;

@@ -48,9 +48,12 @@ class FlatLayout {
 
   /// Lays out parameters of `counts` elements; partitions ≥ 1, align ≥ 1. `row_starts`
   /// lists the parameters that begin a new row, increasing (parameter 0 always does);
-  /// empty = one row holding everything.
+  /// empty = one row holding everything. `block_align` (a multiple of align; 0 = align)
+  /// aligns only the blocks: 1024 elements puts each rank's block of a row on a 4 KiB
+  /// page of the row's buffer, where an O_DIRECT read can land it.
   static Result<FlatLayout> make(const std::vector<std::size_t>& counts, int64_t partitions,
-                                 std::size_t align = default_align, std::vector<std::size_t> row_starts = {});
+                                 std::size_t align = default_align, std::vector<std::size_t> row_starts = {},
+                                 std::size_t block_align = 0);
 
   /// Rows cut so each holds at most `row_limit` elements of parameters (a parameter
   /// larger than that gets a row of its own); row_limit ≥ 1.

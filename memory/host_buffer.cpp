@@ -1,5 +1,6 @@
 #include "memory/host_buffer.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -7,16 +8,18 @@
 
 namespace troupe {
 
-HostBuffer::HostBuffer(std::size_t bytes) : bytes_(bytes) {
+HostBuffer::HostBuffer(std::size_t bytes, std::size_t align) : bytes_(bytes) {
   if (bytes == 0) return;
-  std::size_t rounded = (bytes + alignment - 1) / alignment * alignment;
-  data_ = static_cast<std::byte*>(std::aligned_alloc(alignment, rounded));
+  align = std::max(align, alignment);
+  std::size_t rounded = (bytes + align - 1) / align * align;
+  data_ = static_cast<std::byte*>(std::aligned_alloc(align, rounded));
   if (data_ == nullptr) throw std::bad_alloc();
   std::memset(data_, 0, rounded);
 }
 
-HostBuffer::HostBuffer(std::size_t bytes, std::shared_ptr<MemoryLedger> ledger, MemoryKind kind)
-    : HostBuffer(bytes) {
+HostBuffer::HostBuffer(std::size_t bytes, std::shared_ptr<MemoryLedger> ledger, MemoryKind kind,
+                       std::size_t align)
+    : HostBuffer(bytes, align) {
   charge_ = MemoryCharge(std::move(ledger), kind, static_cast<int64_t>(bytes));
 }
 

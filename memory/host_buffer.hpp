@@ -1,4 +1,4 @@
-// HostBuffer: an owned, 64-byte aligned block of host memory for tensors and
+// HostBuffer: an owned, 64-byte (or more) aligned block of host memory for tensors and
 // transfers. Move-only; the bytes are freed when the buffer is destroyed.
 // Thread safety: like a std::vector — one owner; hand it over, don't share it.
 #pragma once
@@ -18,9 +18,11 @@ class HostBuffer {
 
   HostBuffer() = default;
   /// Allocates `bytes` zero-filled bytes (0 is allowed and allocates nothing).
-  explicit HostBuffer(std::size_t bytes);
-  /// The same, charged to `ledger` as `kind` for as long as the buffer lives.
-  HostBuffer(std::size_t bytes, std::shared_ptr<MemoryLedger> ledger, MemoryKind kind);
+  explicit HostBuffer(std::size_t bytes, std::size_t align = alignment);
+  /// The same, charged to `ledger` as `kind` for as long as the buffer lives; `align` (a
+  /// power of two, at least `alignment`) is 4096 for buffers that O_DIRECT reads land in.
+  HostBuffer(std::size_t bytes, std::shared_ptr<MemoryLedger> ledger, MemoryKind kind,
+             std::size_t align = alignment);
   ~HostBuffer();
   HostBuffer(HostBuffer&& other) noexcept;
   HostBuffer& operator=(HostBuffer&& other) noexcept;

@@ -74,13 +74,19 @@ Result<std::unique_ptr<NvmeStore::Engine>> NvmeStore::Engine::make(std::string d
   e->tail_pages_ = std::move(*pages);
   e->slots_.resize(e->options_.queue_depth);
   for (unsigned s = e->options_.queue_depth; s > 0; --s) e->free_slots_.push_back(s - 1);
-  e->thread_ = std::thread([p = e.get()] { p->run(); });
+  e->thread_ = std::thread([p = e.get()] {
+    p->run();
+    std::lock_guard<std::mutex> lock(p->mutex_);
+    p->returned_ = true;
+    p->returned_cv_.notify_all();
+  });
   return e;
 }
 
 NvmeStore::Engine::~Engine() {
   TROUPE_CHECK(std::this_thread::get_id() != thread_.get_id(),
                "an NvmeStore destroyed from its own callback");
+  bool abandoned = false;
   if (thread_.joinable()) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -88,11 +94,18 @@ NvmeStore::Engine::~Engine() {
     }
     uint64_t one = 1;
     (void)!::write(wakeup_fd_, &one, sizeof one);
-    thread_.join();
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      returned_cv_.wait(lock, [this] { return returned_; });
+    }
+    abandoned = std::any_of(active_.begin(), active_.end(), [](const auto& op) { return op->in_flight > 0; });
+    // The kernel holds the thread's exit until its io-wq requests end, which may be never.
+    if (abandoned)
+      thread_.detach();
+    else
+      thread_.join();
   }
   // Requests the device never completed may still write into their pages: leak them, not reuse them.
-  bool abandoned =
-      std::any_of(active_.begin(), active_.end(), [](const auto& op) { return op->in_flight > 0; });
   if (abandoned) (void)tail_pages_.release();
   for (auto& op : active_) {
     if (op->fd >= 0) ::close(op->fd);
@@ -156,7 +169,10 @@ void NvmeStore::Engine::arm_wakeup() {
 void NvmeStore::Engine::activate() {
   while (!waiting_.empty()) {
     NvmeOp& next = *waiting_.front();
-    if (!broken_.ok()) next.status = broken_;
+    if (!broken_.ok() && next.status.ok())
+      next.status = make_error(
+          fmt::format("{} {} bytes of {} was refused: the NVMe store in {} has stopped, because {}",
+                      next.verb(), next.bytes, next.path, dir_, broken_.error().message));
     bool ready = !next.status.ok();
     if (!ready) {
       if (free_slots_.empty()) return;
@@ -178,7 +194,9 @@ Status NvmeStore::Engine::prepare_write(NvmeOp& op) {
   indices_.erase(op.key);
   std::string index_file = index_path(op.path);
   if (::unlink(index_file.c_str()) != 0 && errno != ENOENT)
-    return system_error("removing the old index " + index_file, errno);
+    return system_error(
+        fmt::format("{} {} bytes of {}: removing its old index {}", op.verb(), op.bytes, op.path, index_file),
+        errno);
   op.fd = ::open(op.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK | (direct_ ? O_DIRECT : 0), 0644);
   if (op.fd < 0) return system_error("opening " + op.path + " for writing", errno);
   struct stat st {};

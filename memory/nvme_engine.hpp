@@ -4,6 +4,10 @@
 // place — io_uring_wait_cqe_timeout — for both new work and completions.
 //
 // Thread safety: submit() from any thread; everything else runs on the completion thread.
+// Shutdown: the destructor waits for run() to return, then joins the thread — unless the
+// store broke with requests the kernel never completed: a thread with io_uring requests
+// stuck in io-wq cannot exit until they end (the kernel waits for its io-wq workers), so
+// it is detached instead, and the destructor returns.
 // Invariants: at most queue_depth requests (plus the eventfd read) in flight, so the
 // submission queue never runs out of entries and the completion queue never overflows;
 // an operation is active from its first request until its callback, and only then does
@@ -14,6 +18,7 @@
 #include <sys/uio.h>
 
 #include <array>
+#include <condition_variable>
 #include <deque>
 #include <list>
 #include <memory>
@@ -100,10 +105,12 @@ class NvmeStore::Engine {
   void fail_everything(const Error& error);
   unsigned in_flight() const { return options_.queue_depth - static_cast<unsigned>(free_slots_.size()); }
 
-  // Shared with submitters, under mutex_.
+  // Shared with submitters and the destructor, under mutex_.
   std::mutex mutex_;
   std::deque<std::unique_ptr<NvmeOp>> submitted_;
   bool stopping_ = false;
+  bool returned_ = false;  // run() has returned: the thread touches nothing of the engine any more
+  std::condition_variable returned_cv_;
 
   // Completion thread only (and construction/destruction).
   io_uring ring_{};

@@ -22,4 +22,12 @@ Result<std::size_t> sub_group_limit(int64_t sub_group_size, int64_t host_budget_
   return std::min(limit, fits);
 }
 
+Result<std::size_t> parameter_piece_size(int64_t sub_group_size, int64_t host_budget_bytes,
+                                         int64_t buffer_count, std::size_t states, bool state_on_nvme) {
+  auto limit =
+      sub_group_limit(sub_group_size, host_budget_bytes, buffer_count, (state_on_nvme ? states : 0) + 1);
+  if (!limit) return limit.error();
+  return std::max(min_sub_group, *limit / min_sub_group * min_sub_group);
+}
+
 }  // namespace troupe

@@ -18,4 +18,10 @@ constexpr std::size_t min_sub_group = 1024;
 Result<std::size_t> sub_group_limit(int64_t sub_group_size, int64_t host_budget_bytes, int64_t buffer_count,
                                     std::size_t states);
 
+/// Elements per piece of a parameter row on NVMe ([offload] param = "nvme"): the
+/// sub-group rule with swap buffers that carry the parameters, and the state too when it
+/// is on NVMe (`state_on_nvme`), rounded to whole 4 KiB pages.
+Result<std::size_t> parameter_piece_size(int64_t sub_group_size, int64_t host_budget_bytes,
+                                         int64_t buffer_count, std::size_t states, bool state_on_nvme);
+
 }  // namespace troupe

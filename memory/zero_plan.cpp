@@ -54,7 +54,7 @@ Result<ZeroPlan> plan_by_layer(const ZeroPlanInput& in, const std::vector<std::s
     if (!opened) plan.layer_row.push_back(-1);
   }
   if (!starts.empty() && starts.front() == 0) starts.erase(starts.begin());
-  auto layout = FlatLayout::make(ordered, in.dp, FlatLayout::default_align, starts);
+  auto layout = FlatLayout::make(ordered, in.dp, FlatLayout::default_align, starts, in.block_align);
   if (!layout) return layout.error();
   plan.layout = std::move(*layout);
   if (plan.persistent_rows.empty()) plan.persistent_rows.push_back(false);  // the empty model's one row

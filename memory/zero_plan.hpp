@@ -32,7 +32,13 @@ struct ZeroPlanInput {
   std::vector<std::vector<std::size_t>> layers;
   std::size_t reduce_bucket_size = 6553600;
   std::size_t persistence_threshold = 100000;
+  /// Stage 3: elements each rank's block of a row is aligned to (see FlatLayout::make);
+  /// page_block_align when the parameter partition lives on NVMe.
+  std::size_t block_align = FlatLayout::default_align;
 };
+
+/// Block alignment that puts every rank's block on a 4 KiB page (fp32).
+constexpr std::size_t page_block_align = 1024;
 
 struct ZeroPlan {
   int64_t stage = 0;

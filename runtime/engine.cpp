@@ -93,6 +93,7 @@ std::optional<OffloadOptions> offload_options(const JobConfig& config, int64_t r
   if (c.optimizer == "none") return std::nullopt;
   OffloadOptions o;
   o.tier = c.optimizer;
+  o.param_tier = c.param;
   o.nvme_dir = c.nvme_path.empty() ? "" : fmt::format("{}/rank{}", c.nvme_path, rank);
   o.host_budget_bytes = c.host_budget_bytes;
   o.sub_group_size = c.sub_group_size;
@@ -120,7 +121,7 @@ OptimizerRule optimizer_rule(const OptimizerConfig& c) {
 // The nvme tier's folder must be usable before any step: checked when the engine starts,
 // so a bad nvme_path stops the job at once with the path and the reason.
 Status check_nvme_tier(const std::optional<OffloadOptions>& offload) {
-  if (!offload || offload->tier != "nvme") return {};
+  if (!offload || (offload->tier != "nvme" && offload->param_tier != "nvme")) return {};
   if (auto made = make_directory(offload->nvme_dir); !made)
     return make_error("[offload] nvme_path: " + made.error().message);
   auto probe = NvmeStore::open(offload->nvme_dir);

@@ -42,19 +42,47 @@ double per_param(int64_t bytes, int64_t params) {
   return params > 0 ? static_cast<double>(bytes) / static_cast<double>(params) : 0.0;
 }
 
-// With the optimizer state on NVMe the host holds buffer_count swap buffers of the
-// largest sub-group (the offload manager's rule, memory/offload_plan.hpp).
-Status move_state_to_nvme(const JobConfig& job, const ZeroPlan& plan, ModelStateEstimate& e) {
-  auto states = static_cast<std::size_t>(optimizer_states_per_element(job.optimizer));
+bool parameters_on_nvme(const JobConfig& job) {
+  return job.zero.stage == 3 && job.offload.param == "nvme";
+}
+
+// With an nvme tier the host holds, instead of what moved to disk, buffer_count swap
+// buffers of the largest sub-group (the offload manager's rule, memory/offload_plan.hpp)
+// and each store's bounce pages. Sub-groups of rows in memory carry the state when it is
+// on NVMe; pieces of parameter rows on NVMe carry the parameters and that state.
+Status move_to_nvme(const JobConfig& job, const ZeroPlan& plan, ModelStateEstimate& e) {
   const OffloadConfig& o = job.offload;
+  auto states = static_cast<std::size_t>(optimizer_states_per_element(job.optimizer));
+  bool state_on_nvme = o.optimizer == "nvme" && states > 0, params_on_nvme = parameters_on_nvme(job);
+  if (!state_on_nvme && !params_on_nvme) return {};
   auto limit = sub_group_limit(o.sub_group_size, o.host_budget_bytes, o.buffer_count, states);
   if (!limit) return limit.error();
-  std::size_t largest = 0;
-  for (std::size_t k = 0; k < plan.layout.row_count(); ++k)
-    largest = std::max(largest, std::min(plan.layout.row(k).block, *limit));
-  std::size_t buffer = (largest * states * sizeof(float) + 4095) / 4096 * 4096;
-  e.nvme_optimizer_state_bytes = e.bytes[MemoryKind::optimizer_state];
-  e.bytes[MemoryKind::optimizer_state] = states == 0 ? 0 : static_cast<int64_t>(buffer) * o.buffer_count;
+  std::size_t piece = 0;
+  if (params_on_nvme) {
+    auto size =
+        parameter_piece_size(o.sub_group_size, o.host_budget_bytes, o.buffer_count, states, state_on_nvme);
+    if (!size) return size.error();
+    piece = *size;
+  }
+  auto pages = [](std::size_t bytes) { return (bytes + 4095) / 4096 * 4096; };
+  std::size_t largest = 0, on_nvme = 0;
+  for (std::size_t k = 0; k < plan.layout.row_count(); ++k) {
+    std::size_t block = plan.layout.row(k).block;
+    bool row_on_nvme = params_on_nvme && !plan.persistent_rows[k];
+    std::size_t group = std::min(block, row_on_nvme ? piece : *limit);
+    std::size_t state = state_on_nvme ? pages(group * states * sizeof(float)) : 0;
+    std::size_t buffer = state + (row_on_nvme ? pages(group * sizeof(float)) : 0);
+    if (buffer > 0) largest = std::max(largest, std::max<std::size_t>(buffer, 4096));
+    if (row_on_nvme) on_nvme += block * sizeof(float);
+  }
+  int64_t swap = static_cast<int64_t>(largest) * o.buffer_count;
+  int64_t& optimizer = e.bytes[MemoryKind::optimizer_state];
+  if (state_on_nvme) e.nvme_optimizer_state_bytes = std::exchange(optimizer, 0);
+  optimizer += swap;
+  e.nvme_parameter_bytes = static_cast<int64_t>(on_nvme);
+  e.bytes[MemoryKind::parameters] -= e.nvme_parameter_bytes;
+  int stores = (state_on_nvme ? 1 : 0) + (params_on_nvme ? 1 : 0);
+  e.bytes[MemoryKind::communication] += stores * o.queue_depth * 4096;  // bounce pages
   return {};
 }
 
@@ -68,6 +96,7 @@ Result<ModelStateEstimate> estimate_job(const JobConfig& job) {
   input.dp = job.parallel.dp;
   input.reduce_bucket_size = static_cast<std::size_t>(job.zero.reduce_bucket_size);
   input.persistence_threshold = static_cast<std::size_t>(job.zero.param_persistence_threshold);
+  if (parameters_on_nvme(job)) input.block_align = page_block_align;
   for (const auto& child : model->children()) {  // the layers, in model order
     input.layers.emplace_back();
     for (const auto& p : child->parameters())
@@ -107,7 +136,7 @@ Result<ModelStateEstimate> estimate_job(const JobConfig& job) {
   e.formula_bytes_per_param =
       static_cast<double>(whole) + static_cast<double>(divided) / static_cast<double>(e.dp);
   if (e.stage == 3) e.live_window_elements = static_cast<int64_t>(stage3_peak_gathered(*plan, inputs.limits));
-  if (job.offload.optimizer == "nvme") TROUPE_TRY(move_state_to_nvme(job, *plan, e));
+  TROUPE_TRY(move_to_nvme(job, *plan, e));
   return e;
 }
 
@@ -124,6 +153,10 @@ std::string render_estimate(const ModelStateEstimate& e) {
     rows.push_back({std::string(memory_kind_name(k)), e.bytes[k]});
   rows.push_back({"model states", e.bytes.model_state()});
   std::vector<std::string> tiers(rows.size(), e.tier);
+  if (e.nvme_parameter_bytes > 0) {  // the parameter partition, on disk
+    rows.push_back({"parameters", e.nvme_parameter_bytes});
+    tiers.push_back("nvme");
+  }
   if (e.nvme_optimizer_state_bytes > 0) {  // the state itself, on disk
     rows.push_back({"optimizer_state", e.nvme_optimizer_state_bytes});
     tiers.push_back("nvme");
@@ -168,6 +201,7 @@ std::string estimate_json(const ModelStateEstimate& e) {
   };
   if (e.stage == 3) j["live_window_elements"] = e.live_window_elements;
   if (e.nvme_optimizer_state_bytes > 0) j["nvme_optimizer_state_bytes"] = e.nvme_optimizer_state_bytes;
+  if (e.nvme_parameter_bytes > 0) j["nvme_parameter_bytes"] = e.nvme_parameter_bytes;
   return j.dump();
 }
 

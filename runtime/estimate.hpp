@@ -38,6 +38,9 @@ struct ModelStateEstimate {
   /// [offload] optimizer = "nvme": the optimizer state held in the nvme tier (the host
   /// holds only the swap buffers, in bytes[optimizer_state]); 0 otherwise.
   int64_t nvme_optimizer_state_bytes = 0;
+  /// [offload] param = "nvme" (stage 3): this rank's parameter blocks held in the nvme
+  /// tier (the host keeps the persistent rows and the gathered ones); 0 otherwise.
+  int64_t nvme_parameter_bytes = 0;
   /// Stage 3: elements gathered at the peak, the persistent row included
   /// (stage3_peak_gathered); 0 for other stages.
   int64_t live_window_elements = 0;

@@ -21,14 +21,25 @@ std::vector<std::size_t> row_sizes(const FlatLayout& layout) {
 }  // namespace
 
 ParameterFetcher::ParameterFetcher(std::shared_ptr<ParameterStore> store, FetchPlanner::Limits limits,
-                                   Gather gather, double timeout_s, Tracer* tracer)
+                                   Gather gather, std::shared_ptr<IssueQueue> queue, double timeout_s,
+                                   Tracer* tracer)
     : store_(std::move(store)),
       planner_(row_sizes(store_->layout()), store_->plan().persistent_rows, limits),
       gather_(std::move(gather)),
+      queue_(std::move(queue)),
       timeout_s_(timeout_s),
       tracer_(tracer),
-      pending_(store_->layout().row_count()),
-      arrived_(store_->layout().row_count(), false) {}
+      pending_(store_->layout().row_count()) {
+  arrivals_->arrived.assign(store_->layout().row_count(), false);
+}
+
+void ParameterFetcher::Arrivals::fail(const std::string& why) {
+  {
+    std::lock_guard lock(mutex);
+    if (error.empty()) error = why;
+  }
+  changed.notify_all();
+}
 
 void ParameterFetcher::begin_pass() {
   planner_.begin_pass();
@@ -39,24 +50,52 @@ void ParameterFetcher::issue(std::size_t row) {
   const auto& r = layout.row(row);
   pending_[row] = store_->make_row_buffer(row);
   {
-    std::lock_guard lock(mutex_);
-    arrived_[row] = false;
+    std::lock_guard lock(arrivals_->mutex);
+    arrivals_->arrived[row] = false;
   }
-  gather_(row, float_span(store_->partition_parameters(), r.partition_offset, r.block),
-          float_span(pending_[row], 0, r.block * static_cast<std::size_t>(layout.partitions())));
+  BufferSpan whole = float_span(pending_[row], 0, r.block * static_cast<std::size_t>(layout.partitions()));
+  if (store_->swapped(row))
+    return read_then_gather(
+        row, float_span(pending_[row], r.block * static_cast<std::size_t>(store_->rank()), r.block),
+        std::move(whole));
+  queue_->issue([gather = gather_, row,
+                 in = float_span(store_->partition_parameters(), r.partition_offset, r.block),
+                 out = std::move(whole)]() mutable { gather(row, std::move(in), std::move(out)); });
+}
+
+// The gather takes its place in line now; it goes out once this rank's block is read
+// into `block` (inside `whole`, so the all-gather runs in place). A failed read leaves
+// the line blocked: this rank stops, and issuing anything after it would only
+// mismatch the peers' collectives.
+void ParameterFetcher::read_then_gather(std::size_t row, BufferSpan block, BufferSpan whole) {
+  float* into = reinterpret_cast<float*>(pending_[row]->data() + block.offset_bytes);
+  IssueQueue::Ticket ticket =
+      queue_->reserve([gather = gather_, row, in = std::move(block), out = std::move(whole)]() mutable {
+        gather(row, std::move(in), std::move(out));
+      });
+  int64_t start = Tracer::now_us();
+  store_->swap()->read_block(
+      row, into,
+      [queue = queue_, arrivals = arrivals_, ticket, row, tracer = tracer_, start,
+       keep = pending_[row]](Status read) {
+        if (tracer) tracer->span("nvme", fmt::format("read parameter row {}", row), start, Tracer::now_us());
+        if (!read) return arrivals->fail("reading parameters from NVMe failed: " + read.error().message);
+        queue->ready(ticket);
+      });
 }
 
 void ParameterFetcher::wait_for(std::size_t row) {
   if (!pending_[row]) return;  // bound already
-  std::unique_lock lock(mutex_);
+  Arrivals& a = *arrivals_;
+  std::unique_lock lock(a.mutex);
   std::optional<Tracer::Scope> waiting;
-  if (!arrived_[row]) waiting.emplace(tracer_, "compute wait", "gather");
+  if (!a.arrived[row]) waiting.emplace(tracer_, "compute wait", "gather");
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
-  while (!arrived_[row] && error_.empty())
-    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout)
+  while (!a.arrived[row] && a.error.empty())
+    if (a.changed.wait_until(lock, deadline) == std::cv_status::timeout)
       throw std::runtime_error(
           fmt::format("gathering parameter row {} took longer than {} s", row, timeout_s_));
-  if (!error_.empty()) throw std::runtime_error(error_);
+  if (!a.error.empty()) throw std::runtime_error(a.error);
   waiting.reset();
   lock.unlock();
   store_->bind_row(row, std::move(pending_[row]));
@@ -93,20 +132,17 @@ void ParameterFetcher::drop_all() {
 }
 
 void ParameterFetcher::on_gathered(std::size_t row, const std::string& error) {
+  Arrivals& a = *arrivals_;
   {
-    std::lock_guard lock(mutex_);
-    if (!error.empty() && error_.empty()) error_ = "gathering parameters failed: " + error;
-    arrived_[row] = true;
+    std::lock_guard lock(a.mutex);
+    if (!error.empty() && a.error.empty()) a.error = "gathering parameters failed: " + error;
+    a.arrived[row] = true;
   }
-  changed_.notify_all();
+  a.changed.notify_all();
 }
 
 void ParameterFetcher::fail(const std::string& error) {
-  {
-    std::lock_guard lock(mutex_);
-    if (error_.empty()) error_ = error;
-  }
-  changed_.notify_all();
+  arrivals_->fail(error);
 }
 
 namespace {

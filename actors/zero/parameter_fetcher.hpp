@@ -5,7 +5,13 @@
 // buffer, has the stage issue the all-gather (the stage actor hears the completion
 // and reports it here), waits for it, and binds the parameters to the gathered row.
 //
-// Every wait is bounded by the collective timeout; a failed gather fails the waiter.
+// With the parameter partition on NVMe (the store has a ParameterSwap) a swapped row's
+// block is first read from its files straight into this rank's place in the row buffer,
+// and the all-gather then runs in place. Gathers take their place in the stage's
+// IssueQueue when the fetcher decides on them, so they go out in the same order on every
+// rank however the reads complete.
+//
+// Every wait is bounded by the collective timeout; a failed gather or read fails the waiter.
 // Thread safety: acquire/release/begin_pass/end_pass/gather_all on the compute
 // thread; on_gathered and fail from any thread.
 #pragma once
@@ -20,6 +26,7 @@
 #include <vector>
 
 #include "actors/protocol/comm.hpp"
+#include "actors/zero/issue_queue.hpp"
 #include "actors/zero/parameter_store.hpp"
 #include "base/trace.hpp"
 #include "memory/fetch_planner.hpp"
@@ -33,7 +40,7 @@ class ParameterFetcher {
 
   /// Waits show on the trace's "compute wait" track.
   ParameterFetcher(std::shared_ptr<ParameterStore> store, FetchPlanner::Limits limits, Gather gather,
-                   double timeout_s, Tracer* tracer = nullptr);
+                   std::shared_ptr<IssueQueue> queue, double timeout_s, Tracer* tracer = nullptr);
 
   void begin_pass();
   /// Row `row` gathered and bound when this returns; throws std::runtime_error on failure.
@@ -50,20 +57,28 @@ class ParameterFetcher {
   const FetchPlanner& planner() const { return planner_; }
 
  private:
+  // What completions touch: shared with the NVMe reads' callbacks, which may outlive us.
+  struct Arrivals {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::vector<bool> arrived;  // by row
+    std::string error;
+    void fail(const std::string& why);
+  };
+
   void issue(std::size_t row);
+  void read_then_gather(std::size_t row, BufferSpan block, BufferSpan whole);
   void wait_for(std::size_t row);
   void drop(std::size_t row);
 
   std::shared_ptr<ParameterStore> store_;
   FetchPlanner planner_;
   Gather gather_;
+  std::shared_ptr<IssueQueue> queue_;
   double timeout_s_;
   Tracer* tracer_;
   std::vector<std::shared_ptr<HostBuffer>> pending_;  // by row: being gathered into
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::vector<bool> arrived_;  // by row, under mutex_
-  std::string error_;
+  std::shared_ptr<Arrivals> arrivals_ = std::make_shared<Arrivals>();
 };
 
 /// Identity on `x` in forward; in backward, acquires `row` before the gradient flows

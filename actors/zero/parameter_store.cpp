@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <cstring>
+#include <stdexcept>
 
 #include "base/check.hpp"
 
@@ -30,8 +31,13 @@ torch::Tensor view_of(const std::shared_ptr<HostBuffer>& buffer, std::size_t off
 }
 
 ParameterStore::ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> parameters, int64_t rank,
-                               std::shared_ptr<MemoryLedger> ledger)
-    : plan_(std::move(plan)), parameters_(std::move(parameters)), rank_(rank), ledger_(std::move(ledger)) {
+                               std::shared_ptr<MemoryLedger> ledger, std::shared_ptr<ParameterSwap> swap)
+    : plan_(std::move(plan)),
+      parameters_(std::move(parameters)),
+      rank_(rank),
+      ledger_(std::move(ledger)),
+      swap_(std::move(swap)) {
+  TROUPE_CHECK(!swap_ || plan_.stage == 3, "only stage 3 swaps parameters");
   TROUPE_CHECK(plan_.parameter_of.size() == parameters_.size(), "the plan covers every parameter once");
   for (const auto& p : parameters_)
     TROUPE_CHECK(p.scalar_type() == torch::kFloat32, "ZeRO partitions fp32 parameters");
@@ -77,15 +83,32 @@ void ParameterStore::lay_out_flat(bool with_gradients) {
 
 // Stage 3: keep this rank's pieces; persistent rows stay gathered (every rank holds
 // the full parameters at this point, so they need no communication); the rest empty.
+// With a swap the whole partition is put together once, the swapped rows' blocks go to
+// NVMe, and the host keeps the rest (the persistent rows, which come first).
 void ParameterStore::keep_partition() {
   rows_.resize(layout().row_count());
-  partition_parameters_ = charged(layout().partition_size(), ledger_, MemoryKind::parameters);
+  auto whole = std::make_shared<HostBuffer>(layout().partition_size() * sizeof(float), ledger_,
+                                            MemoryKind::parameters, NvmeStore::alignment);
   for (const auto& piece : layout().pieces_in(rank_)) {
     auto flat = parameter_at(piece.parameter).detach().reshape({-1});
     auto slice =
         flat.narrow(0, static_cast<int64_t>(piece.parameter_offset), static_cast<int64_t>(piece.count));
-    std::memcpy(partition_parameters_->as<float>() + piece.partition_offset,
-                slice.contiguous().data_ptr<float>(), piece.count * sizeof(float));
+    std::memcpy(whole->as<float>() + piece.partition_offset, slice.contiguous().data_ptr<float>(),
+                piece.count * sizeof(float));
+  }
+  if (swap_) {
+    if (Status written = write_swapped_rows(*whole); !written)
+      throw std::runtime_error("[offload] param = \"nvme\": " + written.error().message);
+    std::size_t kept = 0;
+    for (std::size_t k = 0; k < layout().row_count(); ++k)
+      if (!swapped(k)) {
+        TROUPE_CHECK(layout().row(k).partition_offset == kept, "rows kept in memory come first");
+        kept += layout().row(k).block;
+      }
+    partition_parameters_ = charged(kept, ledger_, MemoryKind::parameters);
+    std::memcpy(partition_parameters_->data(), whole->data(), kept * sizeof(float));
+  } else {
+    partition_parameters_ = std::move(whole);
   }
   for (std::size_t k = 0; k < layout().row_count(); ++k) {
     if (plan_.persistent_rows[k]) {
@@ -100,10 +123,18 @@ void ParameterStore::keep_partition() {
   }
 }
 
+Status ParameterStore::write_swapped_rows(const HostBuffer& partition) {
+  for (std::size_t k = 0; k < layout().row_count(); ++k)
+    if (swapped(k))
+      TROUPE_TRY(swap_->write_block(k, partition.as<float>() + layout().row(k).partition_offset));
+  return {};
+}
+
 std::shared_ptr<HostBuffer> ParameterStore::make_row_buffer(std::size_t k) const {
   const auto& row = layout().row(k);
-  return charged(row.block * static_cast<std::size_t>(layout().partitions()), ledger_,
-                 MemoryKind::parameters);
+  return std::make_shared<HostBuffer>(
+      row.block * static_cast<std::size_t>(layout().partitions()) * sizeof(float), ledger_,
+      MemoryKind::parameters, swapped(k) ? NvmeStore::alignment : HostBuffer::alignment);
 }
 
 void ParameterStore::bind_row(std::size_t k, std::shared_ptr<HostBuffer> buffer) {
@@ -134,8 +165,9 @@ std::vector<std::pair<torch::Tensor, torch::Tensor>> ParameterStore::shards() co
     const auto& row = layout().row(k);
     auto block = static_cast<int64_t>(row.block);
     std::size_t flat = layout().block_begin(k, rank_);
-    torch::Tensor param = plan_.stage == 3 ? view_of(partition_parameters_, row.partition_offset, {block})
-                                           : view_of(flat_parameters_, flat, {block});
+    torch::Tensor param = plan_.stage != 3 ? view_of(flat_parameters_, flat, {block})
+                          : swapped(k)     ? torch::Tensor()
+                                           : view_of(partition_parameters_, row.partition_offset, {block});
     torch::Tensor grad = plan_.stage == 1 ? view_of(flat_gradients_, flat, {block})
                                           : view_of(partition_gradients_, row.partition_offset, {block});
     out.emplace_back(param, grad);

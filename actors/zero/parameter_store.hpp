@@ -9,7 +9,9 @@
 //            through bucket buffers and only this rank's partition is kept.
 //   stage 3: only this rank's partition of the parameters is held; a row is gathered
 //            into a buffer of its own before use (bind_row) and dropped after
-//            (unbind_row), which leaves its parameters empty.
+//            (unbind_row), which leaves its parameters empty. With a ParameterSwap
+//            ([offload] param = "nvme") the blocks of the rows that are not persistent
+//            live on NVMe: the host partition holds the persistent rows only.
 // Views that autograd saves keep their buffer alive (the tensors own a reference), so
 // a row freed while a saved view still points into it is freed when the view dies.
 // Thread safety: owned by the stage's compute thread; the shard owner uses the shard
@@ -24,15 +26,17 @@
 
 #include "memory/host_buffer.hpp"
 #include "memory/memory_ledger.hpp"
+#include "memory/parameter_swap.hpp"
 #include "memory/zero_plan.hpp"
 
 namespace troupe {
 
 class ParameterStore {
  public:
-  /// `parameters` in model order, equal on every rank; their values are moved in.
+  /// `parameters` in model order, equal on every rank; their values are moved in (stage 3
+  /// with `swap`: this rank's blocks of the swapped rows are written to NVMe).
   ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> parameters, int64_t rank,
-                 std::shared_ptr<MemoryLedger> ledger);
+                 std::shared_ptr<MemoryLedger> ledger, std::shared_ptr<ParameterSwap> swap = nullptr);
   ParameterStore(const ParameterStore&) = delete;
   ParameterStore& operator=(const ParameterStore&) = delete;
 
@@ -48,17 +52,22 @@ class ParameterStore {
   std::shared_ptr<HostBuffer> flat_parameters() const { return flat_parameters_; }            ///< stages 1-2
   std::shared_ptr<HostBuffer> flat_gradients() const { return flat_gradients_; }              ///< stages 0-1
   std::shared_ptr<HostBuffer> partition_parameters() const { return partition_parameters_; }  ///< stage 3
-  std::shared_ptr<HostBuffer> partition_gradients() const { return partition_gradients_; }    ///< stages 2-3
+  /// Stage 3 with parameters on NVMe (else null): where the rows it swaps live.
+  const std::shared_ptr<ParameterSwap>& swap() const { return swap_; }
+  bool swapped(std::size_t row) const { return swap_ && swap_->on_nvme(row); }
+  std::shared_ptr<HostBuffer> partition_gradients() const { return partition_gradients_; }  ///< stages 2-3
 
   /// Stage 3: row `k`'s parameters become views into `buffer` (the gathered row), or empty.
   void bind_row(std::size_t k, std::shared_ptr<HostBuffer> buffer);
   void unbind_row(std::size_t k);
   std::shared_ptr<HostBuffer> row_buffer(std::size_t k) const { return rows_[k]; }
-  /// Stage 3: a buffer for gathering row `k` into, charged as parameters.
+  /// Stage 3: a buffer for gathering row `k` into, charged as parameters (page aligned
+  /// when the row is swapped, so this rank's block can be read into it).
   std::shared_ptr<HostBuffer> make_row_buffer(std::size_t k) const;
 
   /// This rank's (parameter, gradient) pairs the optimizer updates: whole parameters in
-  /// stage 0, this rank's block of every row otherwise.
+  /// stage 0, this rank's block of every row otherwise (by row; the parameter is
+  /// undefined for a swapped row).
   std::vector<std::pair<torch::Tensor, torch::Tensor>> shards() const;
 
   /// Every parameter in model order, flattened (stage 3: all rows must be bound).
@@ -67,11 +76,13 @@ class ParameterStore {
  private:
   void lay_out_flat(bool with_gradients);
   void keep_partition();
+  Status write_swapped_rows(const HostBuffer& partition);
 
   ZeroPlan plan_;
   std::vector<torch::Tensor> parameters_;
   int64_t rank_ = 0;
   std::shared_ptr<MemoryLedger> ledger_;
+  std::shared_ptr<ParameterSwap> swap_;
   MemoryCharge own_tensors_;  // stage 0: the model's own parameter storage
   std::shared_ptr<HostBuffer> flat_parameters_, flat_gradients_, partition_parameters_, partition_gradients_;
   std::vector<std::vector<int64_t>> shapes_;                          // by layout position

@@ -163,10 +163,11 @@ Status resolve_offload(const OffloadConfig& o, int64_t stage, const ConfigOrigin
                      fmt::format("param = \"{}\" needs [zero] stage = 3 (only stage 3 partitions the "
                                  "parameters), got stage {}",
                                  o.param, stage));
-  if (o.param == "nvme")
-    return key_error(origins, "offload", "param",
-                     "param = \"nvme\" is not available yet: parameter partitions stay in host memory; use "
-                     "\"cpu\" (on the CPU backend the same as \"none\")");
+  if (o.param == "nvme" && o.optimizer == "none")
+    return key_error(
+        origins, "offload", "param",
+        "param = \"nvme\" needs optimizer = \"cpu\" or \"nvme\": the offload manager updates the "
+        "parameters it swaps in from NVMe, so the optimizer must run there too");
   for (const char* key : {"optimizer", "param"}) {
     const std::string& tier = std::string(key) == "optimizer" ? o.optimizer : o.param;
     if (tier == "nvme" && o.nvme_path.empty())

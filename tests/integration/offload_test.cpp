@@ -3,6 +3,9 @@
 // in memory to the parity tolerance; a host budget smaller than the state works with
 // nvme and is refused with cpu; a bad nvme_path, a full disk and a swap file corrupted
 // while training all stop the run with the path and the operation, without hanging.
+// Stage 3 with the parameter partition on NVMe too (ZeRO-Infinity) trains bit for bit
+// like it in memory, holds what `troupe estimate` predicts, and names a corrupted
+// parameter file.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mount.h>
@@ -53,6 +56,37 @@ std::string nvme(const std::string& path) {
   return " --set offload.optimizer=nvme --set offload.nvme_path=" + path;
 }
 
+// Stage 3 with layer rows (the tiny GPT's parameters are all below the default threshold).
+const std::string stage3 = " --set zero.stage=3 --set zero.param_persistence_threshold=1000";
+
+std::string parameters_on_nvme(const std::string& optimizer_tier, const std::string& path) {
+  return stage3 + " --set offload.param=nvme --set offload.optimizer=" + optimizer_tier +
+         " --set offload.nvme_path=" + path;
+}
+
+nlohmann::json last_metrics_of(const std::string& settings, int port, int steps) {
+  std::string dir = testing::make_temp_dir();
+  auto r = testing::run_command(std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR +
+                                    "/configs/tiny-gpt.toml --set train.steps=" + std::to_string(steps) +
+                                    " --set cluster.coordinator=127.0.0.1:" + std::to_string(port) +
+                                    settings + " --metrics " + dir + "/metrics.jsonl",
+                                180);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::string last;
+  std::ifstream in(dir + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) last = line;
+  return last.empty() ? nlohmann::json::object() : nlohmann::json::parse(last);
+}
+
+nlohmann::json estimate_of(const std::string& settings) {
+  auto r = testing::run_command(std::string(TROUPE_BINARY) + " estimate " + TROUPE_SOURCE_DIR +
+                                "/configs/tiny-gpt.toml" + settings + " --json");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  auto json =
+      nlohmann::json::parse(r.output.substr(std::min(r.output.find('{'), r.output.size())), nullptr, false);
+  return json.is_discarded() ? nlohmann::json::object() : json;
+}
+
 TEST(Offload, CpuAndNvmeTrainBitForBitAlikeAndLikeTheStateInMemory) {
   Trained memory = train("", 29940);
   Trained cpu = train(" --set offload.optimizer=cpu", 29941);
@@ -75,6 +109,55 @@ TEST(Offload, CpuAndNvmeTrainBitForBitAlikeAndLikeTheStateInMemory) {
   }
   for (std::size_t s = 0; s < 20; ++s)
     EXPECT_NEAR(cpu.losses[s], memory.losses[s], 1e-5 * std::abs(memory.losses[s])) << "step " << s + 1;
+}
+
+TEST(Offload, ParametersOnNvmeTrainBitForBitLikeInMemory) {
+  Trained memory = train(stage3 + " --set offload.optimizer=cpu", 29980);
+  // Small pieces and two swap buffers: every row's block is several files, and many
+  // reads and writes are in flight in the optimizer pass.
+  std::string small = " --set offload.sub_group_size=4096 --set offload.buffer_count=2";
+  Trained both = train(parameters_on_nvme("nvme", testing::make_temp_dir()) + small, 29981);
+  Trained params = train(parameters_on_nvme("cpu", testing::make_temp_dir()) + small, 29982);
+  ASSERT_EQ(memory.result.exit_code, 0) << memory.result.output;
+  ASSERT_EQ(both.result.exit_code, 0) << both.result.output;
+  ASSERT_EQ(params.result.exit_code, 0) << params.result.output;
+  ASSERT_EQ(memory.losses.size(), 20u);
+  ASSERT_FALSE(memory.parameters.empty());
+  EXPECT_EQ(memory.losses, both.losses) << "bit for bit";
+  EXPECT_EQ(memory.parameters, both.parameters) << "bit for bit";
+  EXPECT_EQ(memory.losses, params.losses) << "bit for bit";
+  EXPECT_EQ(memory.parameters, params.parameters) << "bit for bit";
+}
+
+// What each rank holds in host memory, by kind, is what `troupe estimate` predicts, and
+// the parameters on NVMe are gone from it; with a budget (state on NVMe too, since the
+// state alone is larger) the swap buffers stay inside it.
+TEST(Offload, ParametersOnNvmeHoldWhatTheEstimateSaysWithinTheBudget) {
+  std::string budget = " --set offload.host_budget_bytes=60000";
+  int port = 29983;
+  for (std::string tier : {"cpu", "nvme"}) {
+    std::string settings =
+        parameters_on_nvme(tier, testing::make_temp_dir()) + (tier == "nvme" ? budget : "");
+    nlohmann::json measured = last_metrics_of(settings, port++, 3);
+    nlohmann::json estimated = estimate_of(settings);
+    ASSERT_TRUE(measured.contains("parameter_bytes")) << measured.dump();
+    ASSERT_TRUE(estimated.contains("nvme_parameter_bytes")) << estimated.dump();
+    EXPECT_EQ(measured.at("parameter_bytes"), estimated.at("parameters_bytes")) << tier;
+    EXPECT_EQ(measured.at("gradient_bytes"), estimated.at("gradients_bytes")) << tier;
+    EXPECT_EQ(measured.at("optimizer_state_bytes"), estimated.at("optimizer_state_bytes")) << tier;
+    EXPECT_EQ(measured.at("communication_bytes"), estimated.at("communication_bytes")) << tier;
+    EXPECT_GT(estimated.at("nvme_parameter_bytes").get<int64_t>(), 0);
+    if (tier == "nvme") {
+      EXPECT_LE(measured.at("optimizer_state_bytes").get<int64_t>(), 60000) << "the budget";
+    }
+  }
+  nlohmann::json in_memory = estimate_of(stage3 + " --set offload.optimizer=cpu");
+  nlohmann::json on_nvme = estimate_of(parameters_on_nvme("cpu", "/tmp") + budget);
+  // Page-aligned blocks pad the layout a little, so the difference is not exact.
+  EXPECT_LT(
+      on_nvme.at("parameters_bytes").get<int64_t>(),
+      in_memory.at("parameters_bytes").get<int64_t>() - on_nvme.at("nvme_parameter_bytes").get<int64_t>() / 2)
+      << "what moves to NVMe leaves host memory";
 }
 
 TEST(Offload, NvmeTrainsWithAStateLargerThanTheHostBudget) {
@@ -131,6 +214,33 @@ TEST(Offload, ASwapFileCorruptedWhileTrainingStopsTheRunNamingIt) {
   EXPECT_NE(run.result.exit_code, 0) << run.result.output;
   EXPECT_LT(run.result.exit_code, 128) << "crashed: " << run.result.output;
   EXPECT_NE(run.result.output.find(dir + "/rank0/optimizer-00000.bin"), std::string::npos)
+      << run.result.output;
+  EXPECT_NE(run.result.output.find("is corrupt"), std::string::npos) << run.result.output;
+}
+
+TEST(Offload, AParameterFileCorruptedWhileTrainingStopsTheRunNamingIt) {
+  std::string dir = testing::make_temp_dir();
+  std::atomic<bool> done{false};
+  std::thread corrupt([&] {
+    std::string file = dir + "/rank0/param-00001-000.bin";
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+    while (!done && std::chrono::steady_clock::now() < until) {
+      int fd = ::open(file.c_str(), O_WRONLY);
+      if (fd >= 0) {
+        char junk[64];
+        std::memset(junk, 0x5a, sizeof(junk));
+        (void)!::pwrite(fd, junk, sizeof(junk), 256);
+        ::close(fd);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  Trained run = train(parameters_on_nvme("cpu", dir), 29985, 100000, 120);
+  done = true;
+  corrupt.join();
+  EXPECT_NE(run.result.exit_code, 0) << run.result.output;
+  EXPECT_LT(run.result.exit_code, 128) << "crashed: " << run.result.output;
+  EXPECT_NE(run.result.output.find(dir + "/rank0/param-00001-000.bin"), std::string::npos)
       << run.result.output;
   EXPECT_NE(run.result.output.find("is corrupt"), std::string::npos) << run.result.output;
 }

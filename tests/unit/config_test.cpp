@@ -927,6 +927,11 @@ TEST(ConfigOffload, LoadsEveryKey) {
   EXPECT_EQ(config->offload.buffer_count, 3);
   EXPECT_EQ(config->offload.block_size, 8192);
   EXPECT_EQ(config->offload.queue_depth, 16);
+  auto swapped = load(
+      "[zero]\nstage = 3\n[offload]\noptimizer = \"cpu\"\nparam = \"nvme\"\nnvme_path = \"/tmp/x\"\n"
+      "[batch]\nmicro_batch_size = 2\n");
+  ASSERT_TRUE(swapped.ok()) << swapped.error().message;
+  EXPECT_EQ(swapped->offload.param, "nvme");
 }
 
 TEST(ConfigOffload, BadValuesNameTheKeyAndWhatIsAllowed) {
@@ -943,6 +948,12 @@ TEST(ConfigOffload, BadValuesNameTheKeyAndWhatIsAllowed) {
       error_of(load("[zero]\nstage = 1\n[offload]\noptimizer = \"nvme\"\n")),
       "job.toml:4:13: [offload] optimizer = \"nvme\" needs nvme_path, the directory of the nvme tier, but "
       "nvme_path is not set");
+  EXPECT_EQ(error_of(load("[zero]\nstage = 3\n[offload]\nparam = \"nvme\"\nnvme_path = \"/tmp/x\"\n")),
+            "job.toml:4:9: [offload] param = \"nvme\" needs optimizer = \"cpu\" or \"nvme\": the offload "
+            "manager updates the parameters it swaps in from NVMe, so the optimizer must run there too");
+  EXPECT_EQ(error_of(load("[zero]\nstage = 3\n[offload]\noptimizer = \"cpu\"\nparam = \"nvme\"\n")),
+            "job.toml:5:9: [offload] param = \"nvme\" needs nvme_path, the directory of the nvme tier, but "
+            "nvme_path is not set");
   EXPECT_EQ(error_of(load("[offload]\nblock_size = 1000\n")),
             "job.toml:2:14: [offload] block_size must be a positive multiple of 4096 (bytes), got 1000");
   EXPECT_EQ(error_of(load("[offload]\nbuffer_count = 1\n")),

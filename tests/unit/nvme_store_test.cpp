@@ -3,13 +3,19 @@
 // (O_DIRECT where it is allowed, buffered where not). The full-disk test mounts a small
 // tmpfs, which needs root; elsewhere it is skipped and says why.
 #include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <string>
 #include <thread>
@@ -110,6 +116,22 @@ std::unique_ptr<AlignedPool> pool_of(std::size_t bytes, std::size_t count) {
   return std::move(*pool);
 }
 
+// A buffer of `pool`, given back when it goes out of scope, an early ASSERT or skip included.
+class Lease {
+ public:
+  explicit Lease(AlignedPool& pool) : pool_(pool), data_(pool.try_acquire()) {}
+  ~Lease() {
+    if (data_ != nullptr) pool_.release(data_);
+  }
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+  std::byte* get() const { return data_; }
+
+ private:
+  AlignedPool& pool_;
+  std::byte* data_;
+};
+
 void fill(std::byte* data, std::size_t bytes, unsigned seed) {
   for (std::size_t i = 0; i < bytes; ++i)
     data[i] = static_cast<std::byte>((i * 131 + seed * 7 + i / 4096) & 0xFF);
@@ -136,6 +158,119 @@ void flip_byte(const std::string& path, off_t offset) {
   b ^= 0x01;
   ASSERT_EQ(::pwrite(fd, &b, 1, offset), 1);
   ::close(fd);
+}
+
+// Holds the inode lock of the file at `path` for as long as the test wants, from inside the
+// kernel: a write(2) to it whose source page is registered with userfaultfd, its fault left
+// unanswered until release(). ext4 and xfs take that lock for every write (and for direct
+// reads), so io_uring parks such requests in its io-wq workers, where they wait on the
+// lock: what a device that completes nothing looks like to the store. Needs userfaultfd for kernel faults
+// (root, or vm.unprivileged_userfaultfd=1); held() says why not when it is unavailable.
+class LockedFile {
+ public:
+  explicit LockedFile(const std::string& path) {
+    uffd_ = static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK));
+    if (uffd_ < 0) {
+      why_not_ = std::string("userfaultfd is unavailable: ") + std::strerror(errno);
+      return;
+    }
+    uffdio_api api{};
+    api.api = UFFD_API;
+    if (::ioctl(uffd_, UFFDIO_API, &api) != 0) {
+      why_not_ = std::string("setting up userfaultfd failed: ") + std::strerror(errno);
+      return;
+    }
+    void* page = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (page == MAP_FAILED) {
+      why_not_ = std::string("mapping a page failed: ") + std::strerror(errno);
+      return;
+    }
+    page_ = page;
+    uffdio_register reg{};
+    reg.range = {reinterpret_cast<uintptr_t>(page_), 4096};
+    reg.mode = UFFDIO_REGISTER_MODE_MISSING;
+    if (::ioctl(uffd_, UFFDIO_REGISTER, &reg) != 0) {
+      why_not_ = std::string("registering a page with userfaultfd failed: ") + std::strerror(errno);
+      return;
+    }
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd_ < 0) {
+      why_not_ = "opening " + path + " failed: " + std::strerror(errno);
+      return;
+    }
+    writer_ = std::thread([this] {
+      written_ = ::pwrite(fd_, page_, 4096, 0);
+      written_errno_ = errno;
+    });
+  }
+  ~LockedFile() { release(); }
+  LockedFile(const LockedFile&) = delete;
+  LockedFile& operator=(const LockedFile&) = delete;
+
+  // Waits (at most `deadline`) until the write is stuck in its fault, inside the lock.
+  // Returns "" then, or why it is not.
+  std::string held(std::chrono::milliseconds deadline) {
+    if (!why_not_.empty()) return why_not_;
+    pollfd p{uffd_, POLLIN, 0};
+    int ready = ::poll(&p, 1, static_cast<int>(deadline.count()));
+    uffd_msg msg{};
+    if (ready != 1 || ::read(uffd_, &msg, sizeof msg) != static_cast<ssize_t>(sizeof msg) ||
+        msg.event != UFFD_EVENT_PAGEFAULT) {
+      release();
+      return "the blocking write did not fault within " + std::to_string(deadline.count()) +
+             " ms (it returned " + std::to_string(written_) + ": " + std::strerror(written_errno_) + ")";
+    }
+    return "";
+  }
+
+  // Answers the fault: the write finishes and lets go of the lock. Idempotent.
+  void release() {
+    if (page_ != nullptr) {
+      uffdio_zeropage zero{};
+      zero.range = {reinterpret_cast<uintptr_t>(page_), 4096};
+      (void)::ioctl(uffd_, UFFDIO_ZEROPAGE, &zero);  // EEXIST when never faulted: fine
+    }
+    if (uffd_ >= 0) ::close(uffd_);  // wakes any fault still waiting, should the ioctl have failed
+    uffd_ = -1;
+    if (writer_.joinable()) writer_.join();
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    if (page_ != nullptr) ::munmap(page_, 4096);
+    page_ = nullptr;
+  }
+
+ private:
+  int uffd_ = -1;
+  int fd_ = -1;
+  void* page_ = nullptr;
+  std::thread writer_;
+  std::string why_not_;
+  ssize_t written_ = -2;
+  int written_errno_ = 0;
+};
+
+// Destroys `store` on another thread and says whether that returned within `deadline`. If it
+// did not, calls `unblock` and waits again, so a hanging destructor fails the test instead of
+// hanging it.
+bool destroyed_within(std::unique_ptr<NvmeStore> store, std::chrono::milliseconds deadline,
+                      const std::function<void()>& unblock) {
+  auto returned = std::make_shared<std::promise<void>>();
+  auto future = returned->get_future();
+  std::thread destroyer([s = std::move(store), returned]() mutable {
+    s.reset();
+    returned->set_value();
+  });
+  bool in_time = future.wait_for(deadline) == std::future_status::ready;
+  if (!in_time) {
+    unblock();
+    if (future.wait_for(30s) != std::future_status::ready) {
+      destroyer.detach();
+      ADD_FAILURE() << "the NvmeStore destructor did not return even after the stuck request was unblocked";
+      return false;
+    }
+  }
+  destroyer.join();
+  return in_time;
 }
 
 TEST(Crc32c, MatchesTheStandardCheckValueAndExtends) {
@@ -489,6 +624,131 @@ TEST(NvmeStore, AFullDiskGivesAClearErrorAndNothingHangs) {
   Status small = write_sync(*store, "small", buffer, 1 << 20);
   EXPECT_TRUE(small.ok()) << message(small);
   pool->release(buffer);
+}
+
+TEST(NvmeStore, ARequestTheKernelNeverCompletesFailsAtTheTimeoutAndTheStoreRefusesMore) {
+  TempDir dir;
+  auto options = small_blocks();
+  options.io_timeout = 300ms;
+  auto store = open_store(dir.path(), options);
+  ASSERT_TRUE(store);
+  // The kernel may read `in` for the abandoned write after the store is gone: a write only
+  // reads the buffer, so giving it back to the pool at the end is harmless.
+  auto pool = pool_of(block, 2);
+  Lease in_lease(*pool), out_lease(*pool);
+  std::byte* in = in_lease.get();
+  std::byte* out = out_lease.get();
+  fill(in, block, 12);
+  // Written once first, so that writing it again needs no fallocate (which would wait for
+  // the lock on the completion thread, outside the deadline's reach).
+  ASSERT_TRUE(write_sync(*store, "stuck", in, block).ok());
+  std::string path = store->path_of("stuck");
+  LockedFile lock(path);
+  std::string why_not = lock.held(10s);
+  if (!why_not.empty()) GTEST_SKIP() << "cannot hold the lock of " << path << " in the kernel: " << why_not;
+
+  auto start = std::chrono::steady_clock::now();
+  Done stuck;
+  store->write("stuck", in, block, stuck.callback());
+  Status timed_out = stuck.wait(10s);
+  auto waited = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(timed_out.ok()) << "the write went through although " << path << " was locked";
+  ASSERT_NE(timed_out.error().message, "no callback within the deadline")
+      << "the store never reported the write the kernel held";
+  EXPECT_CONTAINS(timed_out.error().message, "no NVMe request completed within 300 ms");
+  EXPECT_CONTAINS(timed_out.error().message, "writing 65536 bytes at offset 0 of " + path);
+  EXPECT_GE(waited, 300ms);
+  EXPECT_LT(waited, 5s);
+
+  // The store refuses further work at once, naming the new operation and the cause.
+  start = std::chrono::steady_clock::now();
+  Status write_after = write_sync(*store, "after", in, block);
+  Status read_after = read_sync(*store, "stuck", out, block);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  ASSERT_FALSE(write_after.ok());
+  ASSERT_FALSE(read_after.ok());
+  EXPECT_CONTAINS(write_after.error().message,
+                  "writing 65536 bytes of " + store->path_of("after") + " was refused: the NVMe store in " +
+                      dir.path() + " has stopped, because no NVMe request completed within 300 ms");
+  EXPECT_CONTAINS(write_after.error().message, "no NVMe request completed within 300 ms");
+  EXPECT_CONTAINS(read_after.error().message, "reading 65536 bytes of " + path + " was refused");
+  EXPECT_CONTAINS(read_after.error().message, "no NVMe request completed within 300 ms");
+  EXPECT_FALSE(std::filesystem::exists(store->path_of("after")));
+
+  // Destroying the store returns while the kernel still holds the request.
+  EXPECT_TRUE(destroyed_within(std::move(store), 5s, [&] { lock.release(); }))
+      << "the destructor waited for the request the kernel never completed";
+  lock.release();
+}
+
+TEST(NvmeStore, ARequestTheKernelFailsNamesTheOperationAndThePathAndTheStoreGoesOn) {
+  TempDir dir;
+  auto store = open_store(dir.path());
+  ASSERT_TRUE(store);
+  auto pool = pool_of(2 * block, 2);
+  Lease in_lease(*pool), out_lease(*pool);
+  std::byte* in = in_lease.get();
+  std::byte* out = out_lease.get();
+  fill(in, 2 * block, 13);
+  ASSERT_TRUE(write_sync(*store, "fault", in, 2 * block).ok());
+  // Page-aligned memory the kernel may not write: each read request into it fails with EFAULT.
+  // (Not a write from unreadable memory: the store itself reads the caller's bytes for the checksums.)
+  void* mapped = ::mmap(nullptr, 2 * block, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mapped, MAP_FAILED);
+  Status read = read_sync(*store, "fault", mapped, 2 * block);
+  ::munmap(mapped, 2 * block);
+  ASSERT_FALSE(read.ok());
+  EXPECT_CONTAINS(read.error().message, "reading 65536 bytes at offset ");
+  EXPECT_CONTAINS(read.error().message, " of " + store->path_of("fault") + " failed: Bad address");
+
+  // One failed request breaks nothing else: the key reads back whole.
+  Status again = read_sync(*store, "fault", out, 2 * block);
+  ASSERT_TRUE(again.ok()) << message(again);
+  EXPECT_EQ(std::memcmp(in, out, 2 * block), 0);
+
+  // A data file deleted behind the store's back: its index is there, its data is not.
+  ASSERT_EQ(::unlink(store->path_of("fault").c_str()), 0);
+  Status deleted = read_sync(*store, "fault", out, 2 * block);
+  ASSERT_FALSE(deleted.ok());
+  EXPECT_EQ(deleted.error().message,
+            "opening " + store->path_of("fault") + " for reading failed: No such file or directory");
+}
+
+TEST(NvmeStore, AWriteIntoADirectoryMadeReadOnlyAfterOpenFailsNamingThePath) {
+  TempDir dir;
+  std::string target = dir.path() + "/tier";
+  ASSERT_EQ(::mkdir(target.c_str(), 0755), 0);
+  // Root writes through permission bits, so for root the directory is a tmpfs remounted read-only.
+  std::unique_ptr<TmpfsMount> mount;
+  if (::geteuid() == 0) {
+    mount = std::make_unique<TmpfsMount>(target, "size=4m");
+    if (!mount->mounted()) GTEST_SKIP() << "running as root and cannot mount a tmpfs: " << mount->error();
+  }
+  auto store = open_store(target);
+  ASSERT_TRUE(store);
+  auto pool = pool_of(block, 1);
+  Lease lease(*pool);
+  std::byte* buffer = lease.get();
+  fill(buffer, block, 14);
+  ASSERT_TRUE(write_sync(*store, "before", buffer, block).ok());
+  if (::geteuid() == 0) {
+    if (::mount(nullptr, target.c_str(), nullptr, MS_REMOUNT | MS_RDONLY, nullptr) != 0)
+      GTEST_SKIP() << "running as root and cannot remount " << target
+                   << " read-only: " << std::strerror(errno);
+  } else {
+    ASSERT_EQ(::chmod(target.c_str(), 0555), 0);
+  }
+  for (const char* key : {"before", "new"}) {
+    Status s = write_sync(*store, key, buffer, block);
+    ASSERT_FALSE(s.ok()) << key;
+    EXPECT_CONTAINS(s.error().message, "writing");
+    EXPECT_CONTAINS(s.error().message, store->path_of(key));
+    EXPECT_CONTAINS(s.error().message, ::geteuid() == 0 ? "Read-only file system" : "Permission denied");
+  }
+  // What was written before still reads back, and the store did not stop.
+  Status read = read_sync(*store, "before", buffer, block);
+  EXPECT_TRUE(read.ok()) << message(read);
+  if (::geteuid() != 0) ::chmod(target.c_str(), 0755);
 }
 
 TEST(NvmeStore, TheIndexFileRejectsDamage) {
