@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -60,7 +61,8 @@ void report(const AdamBenchOptions& o, const char* isa, double best, double medi
 
 }  // namespace
 
-int run_bench_adam(const AdamBenchOptions& o) {
+int run_bench_adam(AdamBenchOptions o) {
+  if (o.threads == 0) o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   Status isa = kernels::select_optimizer_isa();
   if (!isa) {
     std::fprintf(stderr, "troupe: bench adam: %s\n", isa.error().message.c_str());

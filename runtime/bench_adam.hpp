@@ -14,11 +14,11 @@ namespace troupe {
 struct AdamBenchOptions {
   int64_t params = int64_t{1} << 26;  ///< fp32 parameters: 28 bytes of traffic each per step
   int64_t iters = 5;                  ///< timed steps after the warm-up
-  int threads = 1;                    ///< adam_step_parallel's threads (1: inline)
+  int threads = 0;                    ///< adam_step_parallel's threads (1: inline; 0: every hardware thread)
   bool json = false;
 };
 
 /// Runs the benchmark and returns the exit code (errors go to stderr as one sentence).
-int run_bench_adam(const AdamBenchOptions& options);
+int run_bench_adam(AdamBenchOptions options);
 
 }  // namespace troupe

@@ -176,7 +176,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 34));
   bench_adam->add_option("--iters", adam_bench.iters, "timed steps after one warm-up; the best is reported")
       ->check(CLI::Range(int64_t{1}, int64_t{10000}));
-  bench_adam->add_option("--threads", adam_bench.threads, "threads per step (default 1)")
+  bench_adam
+      ->add_option("--threads", adam_bench.threads,
+                   "threads per step (default: every hardware thread, as DeepSpeed's CPU Adam)")
       ->check(CLI::Range(1, 64));
   bench_adam->add_flag("--json", adam_bench.json, "one JSON object");
   bench->get_option("KIND")->required(false);

@@ -1,14 +1,17 @@
-// Two pieces of ZeRO's machinery on their own: the gradient bucket pool (grows when rows
-// interleave, gives the growth back between steps, fails waiters) and stage 3's check that
-// every rank runs the same layers (with a fake all-gather standing in for a second rank).
+// Pieces of ZeRO's machinery on their own: the gradient bucket pool (grows when rows
+// interleave, gives the growth back between steps, fails waiters), stage 3's check that
+// every rank runs the same layers (with a fake all-gather standing in for a second rank),
+// and the issue queue that keeps collectives in program order while reads complete in any.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "actors/zero/bucket_pool.hpp"
+#include "actors/zero/issue_queue.hpp"
 #include "actors/zero/sequence_check.hpp"
 
 namespace troupe {
@@ -16,6 +19,38 @@ namespace {
 
 int64_t communication_bytes(const MemoryLedger& ledger) {
   return ledger.current()[MemoryKind::communication];
+}
+
+TEST(IssueQueue, IssuesGoOutInTheOrderTheirPlacesWereTakenWhateverOrderTheyAreReadyIn) {
+  IssueQueue queue;
+  std::vector<int> out;
+  auto a = queue.reserve([&] { out.push_back(1); });  // a gather waiting for its read
+  queue.issue([&] { out.push_back(2); });             // a reduce-scatter ready at once
+  auto c = queue.reserve([&] { out.push_back(3); });  // another gather
+  EXPECT_TRUE(out.empty()) << "nothing overtakes the first place";
+  EXPECT_EQ(queue.waiting(), 3u);
+  queue.ready(c);  // reads complete out of order
+  EXPECT_TRUE(out.empty());
+  queue.ready(a);
+  EXPECT_EQ(out, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(queue.waiting(), 0u);
+  queue.issue([&] { out.push_back(4); });
+  EXPECT_EQ(out, (std::vector<int>{1, 2, 3, 4})) << "an empty line lets a ready issue go at once";
+}
+
+TEST(IssueQueue, ReadiedFromManyThreadsKeepsTheOrder) {
+  IssueQueue queue;
+  std::vector<int> out;
+  std::vector<IssueQueue::Ticket> tickets;
+  for (int i = 0; i < 200; ++i) tickets.push_back(queue.reserve([&out, i] { out.push_back(i); }));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 199 - t; i >= 0; i -= 4) queue.ready(tickets[static_cast<std::size_t>(i)]);
+    });
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(out.size(), 200u);
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(out[static_cast<std::size_t>(i)], i);
 }
 
 TEST(BucketPool, GrowsWhileEverySlotFillsAndGivesTheGrowthBackBetweenSteps) {
