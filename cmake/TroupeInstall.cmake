@@ -4,6 +4,9 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(TROUPE_LIBRARIES troupe_base troupe_kernels troupe_memory troupe_transport troupe_actors troupe_runtime)
+if(TROUPE_HAVE_CUDA)
+  list(APPEND TROUPE_LIBRARIES troupe_kernels_cuda)
+endif()
 install(TARGETS ${TROUPE_LIBRARIES} EXPORT troupeTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

@@ -17,6 +17,7 @@
 #include "actors/step_driver.hpp"
 #include "memory/nvme_store.hpp"
 #include "runtime/coordinator.hpp"
+#include "runtime/devices.hpp"
 #include "runtime/model/optimizer.hpp"
 #include "runtime/trace_merge.hpp"
 #include "troupe/troupe.hpp"
@@ -129,6 +130,19 @@ Status check_nvme_tier(const std::optional<OffloadOptions>& offload) {
   return {};
 }
 
+// [cluster] device = "cuda": this rank's GPU must exist before anything starts.
+Status usable_gpu(const RankEnvironment& rank) {
+  if (auto usable = check_cuda_devices(rank.local_rank, rank.local_world_size); !usable)
+    return make_error(fmt::format("rank {}: {}", rank.rank, usable.error().message));
+  // The CUDA kernels, streams and memory tiers exist; the stage's LibTorch work on the GPU
+  // needs a LibTorch built with CUDA, and is not wired into the engine yet.
+  return make_error(
+      fmt::format("rank {}: [cluster] device = \"cuda\": GPU {} is usable, but training on it is not "
+                  "available yet in this "
+                  "build (the stage actor runs LibTorch on the CPU); use device = \"cpu\"",
+                  rank.rank, rank.local_rank));
+}
+
 // Every rank starts from rank 0's parameters, whatever its own initialisation did.
 Status broadcast_parameters(Transport& transport, torch::nn::Sequential& layers) {
   torch::NoGradGuard no_grad;
@@ -229,6 +243,7 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   impl->rank = *found;
   if (!trainable.layers || !trainable.loss || !trainable.data)
     return make_error("Engine::make needs layers, a loss function and a data source");
+  if (impl->config.cluster.device == "cuda") TROUPE_TRY(usable_gpu(impl->rank));
   impl->layers = trainable.layers;
   impl->compute_threads = threads_per_rank(impl->config, impl->rank);
   torch::set_num_threads(static_cast<int>(impl->compute_threads));

@@ -17,31 +17,13 @@
 namespace troupe::kernels {
 namespace {
 
+using detail::adam_coefficients;
 using detail::AdamCoefficients;
 using detail::SgdCoefficients;
 using detail::WeightDecay;
 
 // ---- Coefficients: LibTorch keeps the options in double and rounds each scalar to float where
 // it meets a float tensor; doing the same here is what makes the results match.
-
-AdamCoefficients adam_coefficients(const AdamParams& a) {
-  TROUPE_CHECK(a.step >= 1, "adam_step: the step is 1-based and already incremented");
-  double lr = a.lr, wd = a.weight_decay, beta1 = a.beta1, beta2 = a.beta2;
-  double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(a.step));
-  double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(a.step));
-  AdamCoefficients c;
-  c.weight_decay_mode = wd == 0 ? WeightDecay::none : a.decoupled ? WeightDecay::decoupled : WeightDecay::l2;
-  c.decay = static_cast<float>(1 - lr * wd);
-  c.weight_decay = static_cast<float>(a.weight_decay);
-  c.beta1 = static_cast<float>(a.beta1);
-  c.one_minus_beta1 = static_cast<float>(1 - beta1);
-  c.beta2 = static_cast<float>(a.beta2);
-  c.one_minus_beta2 = static_cast<float>(1 - beta2);
-  c.sqrt_bias_correction2 = static_cast<float>(std::sqrt(bias_correction2));
-  c.eps = static_cast<float>(a.eps);
-  c.neg_step_size = static_cast<float>(-(lr / bias_correction1));
-  return c;
-}
 
 SgdCoefficients sgd_coefficients(const SgdParams& s) {
   SgdCoefficients c;
@@ -351,3 +333,26 @@ Status select_optimizer_isa() {
 }
 
 }  // namespace troupe::kernels
+
+namespace troupe::kernels::detail {
+
+AdamCoefficients adam_coefficients(const AdamParams& a) {
+  TROUPE_CHECK(a.step >= 1, "adam_step: the step is 1-based and already incremented");
+  double lr = a.lr, wd = a.weight_decay, beta1 = a.beta1, beta2 = a.beta2;
+  double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(a.step));
+  double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(a.step));
+  AdamCoefficients c;
+  c.weight_decay_mode = wd == 0 ? WeightDecay::none : a.decoupled ? WeightDecay::decoupled : WeightDecay::l2;
+  c.decay = static_cast<float>(1 - lr * wd);
+  c.weight_decay = static_cast<float>(a.weight_decay);
+  c.beta1 = static_cast<float>(a.beta1);
+  c.one_minus_beta1 = static_cast<float>(1 - beta1);
+  c.beta2 = static_cast<float>(a.beta2);
+  c.one_minus_beta2 = static_cast<float>(1 - beta2);
+  c.sqrt_bias_correction2 = static_cast<float>(std::sqrt(bias_correction2));
+  c.eps = static_cast<float>(a.eps);
+  c.neg_step_size = static_cast<float>(-(lr / bias_correction1));
+  return c;
+}
+
+}  // namespace troupe::kernels::detail

@@ -1,5 +1,5 @@
-// Internal to optimizer.cpp and its per-ISA files: the steps' coefficients, rounded to float
-// once, and the entry points of the AVX2 and AVX-512 paths.
+// Internal to optimizer.cpp, its per-ISA files and the CUDA twin (kernels/cuda): the steps' coefficients,
+// rounded to float once, and the entry points of the AVX2 and AVX-512 paths.
 //
 // The per-ISA files are compiled with -mavx2/-mavx512f; they must not odr-use inline library
 // code (std:: templates, inline functions), whose out-of-line copy the linker could then pick
@@ -32,6 +32,9 @@ struct SgdCoefficients {
   bool has_weight_decay = false, has_momentum = false, nesterov = false, first_step = false;
   float weight_decay = 0, momentum = 0, one_minus_dampening = 1, neg_lr = 0;
 };
+
+/// The coefficients of `params`' step (shared by the CPU paths and the CUDA kernel).
+AdamCoefficients adam_coefficients(const AdamParams& params);
 
 void adam_avx2(float* p, const float* g, float* m, float* v, std::size_t n, const AdamCoefficients& c,
                Precision16 copy, void* copy_out);

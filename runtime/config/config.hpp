@@ -23,6 +23,7 @@ struct ClusterConfig {
   double collective_timeout_s = 120;            ///< bound on any one collective
   std::string topology = "auto";                ///< all-reduce: "auto", "flat" or "two_level"
   std::string host_id;                          ///< this machine's identity; empty = host name + boot id
+  std::string device = "cpu";                   ///< "cpu" or "cuda" (one GPU per rank, by local rank)
 };
 
 /// [parallel]: the shape of the job. Only data parallelism exists for now.

@@ -81,6 +81,8 @@ Status resolve_cluster(const ClusterConfig& cluster, const ConfigOrigins& origin
   TROUPE_TRY(
       require(cluster.topology == "auto" || cluster.topology == "flat" || cluster.topology == "two_level",
               origins, "cluster", "topology", cluster.topology));
+  TROUPE_TRY(require(cluster.device == "cpu" || cluster.device == "cuda", origins, "cluster", "device",
+                     cluster.device));
   const std::pair<const char*, double> timeouts[] = {{"bootstrap_timeout_s", cluster.bootstrap_timeout_s},
                                                      {"peer_timeout_s", cluster.peer_timeout_s},
                                                      {"collective_timeout_s", cluster.collective_timeout_s}};

@@ -26,6 +26,7 @@ std::vector<KeySpec> make_key_specs() {
        [](C& c) -> FieldRef { return &c.cluster.topology; }},
       {"cluster", "host_id", "a string (empty = this machine's host name and boot id)",
        [](C& c) -> FieldRef { return &c.cluster.host_id; }},
+      {"cluster", "device", R"(one of "cpu" or "cuda")", [](C& c) -> FieldRef { return &c.cluster.device; }},
 
       {"parallel", "dp", "a non-negative integer (0 = world_size / (pp × tp))",
        [](C& c) -> FieldRef { return &c.parallel.dp; }},

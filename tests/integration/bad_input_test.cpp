@@ -114,6 +114,21 @@ class BusyPort {
   bool ok_ = false;
 };
 
+// Here there is no GPU (or no CUDA in the build): each rank says so and which key asked.
+// On a GPU machine the same run stops at the part of GPU training that is not built yet.
+TEST(BadInput, CudaDeviceWithoutAGpuIsRefusedNamingTheKey) {
+  auto r = testing::run_command(troupe_command(std::string("run ") + TROUPE_SOURCE_DIR +
+                                               "/configs/tiny-gpt.toml --set cluster.device=cuda"
+                                               " --set cluster.coordinator=127.0.0.1:29723"));
+  expect_refused(r, "[cluster] device = \"cuda\"");
+  expect_refused(r, "rank ");
+  bool explained = r.output.find("built without CUDA") != std::string::npos ||
+                   r.output.find("no usable device") != std::string::npos ||
+                   r.output.find("has no CUDA device") != std::string::npos ||
+                   r.output.find("not available yet") != std::string::npos;
+  EXPECT_TRUE(explained) << r.output;
+}
+
 TEST(BadInput, CoordinatorPortInUseIsRefusedBeforeAnyRankStarts) {
   BusyPort busy(29721);
   ASSERT_TRUE(busy.ok());

@@ -13,6 +13,7 @@
 #include "runtime/config/render.hpp"
 #include "runtime/config/resolve.hpp"
 #include "runtime/config/suggest.hpp"
+#include "runtime/devices.hpp"
 
 namespace troupe {
 namespace {
@@ -909,6 +910,28 @@ TEST(ConfigResolve, UnknownTopologyIsRefusedNamingTheAllowedOnes) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("job.toml:2:"), std::string::npos) << r.error().message;
   EXPECT_NE(r.error().message.find("\"two_level\""), std::string::npos) << r.error().message;
+}
+
+// ---- [cluster] device ----
+
+TEST(ConfigDevice, CpuOrCudaAndNothingElse) {
+  auto cuda = load("[cluster]\ndevice = \"cuda\"\n[batch]\nmicro_batch_size = 2\n");
+  ASSERT_TRUE(cuda.ok()) << cuda.error().message;
+  EXPECT_EQ(cuda->cluster.device, "cuda");
+  EXPECT_EQ(error_of(load("[cluster]\ndevice = \"gpu\"\n[batch]\nmicro_batch_size = 2\n")),
+            "job.toml:2:10: [cluster] device must be one of \"cpu\" or \"cuda\", got \"gpu\"");
+}
+
+TEST(Devices, OneGpuPerLocalRankOrAClearError) {
+  EXPECT_TRUE(check_cuda_devices(Result<int>(2), 1, 2).ok());
+  EXPECT_EQ(
+      check_cuda_devices(Result<int>(1), 1, 2).error().message,
+      "[cluster] device = \"cuda\" gives each rank a GPU of its own, but this host runs 2 ranks and has 1 "
+      "CUDA device (local rank 1 has none); run at most 1 rank per host or use device = \"cpu\"");
+  EXPECT_EQ(check_cuda_devices(Result<int>(0), 0, 1).error().message,
+            "[cluster] device = \"cuda\", but this host has no CUDA device; use device = \"cpu\"");
+  EXPECT_EQ(check_cuda_devices(Result<int>(make_error("no driver")), 0, 1).error().message,
+            "[cluster] device = \"cuda\", but no driver; use device = \"cpu\"");
 }
 
 // ---- [offload] ----

@@ -1,4 +1,5 @@
-// Reduction kernels and 16-bit conversions against LibTorch's own bf16 and fp16.
+// Reduction kernels, 16-bit conversions and the precision kernels (the CPU twins of the CUDA
+// kernels) against LibTorch's own bf16, fp16 and isfinite.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -7,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/precision.hpp"
 #include "kernels/cpu/reduce.hpp"
 
 namespace troupe {
@@ -80,6 +82,46 @@ TEST(Kernels, Fp32AddAndScaleMatchLibTorch) {
   EXPECT_TRUE(torch::equal(got, a + b));
   kernels::scale(got.data_ptr<float>(), 4099, 0.5f);
   EXPECT_TRUE(torch::equal(got, (a + b) * 0.5f));
+}
+
+}  // namespace
+}  // namespace troupe
+
+namespace troupe {
+namespace {
+
+TEST(PrecisionKernels, CastsMatchLibTorchBitForBitBothWays) {
+  torch::Tensor x = torch::cat({torch::randn({10007}) * 1000, torch::randn({1000}) * 1e-6,
+                                torch::tensor({0.0f, -0.0f, 65520.0f, 1e30f, -INFINITY, INFINITY})});
+  auto n = static_cast<std::size_t>(x.numel());
+  for (auto [type, dtype] :
+       {std::pair{DataType::bf16, torch::kBFloat16}, std::pair{DataType::f16, torch::kHalf}}) {
+    torch::Tensor narrow = torch::empty({x.numel()}, dtype);
+    kernels::cast_from_f32(x.data_ptr<float>(), narrow.data_ptr(), n, type);
+    EXPECT_TRUE(torch::equal(narrow, x.to(dtype))) << data_type_name(type);
+    torch::Tensor wide = torch::empty({x.numel()});
+    kernels::cast_to_f32(narrow.data_ptr(), type, wide.data_ptr<float>(), n);
+    EXPECT_TRUE(torch::equal(wide, narrow.to(torch::kFloat))) << data_type_name(type);
+  }
+  torch::Tensor copy = torch::empty({x.numel()});
+  kernels::cast_from_f32(x.data_ptr<float>(), copy.data_ptr(), n, DataType::f32);
+  EXPECT_TRUE(torch::equal(copy, x));
+}
+
+TEST(PrecisionKernels, NonfiniteIsFoundWhereverItIsLikeLibTorchIsfinite) {
+  for (float bad : {INFINITY, -INFINITY, NAN}) {
+    for (int64_t at : {0, 1, 4095, 9999}) {
+      torch::Tensor x = torch::randn({10000}) * 1e30;
+      x[at] = bad;
+      EXPECT_EQ(kernels::has_nonfinite(x.data_ptr<float>(), 10000), !torch::isfinite(x).all().item<bool>())
+          << bad << " at " << at;
+      EXPECT_TRUE(kernels::has_nonfinite(x.data_ptr<float>(), 10000));
+      EXPECT_EQ(kernels::has_nonfinite(x.data_ptr<float>(), static_cast<std::size_t>(at)), false)
+          << "only the first " << at << " elements";
+    }
+  }
+  torch::Tensor big = torch::full({100}, 3.4e38f);
+  EXPECT_FALSE(kernels::has_nonfinite(big.data_ptr<float>(), 100)) << "large but finite";
 }
 
 }  // namespace

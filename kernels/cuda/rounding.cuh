@@ -1,0 +1,32 @@
+// fp32 → bf16/fp16 bit patterns on the device, rounded to nearest even with NaN kept a NaN:
+// the same results as the CPU's float_to_bf16/float_to_f16 (kernels/cpu/reduce.hpp).
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace troupe::kernels::cuda {
+
+__device__ inline uint16_t to_bf16_bits(float x) {
+  uint32_t bits = __float_as_uint(x);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);  // quiet NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+__device__ inline uint16_t to_f16_bits(float x) {
+  uint32_t bits = __float_as_uint(x);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>(((bits >> 16) & 0x8000u) | 0x7e00u);
+  return __half_as_ushort(__float2half_rn(x));
+}
+
+__device__ inline float from_bf16_bits(uint16_t h) {
+  return __uint_as_float(static_cast<uint32_t>(h) << 16);
+}
+
+__device__ inline float from_f16_bits(uint16_t h) {
+  return __half2float(__ushort_as_half(h));
+}
+
+}  // namespace troupe::kernels::cuda
