@@ -11,6 +11,7 @@ struct Event::State {
   std::condition_variable done_cv;
   bool done = false;
   std::vector<std::function<void()>> callbacks;
+  std::shared_ptr<void> device_event;
 };
 
 Event::Event() : state_(std::make_shared<State>()) {}
@@ -45,6 +46,16 @@ void Event::complete() const {
 void Event::wait() const {
   std::unique_lock<std::mutex> lock(state_->mutex);
   state_->done_cv.wait(lock, [this] { return state_->done; });
+}
+
+void* Event::device_event() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->device_event.get();
+}
+
+void Event::set_device_event(std::shared_ptr<void> event) const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->device_event = std::move(event);
 }
 
 void Stream::notify(const Event& event, caf::actor actor, caf::message message) {

@@ -2,10 +2,10 @@
 // finished. Work enqueued on one stream runs in order; actors never block on it —
 // they ask for a message when an Event completes (notify).
 //
-// CpuStream runs its work on one dedicated thread with a FIFO queue. A CUDA stream
-// fits the same interface: enqueue launches on a cudaStream_t, record() records a
-// cudaEvent, wait() is cudaStreamWaitEvent, and notify() uses cudaLaunchHostFunc whose
-// callback only sends the message.
+// CpuStream runs its work on one dedicated thread with a FIFO queue. CudaStream
+// (actors/cuda_stream.hpp) fits the same interface: enqueue launches on a cudaStream_t,
+// record() records a cudaEvent and completes the Event from a cudaLaunchHostFunc
+// callback (which only completes it: no CUDA call), wait() is cudaStreamWaitEvent.
 //
 // Streams of a rank, and what each overlaps with:
 //   compute — forward, backward and optimizer steps; overlaps with comm (the
@@ -42,6 +42,12 @@ class Event {
   void complete() const;
   /// Blocks until complete. Only for stream threads and tests, never for an actor.
   void wait() const;
+
+  /// The device event behind it (a cudaEvent_t on a CudaStream), so another device stream
+  /// can wait on the device instead of the host; null for host work. For stream
+  /// implementations.
+  void* device_event() const;
+  void set_device_event(std::shared_ptr<void> event) const;
 
  private:
   struct State;
