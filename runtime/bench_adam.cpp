@@ -62,6 +62,7 @@ void report(const AdamBenchOptions& o, const char* isa, double best, double medi
 }  // namespace
 
 int run_bench_adam(AdamBenchOptions o) {
+  if (o.device == "cuda") return run_bench_cuda_adam(o);
   if (o.threads == 0) o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   Status isa = kernels::select_optimizer_isa();
   if (!isa) {

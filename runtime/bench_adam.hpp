@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace troupe {
 
@@ -16,7 +17,15 @@ struct AdamBenchOptions {
   int64_t iters = 5;                  ///< timed steps after the warm-up
   int threads = 0;                    ///< adam_step_parallel's threads (1: inline; 0: every hardware thread)
   bool json = false;
+  std::string device = "cpu";  ///< "cuda": the CUDA kernel on GPU 0 (runtime/bench_cuda_adam.cpp)
 };
+
+/// `--device cuda`: the fused CUDA AdamW over device buffers, timed with CUDA events, beside
+/// the device's own copy bandwidth (a device-to-device cudaMemcpy, read + write counted) as
+/// the memory bound. Prints
+///   bench=adam device=cuda params=N Mparams_per_s=X GBps=Y copy_GBps=Z fraction_of_copy=F
+/// An error sentence (exit 2) where this build has no CUDA or there is no GPU.
+int run_bench_cuda_adam(const AdamBenchOptions& options);
 
 /// Runs the benchmark and returns the exit code (errors go to stderr as one sentence).
 int run_bench_adam(AdamBenchOptions options);

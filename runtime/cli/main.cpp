@@ -181,6 +181,8 @@ int main(int argc, char** argv) {
                    "threads per step (default: every hardware thread, as DeepSpeed's CPU Adam)")
       ->check(CLI::Range(1, 64));
   bench_adam->add_flag("--json", adam_bench.json, "one JSON object");
+  bench_adam->add_option("--device", adam_bench.device, "cpu (the fused CPU kernel) or cuda (GPU 0)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   bench->get_option("KIND")->required(false);
 
   CLI11_PARSE(app, argc, argv);
