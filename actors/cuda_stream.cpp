@@ -91,6 +91,12 @@ void CudaStream::enqueue(std::string label, std::function<void()> work) {
           label);
 }
 
+void CudaStream::copy(void* destination, const void* source, std::size_t bytes, std::string label) {
+  enqueue(std::move(label), [&] {
+    check(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, as_stream(stream_)), "a copy");
+  });
+}
+
 Event CudaStream::record() {
   Event event;
   check(cudaSetDevice(device_), "selecting the device");

@@ -40,6 +40,10 @@ class CudaStream final : public Stream {
   Event record() override;
   void wait(const Event& event) override;
 
+  /// Enqueues an asynchronous copy of `bytes` (host or device memory either way, told
+  /// apart by the CUDA runtime; host memory should be pinned, e.g. a PinnedPool's).
+  void copy(void* destination, const void* source, std::size_t bytes, std::string label);
+
   /// The cudaStream_t, for launches inside enqueued work.
   void* native() const { return stream_; }
   int device() const { return device_; }

@@ -52,6 +52,8 @@ class AlignedPool {
   std::size_t buffer_bytes() const { return buffer_bytes_; }
   std::size_t count() const { return count_; }
   std::size_t available() const;
+  /// The one allocation behind every buffer (count × buffer_bytes), e.g. to pin it for DMA.
+  std::byte* slab() const { return slab_; }
 
  private:
   AlignedPool(AlignedPoolOptions options, std::byte* slab, std::size_t buffer_bytes);
