@@ -36,7 +36,7 @@ cat "$out/machine.txt"
 
 step configure 300 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90
 # The CUDA tests first (they need little of LibTorch), then the troupe program.
-step build-gpu-tests 600 ninja -C build-gpu -j"$jobs" cuda_kernels_test cuda_stream_test cuda_memory_test
+step build-gpu-tests 600 ninja -C build-gpu -j"$jobs" cuda_kernels_test cuda_stream_test cuda_memory_test nccl_test
 step gpu-tests 600 ctest --test-dir build-gpu -L gpu --output-on-failure --timeout 300
 step build-troupe 600 ninja -C build-gpu -j"$jobs" troupe
 # CUDA AdamW against the device's copy bandwidth; the CPU kernel on the same machine beside it.
