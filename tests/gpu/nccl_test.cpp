@@ -8,6 +8,11 @@
 #include <chrono>
 #include <numeric>
 
+#include <caf/all.hpp>
+
+#include "actors/device_comm.hpp"
+#include "actors/protocol/comm.hpp"
+#include "actors/protocol/device_comm.hpp"
 #include "tests/gpu/gpu_test_support.hpp"
 #include "transport/nccl_group.hpp"
 
@@ -49,6 +54,49 @@ TEST(Nccl, AGroupBootstrappedOverTheTransportRunsEveryCollective) {
   cudaStreamDestroy(stream);
   g.abort();
   EXPECT_FALSE(g.all_reduce(data.get(), 1, DataType::f32, ReduceOp::sum, nullptr).ok()) << "aborted";
+}
+
+// The device comm actor issues a request on its comm stream after the producer's event and
+// answers with collective_done once the GPU ran it, letting the buffer's owner go first.
+TEST(Nccl, TheDeviceCommActorAnswersWhenTheGpuRanTheCollective) {
+  TROUPE_SKIP_WITHOUT_GPU();
+  auto transport = world_of_one(29732);
+  ASSERT_NE(transport, nullptr);
+  auto group = NcclGroup::create(*transport, 0, std::chrono::seconds(60));
+  ASSERT_TRUE(group.ok()) << group.error().message;
+  auto stream = CudaStream::make("comm", 0, CudaStream::Priority::high, nullptr,
+                                 [](const std::string& what) { ADD_FAILURE() << what; });
+  ASSERT_TRUE(stream.ok()) << stream.error().message;
+  caf::actor_system_config config;
+  caf::actor_system system{config};
+  caf::actor comm = spawn_device_comm(system, std::move(*group), std::move(*stream));
+  auto data = std::make_shared<DeviceArray<float>>(std::vector<float>(4096, 3.0f));
+  std::weak_ptr<DeviceArray<float>> watch = data;
+  device_collective_request r;
+  r.tag = 42;
+  r.kind = DeviceCollective::all_reduce;
+  r.input = r.output = data->get();
+  r.count = 4096;
+  r.op = ReduceOp::sum;
+  r.ready.complete();  // produced by host work that already finished
+  r.keep = data;
+  float* device = data->get();
+  data.reset();
+  caf::scoped_actor self{system};
+  r.reply_to = caf::actor{self};
+  self->send(comm, std::move(r));
+  int64_t tag = -1;
+  bool released = false;
+  self->receive(
+      [&](collective_done& d) {
+        tag = d.error.empty() ? static_cast<int64_t>(d.tag) : -2;
+        released = watch.expired();
+      },
+      caf::after(std::chrono::seconds(60)) >> [] {});
+  EXPECT_EQ(tag, 42);
+  EXPECT_TRUE(released) << "the owner is let go before the requester hears";
+  (void)device;
+  caf::anon_send_exit(comm, caf::exit_reason::user_shutdown);
 }
 
 }  // namespace

@@ -1,0 +1,87 @@
+#include "actors/device_comm.hpp"
+
+#include <caf/all.hpp>
+
+#include <fmt/format.h>
+
+#include "actors/protocol/comm.hpp"
+#include "actors/protocol/device_comm.hpp"
+
+namespace troupe {
+namespace {
+
+struct DeviceCommState {
+  std::shared_ptr<NcclGroup> group;
+  std::shared_ptr<CudaStream> stream;  // after the group: destroyed (and drained) first
+  static inline const char* name = "device_comm";
+};
+using DeviceComm = caf::stateful_actor<DeviceCommState>;
+
+const char* name_of(DeviceCollective kind) {
+  switch (kind) {
+    case DeviceCollective::all_reduce:
+      return "all_reduce";
+    case DeviceCollective::reduce_scatter:
+      return "reduce_scatter";
+    case DeviceCollective::all_gather:
+      return "all_gather";
+    case DeviceCollective::broadcast:
+      return "broadcast";
+  }
+  return "collective";
+}
+
+Status launch(NcclGroup& group, const device_collective_request& r, void* stream) {
+  switch (r.kind) {
+    case DeviceCollective::all_reduce:
+      return group.all_reduce(r.output, r.count, r.type, r.op, stream);
+    case DeviceCollective::reduce_scatter:
+      return group.reduce_scatter(r.input, r.output, r.count, r.type, r.op, stream);
+    case DeviceCollective::all_gather:
+      return group.all_gather(r.input, r.output, r.count, r.type, stream);
+    case DeviceCollective::broadcast:
+      return group.broadcast(r.output, r.count, r.type, r.root, stream);
+  }
+  return make_error("an unknown device collective");
+}
+
+void issue(DeviceComm* self, device_collective_request& r) {
+  auto& s = self->state;
+  s.stream->wait(r.ready);
+  auto launched = std::make_shared<Status>();
+  std::string label = fmt::format("nccl {} {} B", name_of(r.kind), r.count * element_bytes(r.type));
+  s.stream->enqueue(label, [&] { *launched = launch(*s.group, r, s.stream->native()); });
+  if (!*launched) {
+    caf::anon_send(r.reply_to, collective_done{r.tag, launched->error().message});
+    return;
+  }
+  // On the driver's callback thread: only a message send (no CUDA call, so no freeing).
+  s.stream->record().on_complete(
+      [me = caf::actor_cast<caf::actor>(self),
+       finished = device_collective_finished{r.tag, r.reply_to, std::move(r.keep)}]() mutable {
+        caf::anon_send(me, std::move(finished));  // moved: nothing of `keep` stays on this thread
+      });
+}
+
+caf::behavior device_comm_behavior(DeviceComm* self, std::shared_ptr<NcclGroup> group,
+                                   std::shared_ptr<CudaStream> stream) {
+  self->state.group = std::move(group);
+  self->state.stream = std::move(stream);
+  return {
+      [=](device_collective_request& r) { issue(self, r); },
+      [=](device_collective_finished& f) {
+        f.keep.reset();  // the device memory may go before the requester hears of it
+        self->send(f.reply_to, collective_done{f.tag, ""});
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_device_comm(caf::actor_system& system, std::unique_ptr<NcclGroup> group,
+                             std::unique_ptr<CudaStream> stream) {
+  return system.spawn(device_comm_behavior, std::shared_ptr<NcclGroup>(std::move(group)),
+                      std::shared_ptr<CudaStream>(std::move(stream)));
+}
+
+}  // namespace troupe

@@ -1,0 +1,24 @@
+// The device comm actor: the one issuer of a GPU rank's NCCL collectives (NCCL needs one
+// thread per communicator and the same order on every rank). Requests are issued in the
+// order they arrive — the stage issues them through its IssueQueue, in program order — on
+// the rank's comm stream, each after the event that made its input ready; completion
+// comes back as collective_done through a host callback of the comm stream, so no thread
+// ever blocks on the GPU. A failed launch answers with the error; the actor goes on.
+// Protocol: actors/protocol/device_comm.hpp.
+#pragma once
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include <memory>
+
+#include "actors/cuda_stream.hpp"
+#include "transport/nccl_group.hpp"
+
+namespace troupe {
+
+/// The actor owns `group` and `stream` (the rank's comm stream).
+caf::actor spawn_device_comm(caf::actor_system& system, std::unique_ptr<NcclGroup> group,
+                             std::unique_ptr<CudaStream> stream);
+
+}  // namespace troupe
