@@ -3,7 +3,10 @@
 #include <cuda_runtime_api.h>
 
 #include <chrono>
+#include <map>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -28,6 +31,34 @@ cudaError_t launch_host(cudaStream_t stream, std::function<void()> run) {
   cudaError_t e = cudaLaunchHostFunc(stream, &HostCall::trampoline, call);
   if (e != cudaSuccess) delete call;
   return e;
+}
+
+// Device events whose last Event went away. An Event may die in a host callback on the
+// driver's thread, where no CUDA call is allowed, so dropping one only files it here; the
+// next record() on that device reuses it (a pool), from an ordinary thread.
+class EventPool {
+ public:
+  void give_back(int device, cudaEvent_t event) {
+    std::lock_guard lock(mutex_);
+    free_[device].push_back(event);
+  }
+  cudaEvent_t take(int device) {
+    std::lock_guard lock(mutex_);
+    auto& events = free_[device];
+    if (events.empty()) return nullptr;
+    cudaEvent_t e = events.back();
+    events.pop_back();
+    return e;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<int, std::vector<cudaEvent_t>> free_;
+};
+
+EventPool& event_pool() {
+  static EventPool* pool = new EventPool();  // never destroyed: events may come back at exit
+  return *pool;
 }
 
 }  // namespace
@@ -100,13 +131,16 @@ void CudaStream::copy(void* destination, const void* source, std::size_t bytes, 
 Event CudaStream::record() {
   Event event;
   check(cudaSetDevice(device_), "selecting the device");
-  cudaEvent_t native = nullptr;
-  if (cudaError_t e = cudaEventCreateWithFlags(&native, cudaEventDisableTiming); e == cudaSuccess) {
-    event.set_device_event(
-        std::shared_ptr<void>(native, [](void* ev) { cudaEventDestroy(static_cast<cudaEvent_t>(ev)); }));
+  cudaEvent_t native = event_pool().take(device_);
+  cudaError_t made =
+      native != nullptr ? cudaSuccess : cudaEventCreateWithFlags(&native, cudaEventDisableTiming);
+  if (made == cudaSuccess) {
+    event.set_device_event(std::shared_ptr<void>(native, [device = device_](void* ev) {
+      event_pool().give_back(device, static_cast<cudaEvent_t>(ev));
+    }));
     check(cudaEventRecord(native, as_stream(stream_)), "recording an event");
   } else {
-    check(e, "creating an event");
+    check(made, "creating an event");
   }
   check(launch_host(as_stream(stream_), [event] { event.complete(); }), "launching the completion callback");
   return event;

@@ -6,7 +6,9 @@
 //            host functions around it stamp the span the GPU spent on it for the trace.
 //   record   records a cudaEvent and completes the Event from a cudaLaunchHostFunc
 //            callback on the driver's thread; that callback makes no CUDA call: it only
-//            marks the Event done and runs its callbacks (message sends).
+//            marks the Event done and runs its callbacks (message sends). Device events
+//            are pooled per device, so an Event dropped inside such a callback destroys
+//            nothing there.
 //   wait     on an Event of a device stream: cudaStreamWaitEvent, the dependency stays on
 //            the GPU; on a host Event (a CpuStream's): a host function holds this stream
 //            until that event completes.
