@@ -81,9 +81,18 @@ void NcclGroup::abort() {
   ncclCommAbort(as_comm(comm_));
 }
 
+// A non-blocking communicator may answer ncclInProgress while it enqueues: poll until the
+// call has settled (bounded), as NCCL asks before the next call on the communicator.
 Status NcclGroup::check(int result, const char* what) {
   auto r = static_cast<ncclResult_t>(result);
-  if (r == ncclSuccess || r == ncclInProgress) return {};
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (r == ncclInProgress && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+    ncclCommGetAsyncError(as_comm(comm_), &r);
+  }
+  if (r == ncclSuccess) return {};
+  if (r == ncclInProgress)
+    return make_error(fmt::format("NCCL {} on rank {} was still being enqueued after 60 s", what, rank_));
   return make_error(fmt::format("NCCL {} on rank {} failed: {}", what, rank_, ncclGetErrorString(r)));
 }
 
