@@ -60,6 +60,25 @@ void let_go(Status status, Buffers& buffers, FailedBuffers& failed) {
   buffers.clear();
 }
 
+// The buffer handles of a request, moved out of it into the completion's list. Never
+// `Buffers{std::move(a.owner), ...}`: a braced list is a std::initializer_list, whose
+// elements the vector can only copy, and those copies live on this agent's thread until
+// the end of the full-expression, after the transport call. By then the collective may
+// have completed on the progress thread, let its handles go and told the requester,
+// which frees the buffer next: with this thread descheduled, a gathered ZeRO stage-3
+// row outlived its release and one extra row showed in the step's memory peak.
+Buffers take(BufferSpan& span) {
+  Buffers buffers;
+  buffers.push_back(std::move(span.owner));
+  return buffers;
+}
+
+Buffers take(BufferSpan& first, BufferSpan& second) {
+  Buffers buffers = take(first);
+  buffers.push_back(std::move(second.owner));
+  return buffers;
+}
+
 Completion reply(Tracer* tracer, std::string label, caf::actor to, uint64_t tag, Buffers keep,
                  std::shared_ptr<FailedBuffers> failed) {
   int64_t start_us = tracer ? Tracer::now_us() : 0;
@@ -112,50 +131,46 @@ caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> tr
         Tracer::Scope span(tracer, "comm_agent", "incoming_frame");
         route_in(self, f);
       },
-      // Each request's buffer handles move into the completion (pointers are taken first):
-      // the request message must not keep a buffer alive after the collective completes,
-      // even while this agent's thread is descheduled.
+      // Each request's buffer handles move into the completion (pointers are taken first),
+      // which is made before the transport is called: neither the request message nor
+      // anything on this agent's thread may keep a buffer alive once the collective can
+      // complete, even while this thread is descheduled (see take()).
       [=](all_reduce_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "all_reduce_request");
         auto label = fmt::format("all_reduce {} B", r.buffer.count * element_bytes(r.buffer.type));
         void* data = r.buffer.data();
-        self->state.transport->all_reduce(
-            data, r.buffer.count, r.buffer.type, r.op,
-            reply(tracer, std::move(label), r.reply_to, r.tag, Buffers{std::move(r.buffer.owner)},
-                  self->state.failed_buffers),
-            r.comm);
+        Completion done =
+            reply(tracer, std::move(label), r.reply_to, r.tag, take(r.buffer), self->state.failed_buffers);
+        self->state.transport->all_reduce(data, r.buffer.count, r.buffer.type, r.op, std::move(done), r.comm);
       },
       [=](reduce_scatter_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "reduce_scatter_request");
         auto label = fmt::format("reduce_scatter {} B", r.output.count * element_bytes(r.output.type));
         const void* input = r.input.data();
         void* output = r.output.data();
-        self->state.transport->reduce_scatter(
-            input, output, r.output.count, r.output.type, r.op,
-            reply(tracer, std::move(label), r.reply_to, r.tag,
-                  Buffers{std::move(r.input.owner), std::move(r.output.owner)}, self->state.failed_buffers),
-            r.comm);
+        Completion done = reply(tracer, std::move(label), r.reply_to, r.tag, take(r.input, r.output),
+                                self->state.failed_buffers);
+        self->state.transport->reduce_scatter(input, output, r.output.count, r.output.type, r.op,
+                                              std::move(done), r.comm);
       },
       [=](all_gather_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "all_gather_request");
         auto label = fmt::format("all_gather {} B", r.input.count * element_bytes(r.input.type));
         const void* input = r.input.data();
         void* output = r.output.data();
-        self->state.transport->all_gather(
-            input, output, r.input.count, r.input.type,
-            reply(tracer, std::move(label), r.reply_to, r.tag,
-                  Buffers{std::move(r.input.owner), std::move(r.output.owner)}, self->state.failed_buffers),
-            r.comm);
+        Completion done = reply(tracer, std::move(label), r.reply_to, r.tag, take(r.input, r.output),
+                                self->state.failed_buffers);
+        self->state.transport->all_gather(input, output, r.input.count, r.input.type, std::move(done),
+                                          r.comm);
       },
       [=](broadcast_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "broadcast_request");
         auto label = fmt::format("broadcast {} B", r.buffer.count * element_bytes(r.buffer.type));
         void* data = r.buffer.data();
-        self->state.transport->broadcast(
-            data, r.buffer.count, r.buffer.type, r.root,
-            reply(tracer, std::move(label), r.reply_to, r.tag, Buffers{std::move(r.buffer.owner)},
-                  self->state.failed_buffers),
-            r.comm);
+        Completion done =
+            reply(tracer, std::move(label), r.reply_to, r.tag, take(r.buffer), self->state.failed_buffers);
+        self->state.transport->broadcast(data, r.buffer.count, r.buffer.type, r.root, std::move(done),
+                                         r.comm);
       },
       [=](barrier_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "barrier_request");

@@ -1,11 +1,20 @@
 // The comm agent's protocol in a world of one rank: every collective request returns at
 // once and completes with a collective_done message carrying the requester's tag; actor
-// messages to a registered (role, index) arrive, those to unknown ones are dropped.
+// messages to a registered (role, index) arrive, those to unknown ones are dropped; a
+// collective's buffers are freed before its requester hears that it is done.
 #include <gtest/gtest.h>
+
+#include <sched.h>
 
 #include <caf/all.hpp>
 
 #include <chrono>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "actors/comm_agent.hpp"
 #include "actors/protocol/comm.hpp"
@@ -77,6 +86,111 @@ TEST_F(CommAgentTest, MessagesReachTheActorRegisteredUnderTheirAddress) {
   int64_t got = 0;
   self->receive([&](int64_t v) { got = v; }, caf::after(wait_bound) >> [] {});
   EXPECT_EQ(got, 42);
+}
+
+// Pins the calling thread, and the threads it makes from now on, to its first CPU; the
+// thread's CPUs are as before again when this goes.
+class OneCpu {
+ public:
+  OneCpu() {
+    if (sched_getaffinity(0, sizeof before_, &before_) != 0) return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+      if (CPU_ISSET(cpu, &before_)) {
+        CPU_SET(cpu, &one);
+        break;
+      }
+    pinned_ = sched_setaffinity(0, sizeof one, &one) == 0;
+  }
+  ~OneCpu() {
+    if (pinned_) sched_setaffinity(0, sizeof before_, &before_);
+  }
+  OneCpu(const OneCpu&) = delete;
+  OneCpu& operator=(const OneCpu&) = delete;
+  bool pinned() const { return pinned_; }
+
+ private:
+  cpu_set_t before_{};
+  bool pinned_ = false;
+};
+
+// The agent lets a collective's buffers go before the requester hears that it is done,
+// and keeps no other handle to them: a requester that dropped its own then finds them
+// freed (ZeRO stage 3 frees a gathered row this way, and the step's memory peak counts
+// it). A handle the agent's thread still held after its call into the transport would
+// be let go only when that thread runs on, after the progress thread may have completed
+// the collective; so here the agent's thread is made to run on last: every thread of
+// the test shares one CPU and the actor system's one scheduler thread, which runs the
+// agent, only gets it when nothing else wants it. Then such a handle is caught every time.
+TEST(CommAgentBuffers, ACollectivesBuffersAreFreedBeforeItsRequesterHearsItIsDone) {
+  OneCpu one_cpu;  // before the actor system and the transport: their threads share it
+  caf::actor_system_config config;
+  config.set("scheduler.max-threads", 1);
+  caf::actor_system system{config};
+  auto transport = Transport::make(TransportOptions{});
+  ASSERT_TRUE(transport.ok()) << transport.error().message;
+  caf::actor agent = spawn_comm_agent(system, std::shared_ptr<Transport>(std::move(*transport)), nullptr);
+  caf::scoped_actor self{system};
+  auto idle = system.spawn([]() -> caf::behavior {
+    return {[](int32_t) {
+      sched_param none{};
+      return int32_t{sched_setscheduler(0, SCHED_IDLE, &none)};
+    }};
+  });
+  int32_t made_idle = -1;
+  self->request(idle, wait_bound, int32_t{0})
+      .receive([&](int32_t rc) { made_idle = rc; }, [](caf::error&) {});
+  if (!one_cpu.pinned() || made_idle != 0)
+    std::printf(
+        "note: the agent's thread could not be made to run last (pinned %d, idle %d): a "
+        "late handle would be caught only by chance\n",
+        one_cpu.pinned(), made_idle);
+
+  using Request = std::function<caf::message(BufferSpan in, BufferSpan out, caf::actor me)>;
+  const std::vector<std::pair<std::string, Request>> requests = {
+      {"all_reduce",
+       [](BufferSpan in, BufferSpan, caf::actor me) {
+         return caf::make_message(
+             all_reduce_request{1, std::move(in), ReduceOp::sum, world_communicator, me});
+       }},
+      {"reduce_scatter",
+       [](BufferSpan in, BufferSpan out, caf::actor me) {
+         return caf::make_message(
+             reduce_scatter_request{2, std::move(in), std::move(out), ReduceOp::sum, world_communicator, me});
+       }},
+      {"all_gather",
+       [](BufferSpan in, BufferSpan out, caf::actor me) {
+         return caf::make_message(
+             all_gather_request{3, std::move(in), std::move(out), world_communicator, me});
+       }},
+      {"broadcast",
+       [](BufferSpan in, BufferSpan, caf::actor me) {
+         return caf::make_message(broadcast_request{4, std::move(in), 0, world_communicator, me});
+       }},
+  };
+  for (const auto& [name, request] : requests)
+    for (int i = 0; i < 20; ++i) {
+      SCOPED_TRACE(name + " #" + std::to_string(i));
+      auto in = std::make_shared<HostBuffer>(4 * sizeof(float));
+      auto out = std::make_shared<HostBuffer>(4 * sizeof(float));
+      std::weak_ptr<HostBuffer> in_seen = in, out_seen = out;
+      self->send(agent, request(BufferSpan{std::move(in), 0, 4, DataType::f32},
+                                BufferSpan{std::move(out), 0, 4, DataType::f32}, caf::actor{self}));
+      bool done = false, in_freed = false, out_freed = false;
+      self->receive(
+          [&](collective_done& d) {
+            done = d.error.empty();
+            in_freed = in_seen.expired();  // the agent's thread has not run since the completion
+            out_freed = out_seen.expired();
+          },
+          caf::after(wait_bound) >> [] {});
+      ASSERT_TRUE(done);
+      EXPECT_TRUE(in_freed) << "the agent still held a handle to the input when the requester heard";
+      EXPECT_TRUE(out_freed) << "the agent still held a handle to the output when the requester heard";
+    }
+  caf::anon_send_exit(idle, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
 }
 
 }  // namespace
