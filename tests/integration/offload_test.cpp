@@ -18,6 +18,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -190,59 +191,44 @@ TEST(Offload, AnNvmePathThatIsMissingOrNotADirectoryIsNamed) {
   EXPECT_NE(not_dir.result.output.find("Not a directory"), std::string::npos) << not_dir.result.output;
 }
 
-TEST(Offload, ASwapFileCorruptedWhileTrainingStopsTheRunNamingIt) {
+// Trains with `settings(dir)` while flipping bytes at `offset` of rank 0's file `name` in
+// the nvme folder until the run notices (a step may rewrite the file); the run must stop
+// cleanly, naming the file as corrupt.
+void expect_corruption_is_named(const std::string& name, std::size_t offset,
+                                const std::function<std::string(const std::string&)>& settings, int port) {
   std::string dir = testing::make_temp_dir();
+  std::string file = dir + "/rank0/" + name;
   std::atomic<bool> done{false};
-  // Flip bytes of rank 0's first state file until the run notices (a step may rewrite it).
   std::thread corrupt([&] {
-    std::string file = dir + "/rank0/optimizer-00000.bin";
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(90);
     while (!done && std::chrono::steady_clock::now() < until) {
       int fd = ::open(file.c_str(), O_WRONLY);
       if (fd >= 0) {
         char junk[64];
         std::memset(junk, 0x5a, sizeof(junk));
-        (void)!::pwrite(fd, junk, sizeof(junk), 128);
+        (void)!::pwrite(fd, junk, sizeof(junk), static_cast<off_t>(offset));
         ::close(fd);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
-  Trained run = train(nvme(dir), 29947, 100000, 120);
+  Trained run = train(settings(dir), port, 100000, 120);
   done = true;
   corrupt.join();
   EXPECT_NE(run.result.exit_code, 0) << run.result.output;
   EXPECT_LT(run.result.exit_code, 128) << "crashed: " << run.result.output;
-  EXPECT_NE(run.result.output.find(dir + "/rank0/optimizer-00000.bin"), std::string::npos)
-      << run.result.output;
+  EXPECT_NE(run.result.output.find(file), std::string::npos) << run.result.output;
   EXPECT_NE(run.result.output.find("is corrupt"), std::string::npos) << run.result.output;
 }
 
+TEST(Offload, ASwapFileCorruptedWhileTrainingStopsTheRunNamingIt) {
+  expect_corruption_is_named("optimizer-00000.bin", 128, nvme, 29947);
+}
+
 TEST(Offload, AParameterFileCorruptedWhileTrainingStopsTheRunNamingIt) {
-  std::string dir = testing::make_temp_dir();
-  std::atomic<bool> done{false};
-  std::thread corrupt([&] {
-    std::string file = dir + "/rank0/param-00001-000.bin";
-    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(90);
-    while (!done && std::chrono::steady_clock::now() < until) {
-      int fd = ::open(file.c_str(), O_WRONLY);
-      if (fd >= 0) {
-        char junk[64];
-        std::memset(junk, 0x5a, sizeof(junk));
-        (void)!::pwrite(fd, junk, sizeof(junk), 256);
-        ::close(fd);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  });
-  Trained run = train(parameters_on_nvme("cpu", dir), 29985, 100000, 120);
-  done = true;
-  corrupt.join();
-  EXPECT_NE(run.result.exit_code, 0) << run.result.output;
-  EXPECT_LT(run.result.exit_code, 128) << "crashed: " << run.result.output;
-  EXPECT_NE(run.result.output.find(dir + "/rank0/param-00001-000.bin"), std::string::npos)
-      << run.result.output;
-  EXPECT_NE(run.result.output.find("is corrupt"), std::string::npos) << run.result.output;
+  expect_corruption_is_named(
+      "param-00001-000.bin", 256, [](const std::string& dir) { return parameters_on_nvme("cpu", dir); },
+      29985);
 }
 
 // The pipelined swap: the trace of `troupe bench offload` shows reads of later sub-groups
