@@ -22,7 +22,10 @@ struct HostCall {
   std::function<void()> run;
   static void CUDART_CB trampoline(void* data) {
     std::unique_ptr<HostCall> call(static_cast<HostCall*>(data));
-    call->run();
+    try {
+      call->run();
+    } catch (...) {  // nothing may unwind into the driver's thread
+    }
   }
 };
 

@@ -2,6 +2,8 @@
 
 #include <caf/all.hpp>
 
+#include <map>
+
 #include <fmt/format.h>
 
 #include "actors/protocol/comm.hpp"
@@ -10,7 +12,15 @@
 namespace troupe {
 namespace {
 
+struct Pending {
+  uint64_t tag = 0;
+  caf::actor reply_to;
+  std::shared_ptr<void> keep;
+};
+
 struct DeviceCommState {
+  std::map<uint64_t, Pending> pending;  // by serial: issued, not yet run by the GPU
+  uint64_t next_serial = 0;
   std::shared_ptr<NcclGroup> group;
   std::shared_ptr<CudaStream> stream;  // after the group: destroyed (and drained) first
   static inline const char* name = "device_comm";
@@ -55,12 +65,13 @@ void issue(DeviceComm* self, device_collective_request& r) {
     caf::anon_send(r.reply_to, collective_done{r.tag, launched->error().message});
     return;
   }
-  // On the driver's callback thread: only a message send (no CUDA call, so no freeing).
-  s.stream->record().on_complete(
-      [me = caf::actor_cast<caf::actor>(self),
-       finished = device_collective_finished{r.tag, r.reply_to, std::move(r.keep)}]() mutable {
-        caf::anon_send(me, std::move(finished));  // moved: nothing of `keep` stays on this thread
-      });
+  uint64_t serial = s.next_serial++;
+  s.pending[serial] = Pending{r.tag, r.reply_to, std::move(r.keep)};
+  // On the driver's callback thread: a message of one number to a weak handle, nothing else.
+  s.stream->record().on_complete([me = caf::actor_cast<caf::weak_actor_ptr>(self), serial] {
+    if (auto strong = me.lock())
+      caf::anon_send(caf::actor_cast<caf::actor>(strong), device_collective_finished{serial});
+  });
 }
 
 caf::behavior device_comm_behavior(DeviceComm* self, std::shared_ptr<NcclGroup> group,
@@ -70,8 +81,12 @@ caf::behavior device_comm_behavior(DeviceComm* self, std::shared_ptr<NcclGroup> 
   return {
       [=](device_collective_request& r) { issue(self, r); },
       [=](device_collective_finished& f) {
-        f.keep.reset();  // the device memory may go before the requester hears of it
-        self->send(f.reply_to, collective_done{f.tag, ""});
+        auto it = self->state.pending.find(f.serial);
+        if (it == self->state.pending.end()) return;
+        Pending done = std::move(it->second);
+        self->state.pending.erase(it);
+        done.keep.reset();  // the device memory may go before the requester hears of it
+        self->send(done.reply_to, collective_done{done.tag, ""});
       },
   };
 }

@@ -16,6 +16,12 @@ struct Event::State {
 
 Event::Event() : state_(std::make_shared<State>()) {}
 
+Event Event::completed() {
+  Event e;
+  e.complete();
+  return e;
+}
+
 bool Event::done() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   return state_->done;
@@ -59,8 +65,11 @@ void Event::set_device_event(std::shared_ptr<void> event) const {
 }
 
 void Stream::notify(const Event& event, caf::actor actor, caf::message message) {
-  event.on_complete(
-      [actor = std::move(actor), message = std::move(message)] { caf::anon_send(actor, message); });
+  // Moved into the send: nothing of the message stays with the callback, which may run on
+  // a CUDA driver thread where destroying it (say, freeing device memory) is not allowed.
+  event.on_complete([actor = std::move(actor), message = std::move(message)]() mutable {
+    caf::anon_send(actor, std::move(message));
+  });
 }
 
 std::unique_ptr<CpuStream> CpuStream::make(std::string name, Tracer* tracer, StreamErrorHandler on_error) {

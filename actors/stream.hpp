@@ -34,6 +34,8 @@ namespace troupe {
 class Event {
  public:
   Event();
+  /// An event that has already completed.
+  static Event completed();
   bool done() const;
   /// Runs `callback` once the event completes (at once if it already has), on
   /// whichever thread completes it. The callback must be short and must not block.

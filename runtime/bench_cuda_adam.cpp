@@ -72,10 +72,14 @@ int run_bench_cuda_adam(const AdamBenchOptions& o) {
   kernels::AdamParams params;  // LibTorch's AdamW defaults with weight decay, as the CPU bench
   params.weight_decay = 0.01;
   params.decoupled = true;
+  cudaError_t launched = cudaSuccess;
   float adam_ms = best_ms(o.iters, [&](int64_t step) {
     params.step = step;
-    kernels::cuda::adam_step(&chunk, 1, params, kernels::Precision16::none, nullptr);
+    if (cudaError_t e = kernels::cuda::adam_step(&chunk, 1, params, kernels::Precision16::none, nullptr);
+        e != cudaSuccess)
+      launched = e;
   });
+  if (launched != cudaSuccess) return fail("launching the AdamW kernel", launched);
   // The memory bound: copy 2 of the arrays' bytes (p,g → m,v): reads and writes counted.
   float copy_ms = best_ms(o.iters, [&](int64_t) {
     cudaMemcpyAsync(m.data, p.data, n * 4, cudaMemcpyDeviceToDevice);

@@ -78,6 +78,7 @@ NcclGroup::~NcclGroup() {
 
 void NcclGroup::abort() {
   if (aborted_.exchange(true)) return;
+  std::lock_guard lock(mutex_);  // the operation in progress, if any, sees aborted_ and returns
   ncclCommAbort(as_comm(comm_));
 }
 
@@ -86,7 +87,7 @@ void NcclGroup::abort() {
 Status NcclGroup::check(int result, const char* what) {
   auto r = static_cast<ncclResult_t>(result);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (r == ncclInProgress && std::chrono::steady_clock::now() < deadline) {
+  while (r == ncclInProgress && !aborted_ && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::yield();
     ncclCommGetAsyncError(as_comm(comm_), &r);
   }
@@ -97,6 +98,7 @@ Status NcclGroup::check(int result, const char* what) {
 }
 
 #define TROUPE_NCCL_LIVE(what)                                                                            \
+  std::lock_guard lock(mutex_);                                                                           \
   if (aborted_) return make_error(fmt::format("NCCL {} on rank {}: the group was aborted", what, rank_)); \
   cudaSetDevice(device_)
 

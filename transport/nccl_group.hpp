@@ -10,13 +10,15 @@
 // A lost peer leaves NCCL kernels spinning on the GPU: abort() (the watchdog's way out)
 // makes them return, and the group refuses further work.
 //
-// Thread safety: one caller at a time (the comm agent); abort() from any thread.
+// Thread safety: one caller at a time (the comm agent); abort() from any thread: it marks
+// the group aborted first (an operation still settling gives up), then waits for it.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 
 #include "base/result.hpp"
 #include "kernels/cpu/reduce.hpp"
@@ -56,6 +58,7 @@ class NcclGroup {
   void* comm_ = nullptr;  // ncclComm_t
   int rank_ = 0, size_ = 1, device_ = 0;
   std::atomic<bool> aborted_{false};
+  std::mutex mutex_;  // an operation in progress, or abort: never both (abort frees the communicator)
 };
 
 }  // namespace troupe

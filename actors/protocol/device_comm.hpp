@@ -29,18 +29,16 @@ struct device_collective_request {
   DataType type = DataType::f32;
   ReduceOp op = ReduceOp::sum;
   int root = 0;
-  Event ready;
+  Event ready = Event::completed();  ///< the default: nothing to wait for
   std::shared_ptr<void> keep;
   caf::actor reply_to;
 };
 
-/// Internal: the comm stream ran request `tag`. It carries `keep` back to the actor's own
-/// thread, because the host callback that sees the completion must make no CUDA call, and
-/// freeing device memory is one.
+/// Internal: the comm stream ran the request the actor numbered `serial`. Only the number
+/// travels: the host callback that sees the completion must make no CUDA call, so what the
+/// request kept (device memory) stays in the actor's state and is let go on its thread.
 struct device_collective_finished {
-  uint64_t tag = 0;
-  caf::actor reply_to;
-  std::shared_ptr<void> keep;
+  uint64_t serial = 0;
 };
 
 }  // namespace troupe

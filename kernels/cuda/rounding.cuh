@@ -25,7 +25,11 @@ __device__ inline float from_bf16_bits(uint16_t h) {
   return __uint_as_float(static_cast<uint32_t>(h) << 16);
 }
 
+// The device's conversion makes every NaN the canonical one; the CPU keeps sign and payload.
 __device__ inline float from_f16_bits(uint16_t h) {
+  if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0)
+    return __uint_as_float((static_cast<uint32_t>(h & 0x8000u) << 16) | 0x7f800000u |
+                           (static_cast<uint32_t>(h & 0x3ffu) << 13));
   return __half2float(__ushort_as_half(h));
 }
 

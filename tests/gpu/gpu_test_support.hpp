@@ -41,6 +41,7 @@ class DeviceArray {
   T* get() const { return data_; }
   void upload(const std::vector<T>& values) {
     cudaMemcpy(data_, values.data(), values.size() * sizeof(T), cudaMemcpyHostToDevice);
+    cudaDeviceSynchronize();  // pageable copies may return early; kernels on other streams follow
   }
   std::vector<T> download() const {
     std::vector<T> out(count_);
