@@ -13,14 +13,17 @@ using detail::WeightDecay;
 
 constexpr int kThreads = 256;
 constexpr std::size_t kTile = 16384;  // elements per block
-constexpr int kChunksPerLaunch = 24;  // the launch's table stays under 4 KiB of parameters
-constexpr int kTilesPerLaunch = 320;
+// The launch's table travels as kernel parameters: up to 32 KiB on Volta and later with
+// CUDA 12.1+ (about 13 KiB here), enough tiles per launch to fill an H200's 132 SMs.
+constexpr int kChunksPerLaunch = 64;
+constexpr int kTilesPerLaunch = 2048;
 
 struct LaunchTable {
   AdamChunk chunks[kChunksPerLaunch];
   uint8_t chunk_of[kTilesPerLaunch];
   uint32_t tile_of[kTilesPerLaunch];
 };
+static_assert(sizeof(LaunchTable) + sizeof(detail::AdamCoefficients) < 32000, "kernel parameters fit 32 KiB");
 
 // Per element, the CPU's order: p·decay (AdamW) or g + wd·p (Adam); m = fma(g, 1−β1, m·β1);
 // v = fma((1−β2)·g, g, v·β2); p = p + (−step·m) / (sqrt(v)/sqrt(bc2) + eps).

@@ -45,8 +45,8 @@ struct Partition {
 // Many chunks (more than one launch's table holds) of uneven sizes, one longer than a
 // launch's tiles, so the chunk table is refilled mid-chunk.
 std::vector<std::size_t> chunk_sizes() {
-  std::vector<std::size_t> sizes{6'000'001, 1, 17, 16384, 16385};
-  for (std::size_t k = 0; k < 30; ++k) sizes.push_back(1000 + 997 * k);
+  std::vector<std::size_t> sizes{40'000'001, 1, 17, 16384, 16385};       // 2,442 tiles: more than a launch
+  for (std::size_t k = 0; k < 70; ++k) sizes.push_back(1000 + 997 * k);  // more chunks than a launch
   return sizes;
 }
 
