@@ -7,6 +7,10 @@ set(TROUPE_HAVE_NCCL OFF)
 if(TROUPE_CUDA)
   include(CheckLanguage)
   check_language(CUDA)
+  # nvcc off PATH but in the toolkit's usual home (a fresh machine's shell): use it there.
+  if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
   if(CMAKE_CUDA_COMPILER)
     # LibTorch's CMake (found before this) sets CMAKE_CUDA_ARCHITECTURES to OFF in our scope,
     # hiding a -D value: drop that, and default to 90 (H100/H200) when nothing is given.
