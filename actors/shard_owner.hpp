@@ -4,8 +4,9 @@
 // stage 0 the partition is the whole model). Its work runs on a stream of its own:
 // absorbing reduced gradient blocks, measuring the gradients' norm, clipping and
 // stepping the optimizer. Measures the optimizer state it allocates into the ledger.
-// With [offload] optimizer = "cpu" or "nvme" the state and the update move to an
-// offload manager actor it spawns (actors/offload_manager.hpp).
+// The state and the update live with an offload manager actor it spawns
+// (actors/offload_manager.hpp): in memory by default, or in the tier [offload] optimizer
+// names. Only a trainer's own LibTorch optimizer factory runs here, on this stream.
 //
 // Protocol (actors/protocol/zero.hpp): begin_accumulation; absorb_gradients →
 // gradients_absorbed; measure_gradients → gradient_square_sum; update_shard →

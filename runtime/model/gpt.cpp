@@ -92,10 +92,13 @@ torch::Tensor GptBlockImpl::attend(const torch::Tensor& x) {
   auto k = qkv[1];
   auto v = qkv[2];
 
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_width));
-  // Position t may attend to positions <= t: mask the strict upper triangle.
-  auto future = torch::ones({length, length}, x.options().dtype(torch::kBool)).triu(1);
-  scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
+  // The 1/sqrt(D) scale on q, not on the scores: [B,H,T,D] is smaller than [B,H,T,T] (T > D).
+  auto scores = torch::matmul(q * (1.0 / std::sqrt(static_cast<double>(head_width))), k.transpose(-2, -1));
+  // Position t may attend to positions <= t: mask the strict upper triangle (in place: the
+  // matmul's output is not needed by its backward).
+  if (future_.size(0) != length)
+    future_ = torch::ones({length, length}, x.options().dtype(torch::kBool)).triu(1);
+  scores.masked_fill_(future_, -std::numeric_limits<float>::infinity());
   auto weights = torch::softmax(scores, -1);
   auto mixed = torch::matmul(weights, v);  // [B,H,T,D]
   return apply_linear(attention_projection_, mixed.transpose(1, 2).reshape({batch, length, width}));

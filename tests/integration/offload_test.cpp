@@ -102,8 +102,10 @@ TEST(Offload, CpuAndNvmeTrainBitForBitAlikeAndLikeTheStateInMemory) {
   EXPECT_EQ(cpu.losses, disk.losses) << "bit for bit";
   EXPECT_EQ(cpu.parameters, disk.parameters) << "bit for bit";
   ASSERT_FALSE(cpu.parameters.empty());
-  // The fused kernels' AVX paths compute exactly what LibTorch's optimizer does; the scalar
-  // fallback differs by where it fuses multiply-adds, within rounding.
+  // "memory" ([offload] optimizer = "none") runs the same fused kernels in memory; that they
+  // equal LibTorch's optimizer is optimizer_kernels_test's to show (and parity_test's, to
+  // the tolerance, against `troupe run --reference`). The scalar fallback differs from the
+  // AVX paths by where it fuses multiply-adds, within rounding.
   if (std::string(kernels::optimizer_isa()) != "scalar") {
     EXPECT_EQ(cpu.losses, memory.losses) << "bit for bit with the state in memory";
     EXPECT_EQ(cpu.parameters, memory.parameters) << "bit for bit with the state in memory";
