@@ -4,6 +4,7 @@
 option(TROUPE_CUDA "Build the CUDA backend when a CUDA toolkit is found" ON)
 set(TROUPE_HAVE_CUDA OFF)
 set(TROUPE_HAVE_NCCL OFF)
+set(TROUPE_TORCH_CUDA OFF)  # the LibTorch found has CUDA (Debian's has not; PyTorch's wheels do)
 if(TROUPE_CUDA)
   include(CheckLanguage)
   check_language(CUDA)
@@ -37,10 +38,13 @@ if(TROUPE_CUDA)
     if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
       set(TROUPE_HAVE_NCCL ON)
     endif()
+    if(TORCH_CUDA_LIBRARIES)
+      set(TROUPE_TORCH_CUDA ON)
+    endif()
   endif()
 endif()
 message(STATUS "troupe: CUDA backend ${TROUPE_HAVE_CUDA} (architectures ${CMAKE_CUDA_ARCHITECTURES}), "
-               "NCCL ${TROUPE_HAVE_NCCL}")
+               "NCCL ${TROUPE_HAVE_NCCL}, LibTorch with CUDA ${TROUPE_TORCH_CUDA}")
 
 # Strict warnings for CUDA sources: on the host compiler, and nvcc's own as errors.
 function(troupe_strict_cuda target)

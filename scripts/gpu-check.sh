@@ -43,7 +43,9 @@ grep "troupe: CUDA backend" "$out/configure.log" || true
 # the project does not compile against still leaves it. Then the others (keep going on errors).
 step build-kernels-test 600 ninja -C build-gpu -j"$jobs" cuda_kernels_test
 targets="cuda_stream_test cuda_memory_test"
-ninja -C build-gpu -t targets all 2>/dev/null | grep -q '^nccl_test:' && targets="$targets nccl_test"
+for t in nccl_test torch_cuda_stream_test; do  # built when NCCL, and a LibTorch with CUDA, are found
+  ninja -C build-gpu -t targets all 2>/dev/null | grep -q "^$t:" && targets="$targets $t"
+done
 step build-gpu-tests 600 ninja -C build-gpu -j"$jobs" -k 0 $targets
 step gpu-tests 600 ctest --test-dir build-gpu -L gpu --output-on-failure --timeout 300
 step build-troupe 600 ninja -C build-gpu -j"$jobs" troupe
