@@ -126,7 +126,7 @@ void CudaStream::enqueue(std::string label, std::function<void()> work) {
 }
 
 void CudaStream::copy(void* destination, const void* source, std::size_t bytes, std::string label) {
-  enqueue(std::move(label), [&] {
+  enqueue(std::move(label), [this, destination, source, bytes] {
     check(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, as_stream(stream_)), "a copy");
   });
 }

@@ -44,7 +44,7 @@ class CudaStream final : public Stream {
 
   /// Enqueues an asynchronous copy of `bytes` (host or device memory either way, told
   /// apart by the CUDA runtime; host memory should be pinned, e.g. a PinnedPool's).
-  void copy(void* destination, const void* source, std::size_t bytes, std::string label);
+  void copy(void* destination, const void* source, std::size_t bytes, std::string label) override;
 
   /// The cudaStream_t, for launches inside enqueued work.
   void* native() const { return stream_; }

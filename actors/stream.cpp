@@ -2,6 +2,7 @@
 
 #include <caf/send.hpp>
 
+#include <cstring>
 #include <exception>
 
 namespace troupe {
@@ -88,6 +89,10 @@ CpuStream::~CpuStream() {
   }
   ready_.notify_all();
   if (thread_.joinable()) thread_.join();
+}
+
+void CpuStream::copy(void* destination, const void* source, std::size_t bytes, std::string label) {
+  enqueue(std::move(label), [destination, source, bytes] { std::memcpy(destination, source, bytes); });
 }
 
 void CpuStream::enqueue(std::string label, std::function<void()> work) {

@@ -66,6 +66,9 @@ class Stream {
   virtual Event record() = 0;
   /// Work enqueued after this call waits for `event` (which may belong to another stream).
   virtual void wait(const Event& event) = 0;
+  /// Appends a copy of `bytes` from `source` to `destination`, both valid until it ran
+  /// (host memory on a CpuStream; host or device memory on a CudaStream).
+  virtual void copy(void* destination, const void* source, std::size_t bytes, std::string label) = 0;
   /// Delivers `message` to `actor` when `event` completes.
   void notify(const Event& event, caf::actor actor, caf::message message);
 };
@@ -84,6 +87,7 @@ class CpuStream final : public Stream {
   void enqueue(std::string label, std::function<void()> work) override;
   Event record() override;
   void wait(const Event& event) override;
+  void copy(void* destination, const void* source, std::size_t bytes, std::string label) override;
 
  private:
   CpuStream(std::string name, Tracer* tracer, StreamErrorHandler on_error);

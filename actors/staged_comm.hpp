@@ -1,0 +1,37 @@
+// The staged comm actor: a GPU rank's collectives where NCCL cannot run — several ranks on
+// one GPU, which NCCL refuses — staged through host memory: each request's input is
+// copied to a host buffer on the d2h stream, reduced across ranks by the comm agent over
+// UCX, and the result copied back on the h2d stream. Same protocol as the device comm
+// actor (device_collective_request → collective_done), so a stage can use either.
+//
+// Order: requests arrive in program order (the stage's IssueQueue); each goes to the comm
+// agent when its copy out has run, and copies complete in stream order, so the host
+// collectives keep that order on every rank. The staging buffer and the request's `keep`
+// are let go, on this actor's thread, before the requester hears collective_done.
+//
+// It works on any Stream: with CudaStreams it moves device memory through pinned host
+// buffers; with CpuStreams it moves host memory, which is how it is tested without a GPU.
+#pragma once
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include <memory>
+
+#include "actors/stream.hpp"
+#include "memory/memory_ledger.hpp"
+
+namespace troupe {
+
+struct StagedCommOptions {
+  caf::actor comm_agent;
+  std::shared_ptr<Stream> d2h;           ///< copies out of the device
+  std::shared_ptr<Stream> h2d;           ///< copies back
+  int64_t rank = 0;                      ///< this rank's position in the world
+  int64_t size = 1;                      ///< ranks in the world
+  std::shared_ptr<MemoryLedger> ledger;  ///< optional: staging buffers charged as communication
+};
+
+caf::actor spawn_staged_comm(caf::actor_system& system, StagedCommOptions options);
+
+}  // namespace troupe

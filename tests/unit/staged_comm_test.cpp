@@ -1,0 +1,127 @@
+// The staged comm actor on host memory (CpuStreams standing in for the d2h and h2d CUDA
+// streams), with the real comm agent in a world of one rank: each collective's input is
+// copied out, reduced by the comm agent, copied back where the request asked, the reply
+// carries the request's tag, what the request kept is let go first, and nothing starts
+// before the request's ready event.
+#include <gtest/gtest.h>
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "actors/comm_agent.hpp"
+#include "actors/protocol/comm.hpp"
+#include "actors/protocol/device_comm.hpp"
+#include "actors/staged_comm.hpp"
+
+namespace troupe {
+namespace {
+
+constexpr auto wait_bound = std::chrono::seconds(10);
+
+class StagedCommTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TransportOptions options;  // rank 0 of 1: no bootstrap, no peers
+    auto transport = Transport::make(options);
+    ASSERT_TRUE(transport.ok()) << transport.error().message;
+    agent_ = spawn_comm_agent(system_, std::shared_ptr<Transport>(std::move(*transport)), nullptr);
+    auto fail = [](const std::string& what) { ADD_FAILURE() << what; };
+    StagedCommOptions o;
+    o.comm_agent = agent_;
+    o.d2h = std::shared_ptr<Stream>(CpuStream::make("d2h", nullptr, fail));
+    o.h2d = std::shared_ptr<Stream>(CpuStream::make("h2d", nullptr, fail));
+    o.ledger = ledger_;
+    staged_ = spawn_staged_comm(system_, std::move(o));
+  }
+  void TearDown() override {
+    caf::anon_send_exit(staged_, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(agent_, caf::exit_reason::user_shutdown);
+  }
+
+  // Sends `r` and returns the tag of the reply (-1 none within the bound, -2 an error).
+  int64_t run(device_collective_request r) {
+    caf::scoped_actor self{system_};
+    r.reply_to = caf::actor{self};
+    self->send(staged_, std::move(r));
+    int64_t tag = -1;
+    self->receive([&](collective_done& d) { tag = d.error.empty() ? static_cast<int64_t>(d.tag) : -2; },
+                  caf::after(wait_bound) >> [] {});
+    return tag;
+  }
+
+  caf::actor_system_config config_;
+  caf::actor_system system_{config_};
+  std::shared_ptr<MemoryLedger> ledger_ = std::make_shared<MemoryLedger>();
+  caf::actor agent_, staged_;
+};
+
+device_collective_request request(uint64_t tag, DeviceCollective kind, const float* in, float* out,
+                                  std::size_t n) {
+  device_collective_request r;
+  r.tag = tag;
+  r.kind = kind;
+  r.input = in;
+  r.output = out;
+  r.count = n;
+  r.op = ReduceOp::sum;
+  return r;
+}
+
+TEST_F(StagedCommTest, EveryCollectiveComesBackWhereTheRequestAskedWithItsTag) {
+  std::vector<float> in(1000), out(1000, -1.0f);
+  std::iota(in.begin(), in.end(), 1.0f);
+  for (auto kind : {DeviceCollective::reduce_scatter, DeviceCollective::all_gather}) {
+    std::fill(out.begin(), out.end(), -1.0f);
+    EXPECT_EQ(run(request(7, kind, in.data(), out.data(), in.size())), 7);
+    EXPECT_EQ(out, in) << "one rank: the input, copied through the host to the output";
+  }
+  for (auto kind : {DeviceCollective::all_reduce, DeviceCollective::broadcast}) {
+    std::vector<float> data = in;
+    EXPECT_EQ(run(request(9, kind, data.data(), data.data(), data.size())), 9);
+    EXPECT_EQ(data, in) << "in place";
+  }
+  EXPECT_EQ(ledger_->current()[MemoryKind::communication], 0) << "no staging buffer left";
+  EXPECT_EQ(ledger_->peak()[MemoryKind::communication], 4000) << "staged through host memory";
+}
+
+TEST_F(StagedCommTest, WhatTheRequestKeptIsLetGoBeforeTheReply) {
+  std::vector<float> data(64, 2.0f);
+  auto keep = std::make_shared<int>(1);
+  std::weak_ptr<int> watch = keep;
+  auto r = request(3, DeviceCollective::all_reduce, data.data(), data.data(), data.size());
+  r.keep = std::move(keep);
+  caf::scoped_actor self{system_};
+  r.reply_to = caf::actor{self};
+  self->send(staged_, std::move(r));
+  bool expired_at_reply = false;
+  self->receive([&](collective_done&) { expired_at_reply = watch.expired(); },
+                caf::after(wait_bound) >> [] {});
+  EXPECT_TRUE(expired_at_reply);
+}
+
+TEST_F(StagedCommTest, NothingStartsBeforeTheReadyEvent) {
+  std::vector<float> in(16, 5.0f), out(16, 0.0f);
+  Event ready;  // the producer's work, not finished yet
+  auto r = request(11, DeviceCollective::all_gather, in.data(), out.data(), in.size());
+  r.ready = ready;
+  caf::scoped_actor self{system_};
+  r.reply_to = caf::actor{self};
+  self->send(staged_, std::move(r));
+  bool early = false;
+  self->receive([&](collective_done&) { early = true; }, caf::after(std::chrono::milliseconds(200)) >> [] {});
+  EXPECT_FALSE(early);
+  EXPECT_EQ(out[0], 0.0f);
+  ready.complete();
+  int64_t tag = -1;
+  self->receive([&](collective_done& d) { tag = static_cast<int64_t>(d.tag); },
+                caf::after(wait_bound) >> [] {});
+  EXPECT_EQ(tag, 11);
+  EXPECT_EQ(out, in);
+}
+
+}  // namespace
+}  // namespace troupe
