@@ -1,0 +1,139 @@
+// One rank of the staged-collective test: the staged comm actor (copy out, reduce over UCX
+// by the comm agent, copy back) on host memory, with CpuStreams standing in for the d2h and
+// h2d streams, in a real multi-process job. Integer-valued floats make every sum exact, so
+// each result is checked exactly, including where this rank's block lands.
+// Usage: staged_rank PORT; rank and world from TROUPE_RANK / TROUPE_WORLD_SIZE.
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "actors/comm_agent.hpp"
+#include "actors/protocol/comm.hpp"
+#include "actors/protocol/device_comm.hpp"
+#include "actors/staged_comm.hpp"
+
+namespace troupe {
+namespace {
+
+float value_of(int64_t rank, std::size_t i) {
+  return static_cast<float>((rank + 1) * 10 + static_cast<int64_t>(i % 7));
+}
+
+bool run(caf::actor_system& system, const caf::actor& staged, device_collective_request r) {
+  caf::scoped_actor self{system};
+  r.reply_to = caf::actor{self};
+  uint64_t tag = r.tag;
+  self->send(staged, std::move(r));
+  bool ok = false;
+  self->receive(
+      [&](collective_done& d) {
+        ok = d.error.empty() && d.tag == tag;
+        if (!d.error.empty())
+          std::fprintf(stderr, "collective %llu: %s\n", static_cast<unsigned long long>(tag),
+                       d.error.c_str());
+      },
+      caf::after(std::chrono::seconds(30)) >>
+          [&] { std::fprintf(stderr, "collective %llu: no reply\n", static_cast<unsigned long long>(tag)); });
+  return ok;
+}
+
+device_collective_request request(uint64_t tag, DeviceCollective kind, const float* in, float* out,
+                                  std::size_t n) {
+  device_collective_request r;
+  r.tag = tag;
+  r.kind = kind;
+  r.input = in;
+  r.output = out;
+  r.count = n;
+  r.op = ReduceOp::sum;
+  r.root = 1;
+  return r;
+}
+
+int check(int64_t rank, int64_t world, caf::actor_system& system, const caf::actor& staged) {
+  const std::size_t n = 1001;
+  auto w = static_cast<std::size_t>(world);
+  int failures = 0;
+  auto expect = [&](bool ok, const char* what) {
+    if (!ok) {
+      std::fprintf(stderr, "rank %lld: %s is wrong\n", static_cast<long long>(rank), what);
+      ++failures;
+    }
+  };
+  std::vector<float> data(n), input(n * w), output(n * w, -1.0f);
+  for (std::size_t i = 0; i < n; ++i) data[i] = value_of(rank, i);
+  expect(run(system, staged, request(1, DeviceCollective::all_reduce, data.data(), data.data(), n)),
+         "all_reduce");
+  for (std::size_t i = 0; i < n; ++i) {
+    float sum = 0;
+    for (int64_t r = 0; r < world; ++r) sum += value_of(r, i);
+    if (data[i] != sum) return expect(false, "all_reduce's sum"), failures;
+  }
+  // Reduce-scatter: block b of every rank's input sums into rank b's output.
+  for (std::size_t i = 0; i < n * w; ++i) input[i] = value_of(rank, i);
+  expect(run(system, staged, request(2, DeviceCollective::reduce_scatter, input.data(), output.data(), n)),
+         "reduce_scatter");
+  for (std::size_t i = 0; i < n; ++i) {
+    float sum = 0;
+    for (int64_t r = 0; r < world; ++r) sum += value_of(r, static_cast<std::size_t>(rank) * n + i);
+    if (output[i] != sum) return expect(false, "reduce_scatter's block"), failures;
+  }
+  // All-gather: rank r's n values land in block r.
+  for (std::size_t i = 0; i < n; ++i) data[i] = value_of(rank, i);
+  expect(run(system, staged, request(3, DeviceCollective::all_gather, data.data(), output.data(), n)),
+         "all_gather");
+  for (int64_t r = 0; r < world; ++r)
+    for (std::size_t i = 0; i < n; ++i)
+      if (output[static_cast<std::size_t>(r) * n + i] != value_of(r, i))
+        return expect(false, "all_gather's blocks"), failures;
+  // Broadcast from rank 1.
+  for (std::size_t i = 0; i < n; ++i) data[i] = value_of(rank, i);
+  expect(run(system, staged, request(4, DeviceCollective::broadcast, data.data(), data.data(), n)),
+         "broadcast");
+  for (std::size_t i = 0; i < n; ++i)
+    if (data[i] != value_of(1, i)) return expect(false, "broadcast's values"), failures;
+  return failures;
+}
+
+}  // namespace
+}  // namespace troupe
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 2;
+  troupe::TransportOptions o;
+  o.rank = std::atoll(std::getenv("TROUPE_RANK"));
+  o.world_size = std::atoll(std::getenv("TROUPE_WORLD_SIZE"));
+  o.coordinator_port = static_cast<uint16_t>(std::atoi(argv[1]));
+  o.bootstrap_timeout_s = 30;
+  o.collective_timeout_s = 30;
+  auto transport = troupe::Transport::make(o);
+  if (!transport) {
+    std::fprintf(stderr, "rank %lld: %s\n", static_cast<long long>(o.rank),
+                 transport.error().message.c_str());
+    return 1;
+  }
+  int failures = 0;
+  {
+    caf::actor_system_config config;
+    caf::actor_system system{config};
+    caf::actor agent =
+        troupe::spawn_comm_agent(system, std::shared_ptr<troupe::Transport>(std::move(*transport)), nullptr);
+    auto fail = [](const std::string& what) { std::fprintf(stderr, "stream: %s\n", what.c_str()); };
+    troupe::StagedCommOptions so;
+    so.comm_agent = agent;
+    so.d2h = std::shared_ptr<troupe::Stream>(troupe::CpuStream::make("d2h", nullptr, fail));
+    so.h2d = std::shared_ptr<troupe::Stream>(troupe::CpuStream::make("h2d", nullptr, fail));
+    so.rank = o.rank;
+    so.size = o.world_size;
+    caf::actor staged = troupe::spawn_staged_comm(system, std::move(so));
+    failures = troupe::check(o.rank, o.world_size, system, staged);
+    caf::anon_send_exit(staged, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
+  }
+  if (failures == 0) std::printf("rank %lld: staged collectives match\n", static_cast<long long>(o.rank));
+  return failures == 0 ? 0 : 1;
+}
