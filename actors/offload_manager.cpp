@@ -127,16 +127,8 @@ Status open_cpu_tier(OffloadState& s, std::size_t swap_bytes) {
 
 // Tier "nvme": this rank's folder and the store of the optimizer state.
 Status open_nvme_tier(OffloadState& s) {
-  const OffloadOptions& o = s.options.offload;
-  if (auto made = make_directory(o.nvme_dir); !made)
-    return make_error("[offload] nvme_path: " + made.error().message);
-  NvmeStoreOptions store_options;
-  store_options.block_size = static_cast<std::size_t>(o.block_size);
-  store_options.queue_depth = static_cast<unsigned>(o.queue_depth);
-  store_options.io_timeout = std::chrono::milliseconds(static_cast<int64_t>(s.options.io_timeout_s * 1000));
-  store_options.ledger = s.options.ledger;
-  auto store = NvmeStore::open(o.nvme_dir, store_options);
-  if (!store) return make_error("[offload] nvme_path: " + store.error().message);
+  auto store = open_nvme_store(s.options.offload, s.options.io_timeout_s, s.options.ledger);
+  if (!store) return store.error();
   s.store = std::move(*store);
   return {};
 }
@@ -345,6 +337,20 @@ caf::behavior offload_manager_behavior(OffloadManager* self, OffloadManagerOptio
 }
 
 }  // namespace
+
+Result<std::unique_ptr<NvmeStore>> open_nvme_store(const OffloadOptions& o, double io_timeout_s,
+                                                   std::shared_ptr<MemoryLedger> ledger) {
+  if (auto made = make_directory(o.nvme_dir); !made)
+    return make_error("[offload] nvme_path: " + made.error().message);
+  NvmeStoreOptions options;
+  options.block_size = static_cast<std::size_t>(o.block_size);
+  options.queue_depth = static_cast<unsigned>(o.queue_depth);
+  options.io_timeout = std::chrono::milliseconds(static_cast<int64_t>(io_timeout_s * 1000));
+  options.ledger = std::move(ledger);
+  auto store = NvmeStore::open(o.nvme_dir, options);
+  if (!store) return make_error("[offload] nvme_path: " + store.error().message);
+  return store;
+}
 
 caf::actor spawn_offload_manager(caf::actor_system& system, OffloadManagerOptions options) {
   return system.spawn(offload_manager_behavior, std::move(options));

@@ -191,14 +191,9 @@ Result<std::shared_ptr<ParameterSwap>> open_parameter_swap(const StageOptions& o
       parameter_piece_size(off.sub_group_size, off.host_budget_bytes, off.buffer_count,
                            static_cast<std::size_t>(o.rule.states_per_element()), off.tier == "nvme");
   if (!piece) return piece.error();
-  if (auto made = make_directory(off.nvme_dir); !made)
-    return make_error("[offload] nvme_path: " + made.error().message);
-  NvmeStoreOptions store;
-  store.block_size = static_cast<std::size_t>(off.block_size);
-  store.queue_depth = static_cast<unsigned>(off.queue_depth);
-  store.io_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.collective_timeout_s * 1000));
-  store.ledger = o.ledger;
-  auto swap = ParameterSwap::open(off.nvme_dir, store, plan.layout, plan.persistent_rows, *piece);
+  auto store = open_nvme_store(off, o.collective_timeout_s, o.ledger);
+  if (!store) return store.error();
+  auto swap = ParameterSwap::make(std::move(*store), plan.layout, plan.persistent_rows, *piece);
   if (!swap) return make_error("[offload] nvme_path: " + swap.error().message);
   return swap;
 }
@@ -235,13 +230,12 @@ Status build(StageActor* self) {
     std::size_t largest = 0;
     for (std::size_t k = 0; k < layout.row_count(); ++k)
       if (z.stage < 3 || !s.store->plan().persistent_rows[k])
-        largest = std::max(largest, layout.row(k).block * static_cast<std::size_t>(layout.partitions()));
+        largest = std::max(largest, layout.row_elements(k));
     s.pool = std::make_shared<BucketPool>(z.overlap_comm ? 2 : 1, largest, s.options.ledger,
                                           s.options.collective_timeout_s, s.options.tracer);
     if (z.stage == 3)
       for (std::size_t k = 0; k < layout.row_count(); ++k)
-        if (s.store->plan().persistent_rows[k])
-          s.pool->add_dedicated(k, layout.row(k).block * static_cast<std::size_t>(layout.partitions()));
+        if (s.store->plan().persistent_rows[k]) s.pool->add_dedicated(k, layout.row_elements(k));
   }
   if (z.stage == 3) {
     s.fetcher = std::make_unique<ParameterFetcher>(
@@ -342,7 +336,7 @@ void gather_updated(StageActor* self) {
   caf::actor me = caf::actor_cast<caf::actor>(self);
   for (std::size_t k = 0; s.options.zero.stage > 0 && k < layout.row_count(); ++k) {
     const auto& row = layout.row(k);
-    std::size_t size = row.block * static_cast<std::size_t>(layout.partitions());
+    std::size_t size = layout.row_elements(k);
     BufferSpan in, out;
     if (s.options.zero.stage == 3) {  // only the persistent rows stay gathered
       if (!s.store->plan().persistent_rows[k]) continue;

@@ -81,9 +81,15 @@ int64_t FlatLayout::owner_of(std::size_t index) const {
   return static_cast<int64_t>((index - r.begin) / r.block);
 }
 
+std::vector<std::size_t> FlatLayout::row_sizes() const {
+  std::vector<std::size_t> sizes;
+  for (std::size_t k = 0; k < rows_.size(); ++k) sizes.push_back(row_elements(k));
+  return sizes;
+}
+
 std::size_t FlatLayout::largest_row() const {
   std::size_t largest = 0;
-  for (const Row& r : rows_) largest = std::max(largest, r.block * static_cast<std::size_t>(partitions_));
+  for (std::size_t k = 0; k < rows_.size(); ++k) largest = std::max(largest, row_elements(k));
   return largest;
 }
 

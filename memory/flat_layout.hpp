@@ -80,6 +80,12 @@ class FlatLayout {
   std::size_t row_of(std::size_t index) const;
   /// The partition holding flat element `index` (< total()).
   int64_t owner_of(std::size_t index) const;
+  /// Elements of row `k`, every rank's block: what gathering or reducing it moves.
+  std::size_t row_elements(std::size_t k) const {
+    return rows_[k].block * static_cast<std::size_t>(partitions_);
+  }
+  /// row_elements of every row, in order.
+  std::vector<std::size_t> row_sizes() const;
   /// Largest row, in elements.
   std::size_t largest_row() const;
 

@@ -22,19 +22,14 @@ struct BlockRead {
 
 }  // namespace
 
-std::size_t parameter_piece_limit(std::size_t limit) {
-  return std::max(kPageElements, limit / kPageElements * kPageElements);
-}
-
-Result<std::shared_ptr<ParameterSwap>> ParameterSwap::open(const std::string& dir, NvmeStoreOptions options,
+Result<std::shared_ptr<ParameterSwap>> ParameterSwap::make(std::unique_ptr<NvmeStore> store,
                                                            const FlatLayout& layout,
                                                            const std::vector<bool>& persistent_rows,
                                                            std::size_t piece_limit) {
-  auto store = NvmeStore::open(dir, std::move(options));
-  if (!store) return store.error();
+  if (piece_limit == 0 || piece_limit % kPageElements != 0)
+    return make_error(fmt::format("parameter pieces of {} elements are not whole 4 KiB pages", piece_limit));
   auto swap = std::shared_ptr<ParameterSwap>(new ParameterSwap());
-  swap->store_ = std::move(*store);
-  swap->piece_limit_ = parameter_piece_limit(piece_limit);
+  swap->store_ = std::move(store);
   swap->pieces_.resize(layout.row_count());
   for (std::size_t k = 0; k < layout.row_count(); ++k) {
     if (k < persistent_rows.size() && persistent_rows[k]) continue;
@@ -44,10 +39,9 @@ Result<std::shared_ptr<ParameterSwap>> ParameterSwap::open(const std::string& di
           fmt::format("parameter row {}'s block of {} elements is not a whole number of 4 KiB "
                       "pages; the layout must be planned with page_block_align",
                       k, block));
-    for (std::size_t at = 0, piece = 0; at < block; at += swap->piece_limit_, ++piece)
-      swap->pieces_[k].push_back(Piece{fmt::format("param-{:05}-{:03}.bin", k, piece), at,
-                                       std::min(swap->piece_limit_, block - at)});
-    swap->bytes_ += block * sizeof(float);
+    for (std::size_t at = 0, piece = 0; at < block; at += piece_limit, ++piece)
+      swap->pieces_[k].push_back(
+          Piece{fmt::format("param-{:05}-{:03}.bin", k, piece), at, std::min(piece_limit, block - at)});
   }
   return swap;
 }

@@ -33,19 +33,17 @@ class ParameterSwap {
     std::size_t count = 0;
   };
 
-  /// Opens the tier in `dir` for the rows of `layout` that `persistent_rows` does not
-  /// keep in memory. `piece_limit` is rounded down to a multiple of 1024 elements (at
-  /// least 1024). Fails with a sentence naming the directory.
-  static Result<std::shared_ptr<ParameterSwap>> open(const std::string& dir, NvmeStoreOptions options,
+  /// The swap of the rows of `layout` that `persistent_rows` does not keep in memory, in
+  /// `store`, cut into pieces of `piece_limit` elements (parameter_piece_size in
+  /// memory/offload_plan.hpp). Fails when a row's block or the limit is not a whole number
+  /// of pages.
+  static Result<std::shared_ptr<ParameterSwap>> make(std::unique_ptr<NvmeStore> store,
                                                      const FlatLayout& layout,
                                                      const std::vector<bool>& persistent_rows,
                                                      std::size_t piece_limit);
 
   bool on_nvme(std::size_t row) const { return !pieces_[row].empty(); }
   const std::vector<Piece>& pieces(std::size_t row) const { return pieces_[row]; }
-  std::size_t piece_limit() const { return piece_limit_; }
-  /// Bytes of parameters this rank keeps on NVMe.
-  std::size_t bytes() const { return bytes_; }
 
   /// Reads row `row`'s block into `block` (4 KiB aligned, the row's block of elements);
   /// `done` runs once, on the store's completion thread, with the first error.
@@ -58,11 +56,6 @@ class ParameterSwap {
  private:
   std::unique_ptr<NvmeStore> store_;
   std::vector<std::vector<Piece>> pieces_;  // by row; empty when the row stays in memory
-  std::size_t piece_limit_ = 0;
-  std::size_t bytes_ = 0;
 };
-
-/// The piece limit ParameterSwap uses for a requested `limit`: a multiple of 1024 elements.
-std::size_t parameter_piece_limit(std::size_t limit);
 
 }  // namespace troupe

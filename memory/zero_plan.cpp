@@ -80,10 +80,7 @@ Result<ZeroPlan> plan_zero(const ZeroPlanInput& in) {
 
 std::size_t stage3_peak_gathered(const ZeroPlan& plan, const FetchPlanner::Limits& limits) {
   const FlatLayout& layout = plan.layout;
-  std::vector<std::size_t> sizes;
-  for (std::size_t k = 0; k < layout.row_count(); ++k)
-    sizes.push_back(layout.row(k).block * static_cast<std::size_t>(layout.partitions()));
-  FetchPlanner planner(sizes, plan.persistent_rows, limits);
+  FetchPlanner planner(layout.row_sizes(), plan.persistent_rows, limits);
   std::vector<std::size_t> rows;
   for (int64_t r : plan.layer_row)
     if (r >= 0) rows.push_back(static_cast<std::size_t>(r));
@@ -112,7 +109,7 @@ MemoryBytes estimate_model_state(const ZeroPlan& plan, const ModelStateInputs& i
   // gradients arrive all through backward, has a buffer of its own.
   int64_t bucket = 0, persistent = 0;
   for (std::size_t k = 0; k < layout.row_count(); ++k) {
-    auto size = static_cast<int64_t>(layout.row(k).block) * layout.partitions();
+    auto size = static_cast<int64_t>(layout.row_elements(k));
     if (plan.stage == 3 && k < plan.persistent_rows.size() && plan.persistent_rows[k])
       persistent += size;
     else

@@ -123,10 +123,8 @@ OptimizerRule optimizer_rule(const OptimizerConfig& c) {
 // so a bad nvme_path stops the job at once with the path and the reason.
 Status check_nvme_tier(const std::optional<OffloadOptions>& offload) {
   if (!offload || (offload->tier != "nvme" && offload->param_tier != "nvme")) return {};
-  if (auto made = make_directory(offload->nvme_dir); !made)
-    return make_error("[offload] nvme_path: " + made.error().message);
-  auto probe = NvmeStore::open(offload->nvme_dir);
-  if (!probe) return make_error("[offload] nvme_path: " + probe.error().message);
+  auto probe = open_nvme_store(*offload, 1);
+  if (!probe) return probe.error();
   return {};
 }
 

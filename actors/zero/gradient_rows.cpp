@@ -71,7 +71,7 @@ void GradientRows::post_ready_in_order() {
 // Stages 2-3: the gradient moves into the row's bucket slot and .grad is dropped.
 void GradientRows::take_gradient(std::size_t position, Row& row, std::size_t k) {
   const FlatLayout& layout = store_->layout();
-  std::size_t elements = layout.row(k).block * static_cast<std::size_t>(layout.partitions());
+  std::size_t elements = layout.row_elements(k);
   if (!row.has_slot) {
     row.slot = pool_->acquire(k, elements);
     row.has_slot = true;
@@ -93,7 +93,7 @@ void GradientRows::post(std::size_t k) {
   TROUPE_CHECK(!row.posted, "a gradient row was posted twice in one micro-batch");
   row.posted = true;
   const FlatLayout& layout = store_->layout();
-  std::size_t elements = layout.row(k).block * static_cast<std::size_t>(layout.partitions());
+  std::size_t elements = layout.row_elements(k);
   if (store_->stage() < 2) {
     post_(k, 0, float_span(store_->flat_gradients(), layout.row(k).begin, elements));
     return;

@@ -9,22 +9,12 @@
 #include <fmt/format.h>
 
 namespace troupe {
-namespace {
-
-std::vector<std::size_t> row_sizes(const FlatLayout& layout) {
-  std::vector<std::size_t> sizes;
-  for (std::size_t k = 0; k < layout.row_count(); ++k)
-    sizes.push_back(layout.row(k).block * static_cast<std::size_t>(layout.partitions()));
-  return sizes;
-}
-
-}  // namespace
 
 ParameterFetcher::ParameterFetcher(std::shared_ptr<ParameterStore> store, FetchPlanner::Limits limits,
                                    Gather gather, std::shared_ptr<IssueQueue> queue, double timeout_s,
                                    Tracer* tracer)
     : store_(std::move(store)),
-      planner_(row_sizes(store_->layout()), store_->plan().persistent_rows, limits),
+      planner_(store_->layout().row_sizes(), store_->plan().persistent_rows, limits),
       gather_(std::move(gather)),
       queue_(std::move(queue)),
       timeout_s_(timeout_s),
@@ -53,7 +43,7 @@ void ParameterFetcher::issue(std::size_t row) {
     std::lock_guard lock(arrivals_->mutex);
     arrivals_->arrived[row] = false;
   }
-  BufferSpan whole = float_span(pending_[row], 0, r.block * static_cast<std::size_t>(layout.partitions()));
+  BufferSpan whole = float_span(pending_[row], 0, layout.row_elements(row));
   if (store_->swapped(row))
     return read_then_gather(
         row, float_span(pending_[row], r.block * static_cast<std::size_t>(store_->rank()), r.block),

@@ -131,10 +131,9 @@ Status ParameterStore::write_swapped_rows(const HostBuffer& partition) {
 }
 
 std::shared_ptr<HostBuffer> ParameterStore::make_row_buffer(std::size_t k) const {
-  const auto& row = layout().row(k);
-  return std::make_shared<HostBuffer>(
-      row.block * static_cast<std::size_t>(layout().partitions()) * sizeof(float), ledger_,
-      MemoryKind::parameters, swapped(k) ? NvmeStore::alignment : HostBuffer::alignment);
+  return std::make_shared<HostBuffer>(layout().row_elements(k) * sizeof(float), ledger_,
+                                      MemoryKind::parameters,
+                                      swapped(k) ? NvmeStore::alignment : HostBuffer::alignment);
 }
 
 void ParameterStore::bind_row(std::size_t k, std::shared_ptr<HostBuffer> buffer) {

@@ -15,6 +15,7 @@
 #include "actors/protocol/comm.hpp"
 #include "actors/protocol/device_comm.hpp"
 #include "actors/staged_comm.hpp"
+#include "tests/support/collective_calls.hpp"
 
 namespace troupe {
 namespace {
@@ -24,34 +25,13 @@ float value_of(int64_t rank, std::size_t i) {
 }
 
 bool run(caf::actor_system& system, const caf::actor& staged, device_collective_request r) {
-  caf::scoped_actor self{system};
-  r.reply_to = caf::actor{self};
   uint64_t tag = r.tag;
-  self->send(staged, std::move(r));
-  bool ok = false;
-  self->receive(
-      [&](collective_done& d) {
-        ok = d.error.empty() && d.tag == tag;
-        if (!d.error.empty())
-          std::fprintf(stderr, "collective %llu: %s\n", static_cast<unsigned long long>(tag),
-                       d.error.c_str());
-      },
-      caf::after(std::chrono::seconds(30)) >>
-          [&] { std::fprintf(stderr, "collective %llu: no reply\n", static_cast<unsigned long long>(tag)); });
-  return ok;
-}
-
-device_collective_request request(uint64_t tag, DeviceCollective kind, const float* in, float* out,
-                                  std::size_t n) {
-  device_collective_request r;
-  r.tag = tag;
-  r.kind = kind;
-  r.input = in;
-  r.output = out;
-  r.count = n;
-  r.op = ReduceOp::sum;
-  r.root = 1;
-  return r;
+  auto reply = testing::ask(system, staged, std::move(r), std::chrono::seconds(30));
+  if (!reply)
+    std::fprintf(stderr, "collective %llu: no reply\n", static_cast<unsigned long long>(tag));
+  else if (!reply->error.empty())
+    std::fprintf(stderr, "collective %llu: %s\n", static_cast<unsigned long long>(tag), reply->error.c_str());
+  return testing::tag_of(reply) == static_cast<int64_t>(tag);
 }
 
 int check(int64_t rank, int64_t world, caf::actor_system& system, const caf::actor& staged) {
@@ -66,7 +46,8 @@ int check(int64_t rank, int64_t world, caf::actor_system& system, const caf::act
   };
   std::vector<float> data(n), input(n * w), output(n * w, -1.0f);
   for (std::size_t i = 0; i < n; ++i) data[i] = value_of(rank, i);
-  expect(run(system, staged, request(1, DeviceCollective::all_reduce, data.data(), data.data(), n)),
+  expect(run(system, staged,
+             testing::device_request(1, DeviceCollective::all_reduce, data.data(), data.data(), n)),
          "all_reduce");
   for (std::size_t i = 0; i < n; ++i) {
     float sum = 0;
@@ -75,7 +56,8 @@ int check(int64_t rank, int64_t world, caf::actor_system& system, const caf::act
   }
   // Reduce-scatter: block b of every rank's input sums into rank b's output.
   for (std::size_t i = 0; i < n * w; ++i) input[i] = value_of(rank, i);
-  expect(run(system, staged, request(2, DeviceCollective::reduce_scatter, input.data(), output.data(), n)),
+  expect(run(system, staged,
+             testing::device_request(2, DeviceCollective::reduce_scatter, input.data(), output.data(), n)),
          "reduce_scatter");
   for (std::size_t i = 0; i < n; ++i) {
     float sum = 0;
@@ -84,7 +66,8 @@ int check(int64_t rank, int64_t world, caf::actor_system& system, const caf::act
   }
   // All-gather: rank r's n values land in block r.
   for (std::size_t i = 0; i < n; ++i) data[i] = value_of(rank, i);
-  expect(run(system, staged, request(3, DeviceCollective::all_gather, data.data(), output.data(), n)),
+  expect(run(system, staged,
+             testing::device_request(3, DeviceCollective::all_gather, data.data(), output.data(), n)),
          "all_gather");
   for (int64_t r = 0; r < world; ++r)
     for (std::size_t i = 0; i < n; ++i)
@@ -92,7 +75,8 @@ int check(int64_t rank, int64_t world, caf::actor_system& system, const caf::act
         return expect(false, "all_gather's blocks"), failures;
   // Broadcast from rank 1.
   for (std::size_t i = 0; i < n; ++i) data[i] = value_of(rank, i);
-  expect(run(system, staged, request(4, DeviceCollective::broadcast, data.data(), data.data(), n)),
+  expect(run(system, staged,
+             testing::device_request(4, DeviceCollective::broadcast, data.data(), data.data(), n, 1)),
          "broadcast");
   for (std::size_t i = 0; i < n; ++i)
     if (data[i] != value_of(1, i)) return expect(false, "broadcast's values"), failures;

@@ -18,6 +18,7 @@
 
 #include "actors/comm_agent.hpp"
 #include "actors/protocol/comm.hpp"
+#include "tests/support/collective_calls.hpp"
 
 namespace troupe {
 namespace {
@@ -34,16 +35,10 @@ class CommAgentTest : public ::testing::Test {
   }
   void TearDown() override { caf::anon_send_exit(agent_, caf::exit_reason::user_shutdown); }
 
-  // Sends `request` and returns the tag of the collective_done that comes back (or -1).
+  // Sends `request` and returns the tag of the collective_done that comes back (-1 none, -2 an error).
   template <class Request>
   int64_t complete(Request request) {
-    caf::scoped_actor self{system_};
-    request.reply_to = caf::actor{self};
-    self->send(agent_, std::move(request));
-    int64_t tag = -1;
-    self->receive([&](collective_done& d) { tag = d.error.empty() ? static_cast<int64_t>(d.tag) : -2; },
-                  caf::after(wait_bound) >> [] {});
-    return tag;
+    return testing::tag_of(testing::ask(system_, agent_, std::move(request), wait_bound));
   }
 
   static BufferSpan floats(std::vector<float> values) {

@@ -17,6 +17,23 @@ TEST(FlatLayout, ParametersStartAlignedInOrderWithoutOverlap) {
   EXPECT_EQ(layout->offset(3), 48u);
 }
 
+TEST(FlatLayout, PageAlignedBlocksLeaveParametersPackedAndRowsAddUp) {
+  // Blocks on 1024-element pages (the parameter swap's O_DIRECT reads); parameters stay 16-aligned.
+  auto layout = FlatLayout::make({5, 3000, 40}, 3, 16, {0, 1}, 1024);
+  ASSERT_TRUE(layout.ok()) << layout.error().message;
+  EXPECT_EQ(layout->offset(2) - layout->offset(1), 3008u)
+      << "parameters inside a row keep the element alignment";
+  std::size_t sum = 0;
+  for (std::size_t k = 0; k < layout->row_count(); ++k) {
+    EXPECT_EQ(layout->row(k).block % 1024, 0u) << "row " << k;
+    EXPECT_EQ(layout->row_elements(k), layout->row(k).block * 3) << "row " << k;
+    EXPECT_EQ(layout->row_sizes()[k], layout->row_elements(k));
+    sum += layout->row_elements(k);
+  }
+  EXPECT_EQ(sum, layout->total());
+  EXPECT_FALSE(FlatLayout::make({5}, 2, 16, {}, 1000).ok()) << "a block alignment not a multiple of 16";
+}
+
 TEST(FlatLayout, TotalDividesIntoEqualAlignedPartitions) {
   for (int64_t parts : {1, 2, 3, 4, 7, 8}) {
     auto layout = FlatLayout::make({100, 3, 250, 1}, parts, 16);

@@ -16,6 +16,7 @@
 #include "actors/protocol/comm.hpp"
 #include "actors/protocol/device_comm.hpp"
 #include "actors/staged_comm.hpp"
+#include "tests/support/collective_calls.hpp"
 
 namespace troupe {
 namespace {
@@ -44,13 +45,7 @@ class StagedCommTest : public ::testing::Test {
 
   // Sends `r` and returns the tag of the reply (-1 none within the bound, -2 an error).
   int64_t run(device_collective_request r) {
-    caf::scoped_actor self{system_};
-    r.reply_to = caf::actor{self};
-    self->send(staged_, std::move(r));
-    int64_t tag = -1;
-    self->receive([&](collective_done& d) { tag = d.error.empty() ? static_cast<int64_t>(d.tag) : -2; },
-                  caf::after(wait_bound) >> [] {});
-    return tag;
+    return testing::tag_of(testing::ask(system_, staged_, std::move(r), wait_bound));
   }
 
   caf::actor_system_config config_;
@@ -59,29 +54,17 @@ class StagedCommTest : public ::testing::Test {
   caf::actor agent_, staged_;
 };
 
-device_collective_request request(uint64_t tag, DeviceCollective kind, const float* in, float* out,
-                                  std::size_t n) {
-  device_collective_request r;
-  r.tag = tag;
-  r.kind = kind;
-  r.input = in;
-  r.output = out;
-  r.count = n;
-  r.op = ReduceOp::sum;
-  return r;
-}
-
 TEST_F(StagedCommTest, EveryCollectiveComesBackWhereTheRequestAskedWithItsTag) {
   std::vector<float> in(1000), out(1000, -1.0f);
   std::iota(in.begin(), in.end(), 1.0f);
   for (auto kind : {DeviceCollective::reduce_scatter, DeviceCollective::all_gather}) {
     std::fill(out.begin(), out.end(), -1.0f);
-    EXPECT_EQ(run(request(7, kind, in.data(), out.data(), in.size())), 7);
+    EXPECT_EQ(run(testing::device_request(7, kind, in.data(), out.data(), in.size())), 7);
     EXPECT_EQ(out, in) << "one rank: the input, copied through the host to the output";
   }
   for (auto kind : {DeviceCollective::all_reduce, DeviceCollective::broadcast}) {
     std::vector<float> data = in;
-    EXPECT_EQ(run(request(9, kind, data.data(), data.data(), data.size())), 9);
+    EXPECT_EQ(run(testing::device_request(9, kind, data.data(), data.data(), data.size())), 9);
     EXPECT_EQ(data, in) << "in place";
   }
   EXPECT_EQ(ledger_->current()[MemoryKind::communication], 0) << "no staging buffer left";
@@ -92,7 +75,7 @@ TEST_F(StagedCommTest, WhatTheRequestKeptIsLetGoBeforeTheReply) {
   std::vector<float> data(64, 2.0f);
   auto keep = std::make_shared<int>(1);
   std::weak_ptr<int> watch = keep;
-  auto r = request(3, DeviceCollective::all_reduce, data.data(), data.data(), data.size());
+  auto r = testing::device_request(3, DeviceCollective::all_reduce, data.data(), data.data(), data.size());
   r.keep = std::move(keep);
   caf::scoped_actor self{system_};
   r.reply_to = caf::actor{self};
@@ -106,7 +89,7 @@ TEST_F(StagedCommTest, WhatTheRequestKeptIsLetGoBeforeTheReply) {
 TEST_F(StagedCommTest, NothingStartsBeforeTheReadyEvent) {
   std::vector<float> in(16, 5.0f), out(16, 0.0f);
   Event ready;  // the producer's work, not finished yet
-  auto r = request(11, DeviceCollective::all_gather, in.data(), out.data(), in.size());
+  auto r = testing::device_request(11, DeviceCollective::all_gather, in.data(), out.data(), in.size());
   r.ready = ready;
   caf::scoped_actor self{system_};
   r.reply_to = caf::actor{self};
