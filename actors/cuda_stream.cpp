@@ -86,7 +86,7 @@ Result<std::unique_ptr<CudaStream>> CudaStream::make(std::string name, int devic
 
 CudaStream::CudaStream(std::string name, int device, Tracer* tracer, StreamErrorHandler on_error)
     : name_(std::move(name)),
-      track_("stream " + name_),
+      track_("gpu " + name_),
       device_(device),
       tracer_(tracer),
       on_error_(std::move(on_error)) {}

@@ -48,6 +48,7 @@ class CudaStream final : public Stream {
 
   /// The cudaStream_t, for launches inside enqueued work.
   void* native() const { return stream_; }
+  void* native_handle() const override { return stream_; }
   int device() const { return device_; }
 
  private:

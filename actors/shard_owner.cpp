@@ -5,22 +5,41 @@
 
 #include <fmt/format.h>
 
+#include "actors/issuing_stream.hpp"
 #include "actors/protocol/offload.hpp"
 #include "actors/protocol/stage.hpp"
 #include "actors/protocol/zero.hpp"
 #include "actors/stream.hpp"
 #include "kernels/cpu/reduce.hpp"
+#include "kernels/stream_optimizer.hpp"
 
 namespace troupe {
 namespace {
+
+// A GPU rank's Adam/AdamW state in device memory, stepped by troupe's fused CUDA kernel.
+struct DeviceAdam {
+  std::vector<torch::Tensor> exp_avg, exp_avg_sq;
+  int64_t step = 0;
+  MemoryCharge charge;
+};
+
+// A GPU rank with an offload tier: the fp32 master parameters and the gradients in host
+// memory, where the tier's kernels update them; shard k at offsets[k].
+struct HostMirror {
+  std::shared_ptr<HostBuffer> parameters, gradients;
+  std::vector<std::size_t> offsets;
+  std::shared_ptr<ParameterStore> store;  // the device memory the copies read and write
+};
 
 struct ShardOwnerState {
   ShardOwnerOptions options;
   std::vector<torch::Tensor> parameters, gradients;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
-  caf::actor offload;                      // with an offload tier: runs the optimizer
-  std::optional<caf::actor> updating_for;  // who hears shard_updated of the pass in flight
-  std::unique_ptr<CpuStream> stream;       // last: its thread stops before the rest goes
+  caf::actor offload;                       // with an offload tier: runs the optimizer
+  std::optional<caf::actor> updating_for;   // who hears shard_updated of the pass in flight
+  std::unique_ptr<DeviceAdam> device_adam;  // a GPU rank without an offload tier
+  std::shared_ptr<HostMirror> mirror;       // a GPU rank with one
+  std::unique_ptr<Stream> stream;           // last: its thread stops before the rest goes
   static inline const char* name = "shard_owner";
 };
 using ShardOwner = caf::stateful_actor<ShardOwnerState>;
@@ -57,13 +76,106 @@ double square_sum(const std::vector<torch::Tensor>& gradients) {
   return sum;
 }
 
+// A GPU rank's gradients, squared and summed on the device (one transfer of the result).
+double device_square_sum(const std::vector<torch::Tensor>& gradients) {
+  if (gradients.empty()) return 0;
+  torch::Tensor total = torch::zeros({}, gradients.front().options().dtype(torch::kFloat64));
+  for (const auto& g : gradients) total += g.to(torch::kFloat64).pow(2).sum();
+  return total.item<double>();
+}
+
+std::unique_ptr<DeviceAdam> make_device_adam(const std::vector<torch::Tensor>& parameters,
+                                             const std::shared_ptr<MemoryLedger>& ledger) {
+  auto adam = std::make_unique<DeviceAdam>();
+  int64_t bytes = 0;
+  for (const auto& p : parameters) {
+    adam->exp_avg.push_back(torch::zeros_like(p));
+    adam->exp_avg_sq.push_back(torch::zeros_like(p));
+    bytes += 2 * static_cast<int64_t>(p.nbytes());
+  }
+  adam->charge = MemoryCharge(ledger, MemoryKind::optimizer_state, bytes);
+  return adam;
+}
+
+// One fused step over every shard, launched on `stream` (the CPU twin on a host stream).
+void step_device_adam(DeviceAdam& adam, const OptimizerRule& rule, std::vector<torch::Tensor>& parameters,
+                      const std::vector<torch::Tensor>& gradients, void* stream) {
+  kernels::AdamParams p;
+  p.lr = rule.lr;
+  p.beta1 = rule.beta1;
+  p.beta2 = rule.beta2;
+  p.eps = rule.eps;
+  p.weight_decay = rule.weight_decay;
+  p.decoupled = rule.kind == OptimizerRule::Kind::adamw;
+  p.step = ++adam.step;
+  std::vector<kernels::AdamChunkRef> chunks;
+  for (std::size_t k = 0; k < parameters.size(); ++k)
+    chunks.push_back(kernels::AdamChunkRef{
+        parameters[k].data_ptr<float>(), gradients[k].data_ptr<float>(), adam.exp_avg[k].data_ptr<float>(),
+        adam.exp_avg_sq[k].data_ptr<float>(), static_cast<std::size_t>(parameters[k].numel())});
+  if (Status launched = kernels::adam_on_stream(chunks, p, stream); !launched)
+    throw std::runtime_error(launched.error().message);
+}
+
+std::shared_ptr<HostMirror> make_host_mirror(const ShardOwnerState& s) {
+  auto mirror = std::make_shared<HostMirror>();
+  std::size_t total = 0;
+  for (const auto& g : s.gradients) {
+    mirror->offsets.push_back(total);
+    total += static_cast<std::size_t>(g.numel());
+  }
+  const auto& ledger = s.options.store->ledger();
+  mirror->parameters = std::make_shared<HostBuffer>(total * sizeof(float), ledger, MemoryKind::parameters);
+  mirror->gradients = std::make_shared<HostBuffer>(total * sizeof(float), ledger, MemoryKind::gradients);
+  mirror->store = s.options.store;
+  return mirror;
+}
+
+// Device → host on the d2h stream, once the compute stream has run what the owner issued
+// (the clipping), or host → device on the h2d stream; `done` runs when the copies have.
+// Issued from the owner's host thread, so it keeps its place after the work before it.
+enum class Direction { to_host, to_device };
+void copy_mirror(ShardOwnerState& s, Direction direction, std::function<void()> done) {
+  s.stream->enqueue("", [&s, direction, done = std::move(done)] {
+    const DeviceRank& d = *s.options.device;
+    HostMirror& m = *s.mirror;
+    bool to_host = direction == Direction::to_host;
+    Stream& copies = to_host ? *d.d2h : *d.h2d;
+    copies.wait(d.stream->record());
+    HostBuffer& host = to_host ? *m.gradients : *m.parameters;
+    const std::vector<torch::Tensor>& device = to_host ? s.gradients : s.parameters;
+    for (std::size_t k = 0; k < device.size(); ++k) {
+      float* on_device = device[k].data_ptr<float>();
+      float* on_host = host.as<float>() + m.offsets[k];
+      std::size_t bytes = static_cast<std::size_t>(device[k].numel()) * sizeof(float);
+      if (to_host)
+        copies.copy(on_host, on_device, bytes, "gradients to host");
+      else
+        copies.copy(on_device, on_host, bytes, "parameters to device");
+    }
+    copies.record().on_complete(done);
+  });
+}
+
+// At the start: the master copy takes the device's (broadcast) parameters.
+void fill_mirror(ShardOwnerState& s) {
+  s.stream->enqueue("", [&s] {
+    const DeviceRank& d = *s.options.device;
+    d.d2h->wait(d.stream->record());
+    for (std::size_t k = 0; k < s.parameters.size(); ++k)
+      d.d2h->copy(s.mirror->parameters->as<float>() + s.mirror->offsets[k], s.parameters[k].data_ptr<float>(),
+                  static_cast<std::size_t>(s.parameters[k].numel()) * sizeof(float), "parameters to host");
+  });
+}
+
 template <class Reply>
 void reply_after(ShardOwner* self, const caf::actor& to, Reply reply) {
   auto& s = self->state;
   s.stream->notify(s.stream->record(), to, caf::make_message(std::move(reply)));
 }
 
-// With an offload tier: clip on this stream, then the manager runs the optimizer pass.
+// With an offload tier: clip on this stream, then the manager runs the optimizer pass
+// (on a GPU rank over the host mirror, after the gradients have come over).
 void update_offloaded(ShardOwner* self, const update_shard& u) {
   auto& s = self->state;
   s.updating_for = u.reply_to;
@@ -72,9 +184,11 @@ void update_offloaded(ShardOwner* self, const update_shard& u) {
     torch::NoGradGuard no_grad;
     for (auto& g : s.gradients) g.mul_(scale);
   });
-  s.stream->record().on_complete([to = s.offload, me = caf::actor_cast<caf::actor>(self), step = u.step] {
+  auto pass = [to = s.offload, me = caf::actor_cast<caf::actor>(self), step = u.step] {
     caf::anon_send(to, optimizer_pass{step, me});
-  });
+  };
+  if (s.mirror) return copy_mirror(s, Direction::to_host, pass);
+  s.stream->record().on_complete(pass);
 }
 
 caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) {
@@ -86,31 +200,48 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
     s.gradients.push_back(grad);
     if (param.defined()) s.parameters.back().mutable_grad() = grad;
   }
+  auto on_error = [to = s.options.report_to](const std::string& what) {
+    caf::anon_send(to, stage_failed{"shard owner: " + what});
+  };
+  if (s.options.device)
+    s.stream = IssuingStream::make("optimizer", s.options.device->stream, s.options.device->scope,
+                                   s.options.tracer, on_error);
+  else
+    s.stream = CpuStream::make("optimizer", s.options.tracer, on_error);
+  s.stream->enqueue("", [threads = s.options.threads] { torch::set_num_threads(static_cast<int>(threads)); });
+  // On a GPU rank, state made here belongs to the compute stream.
+  std::shared_ptr<void> on_compute =
+      s.options.device && s.options.device->scope ? s.options.device->scope() : nullptr;
+  if (s.options.offload && s.options.device) {
+    s.mirror = make_host_mirror(s);
+    fill_mirror(s);
+  }
   if (s.options.offload) {
     OffloadManagerOptions o;
     o.offload = *s.options.offload;
     o.rule = s.options.rule;
     for (std::size_t k = 0; k < s.parameters.size(); ++k) {
       const torch::Tensor& p = s.parameters[k];
-      o.partition.push_back(PartitionSpan{p.defined() ? p.data_ptr<float>() : nullptr,
-                                          s.gradients[k].data_ptr<float>(),
-                                          static_cast<std::size_t>(s.gradients[k].numel()), k});
+      float* parameters = s.mirror      ? s.mirror->parameters->as<float>() + s.mirror->offsets[k]
+                          : p.defined() ? p.data_ptr<float>()
+                                        : nullptr;
+      float* gradients = s.mirror ? s.mirror->gradients->as<float>() + s.mirror->offsets[k]
+                                  : s.gradients[k].data_ptr<float>();
+      o.partition.push_back(
+          PartitionSpan{parameters, gradients, static_cast<std::size_t>(s.gradients[k].numel()), k});
     }
-    o.partition_owner = s.options.store;
+    o.partition_owner = s.mirror ? std::shared_ptr<void>(s.mirror) : std::shared_ptr<void>(s.options.store);
     o.parameter_swap = s.options.store->swap();
     o.threads = s.options.threads;
     o.tracer = s.options.tracer;
     o.ledger = s.options.store->ledger();
     s.offload = spawn_offload_manager(self->system(), std::move(o));
     self->link_to(s.offload);
+  } else if (s.options.device && !s.options.make_optimizer) {
+    s.device_adam = make_device_adam(s.parameters, s.options.store->ledger());
   } else {
     s.optimizer = s.options.make_optimizer(s.parameters);
   }
-  s.stream =
-      CpuStream::make("optimizer", s.options.tracer, [to = s.options.report_to](const std::string& what) {
-        caf::anon_send(to, stage_failed{"shard owner: " + what});
-      });
-  s.stream->enqueue("", [threads = s.options.threads] { torch::set_num_threads(static_cast<int>(threads)); });
   return {
       [=](begin_accumulation&) {
         auto& st = self->state;
@@ -130,13 +261,25 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
       [=](measure_gradients& m) {
         auto& st = self->state;
         auto sum = std::make_shared<double>(0);
-        st.stream->enqueue("gradient norm", [&st, sum] { *sum = square_sum(st.gradients); });
+        st.stream->enqueue("gradient norm", [&st, sum] {
+          *sum = st.options.device ? device_square_sum(st.gradients) : square_sum(st.gradients);
+        });
         st.stream->record().on_complete(
             [sum, to = m.reply_to] { caf::anon_send(to, gradient_square_sum{*sum}); });
       },
       [=](update_shard& u) {
         auto& st = self->state;
         if (st.offload) return update_offloaded(self, u);
+        if (st.device_adam) {
+          st.stream->enqueue(fmt::format("optimizer step {}", u.step), [&st, scale = u.scale] {
+            torch::NoGradGuard no_grad;
+            if (scale != 1.0)
+              for (auto& g : st.gradients) g.mul_(scale);
+            step_device_adam(*st.device_adam, st.options.rule, st.parameters, st.gradients,
+                             st.stream->native_handle());
+          });
+          return reply_after(self, u.reply_to, shard_updated{u.step});
+        }
         st.stream->enqueue(fmt::format("optimizer step {}", u.step), [&st, scale = u.scale] {
           torch::NoGradGuard no_grad;
           if (scale != 1.0)
@@ -153,7 +296,9 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
         st.updating_for.reset();
         if (!d.error.empty())
           return self->send(st.options.report_to, stage_failed{"optimizer offload: " + d.error});
-        self->send(to, shard_updated{d.step});
+        if (!st.mirror) return self->send(to, shard_updated{d.step});
+        copy_mirror(st, Direction::to_device,
+                    [to, step = d.step] { caf::anon_send(to, shard_updated{step}); });
       },
   };
 }

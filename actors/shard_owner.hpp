@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 
+#include "actors/device_rank.hpp"
 #include "actors/micro_batch.hpp"
 #include "actors/offload_manager.hpp"
 #include "actors/zero/parameter_store.hpp"
@@ -36,6 +37,12 @@ struct ShardOwnerOptions {
   /// troupe's fused kernels with `rule`; without, LibTorch's optimizer from make_optimizer.
   std::optional<OffloadOptions> offload;
   OptimizerRule rule;
+  /// A GPU rank: the partition is in device memory and the owner issues on the rank's
+  /// compute stream. Without an offload tier, Adam and AdamW run as troupe's fused CUDA
+  /// kernel there (SGD and a trainer's factory as LibTorch's optimizer on the device);
+  /// with one, the gradients go to host memory, the tier updates the host's fp32 master
+  /// copy, and the parameters come back (ZeRO-Offload).
+  std::optional<DeviceRank> device;
 };
 
 caf::actor spawn_shard_owner(caf::actor_system& system, ShardOwnerOptions options);

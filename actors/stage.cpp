@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "actors/protocol/comm.hpp"
+#include "actors/protocol/device_comm.hpp"
 #include "actors/protocol/stage.hpp"
 #include "actors/protocol/zero.hpp"
 #include "actors/shard_owner.hpp"
@@ -62,7 +63,7 @@ struct StageState {
   std::unique_ptr<LayerSequenceCheck> sequence_check;
   std::vector<torch::nn::AnyModule*> layers;
   caf::actor owner;
-  std::unique_ptr<CpuStream> compute;  // after what its work touches: its thread stops first
+  std::unique_ptr<Stream> compute;  // after what its work touches: its thread stops first
   caf::actor driver;
   StepProgress progress;
   std::shared_ptr<HostBuffer> loss;    // this rank's loss of the step, then the global mean
@@ -142,7 +143,8 @@ void forward_backward(StageState& s, const run_micro_batch& m, caf::actor self) 
   std::vector<int64_t> sequence = layer_sequence(s, m.step, m.micro);
   if (s.sequence_check) s.sequence_check->agree(m.step, m.micro, sequence);
   if (fetcher) fetcher->begin_pass();
-  torch::Tensor x = m.batch->input;
+  torch::Device device = s.options.device ? s.options.device->device : torch::Device(torch::kCPU);
+  torch::Tensor x = m.batch->input.to(device);
   for (int64_t index : sequence) {
     int64_t row = fetcher ? layer_row[static_cast<std::size_t>(index)] : -1;
     if (row >= 0) fetcher->acquire(static_cast<std::size_t>(row));
@@ -152,7 +154,7 @@ void forward_backward(StageState& s, const run_micro_batch& m, caf::actor self) 
       fetcher->release(static_cast<std::size_t>(row));
     }
   }
-  torch::Tensor loss = s.options.loss(x, m.batch->target) / static_cast<double>(m.micro_count);
+  torch::Tensor loss = s.options.loss(x, m.batch->target.to(device)) / static_cast<double>(m.micro_count);
   loss.backward();
   s.loss_sum += loss.item<double>();
   s.rows->flush();
@@ -184,6 +186,24 @@ IssueQueue::Issue reduce_row(const StageOptions& o, caf::actor self, std::size_t
   };
 }
 
+// A GPU rank's gradient row (stage 0): all-reduced in device memory once the kernels
+// launched so far on the compute stream (the ones that made it) have run. Called where
+// the row completes: on the compute thread or LibTorch's autograd thread for the device.
+IssueQueue::Issue reduce_row_on_device(const DeviceRank& d, const std::shared_ptr<ParameterStore>& store,
+                                       caf::actor self, std::size_t row, const BufferSpan& span) {
+  device_collective_request r;
+  r.tag = tag(Tag::gradients, row);
+  r.kind = DeviceCollective::all_reduce;
+  r.output = store->device_gradients().data_ptr<float>() + span.offset_bytes / sizeof(float);
+  r.input = r.output;
+  r.count = span.count;
+  r.op = ReduceOp::average;
+  r.ready = d.stream->record();  // the device stream itself: what has been launched
+  r.keep = store;
+  r.reply_to = std::move(self);
+  return [to = d.collectives, r = std::move(r)]() mutable { caf::anon_send(to, std::move(r)); };
+}
+
 // [offload] param = "nvme": this rank's parameter rows go to files of the nvme tier.
 Result<std::shared_ptr<ParameterSwap>> open_parameter_swap(const StageOptions& o, const ZeroPlan& plan) {
   const OffloadOptions& off = *o.offload;
@@ -206,6 +226,10 @@ bool parameters_on_nvme(const StageOptions& o) {
 Status build(StageActor* self) {
   auto& s = self->state;
   const ZeroOptions& z = s.options.zero;
+  // On a GPU rank, what is made here (the flat gradients, autograd's gradient accumulators,
+  // which remember the stream they were made on) belongs to the compute stream.
+  std::shared_ptr<void> on_compute =
+      s.options.device && s.options.device->scope ? s.options.device->scope() : nullptr;
   caf::actor me = caf::actor_cast<caf::actor>(self);
   ZeroPlanInput input{z.stage, s.options.dp, layer_counts(s.options.model),
                       static_cast<std::size_t>(z.reduce_bucket_size),
@@ -220,8 +244,9 @@ Status build(StageActor* self) {
     swap = std::move(*opened);
   }
   try {
-    s.store = std::make_shared<ParameterStore>(std::move(*plan), model_parameters(s.options.model),
-                                               s.options.rank, s.options.ledger, std::move(swap));
+    s.store =
+        std::make_shared<ParameterStore>(std::move(*plan), model_parameters(s.options.model), s.options.rank,
+                                         s.options.ledger, std::move(swap), s.options.device.has_value());
   } catch (const std::exception& e) {
     return make_error(e.what());
   }
@@ -262,19 +287,16 @@ Status build(StageActor* self) {
   ParameterFetcher* fetcher = s.fetcher.get();
   s.rows = std::make_unique<GradientRows>(
       s.store, s.pool,
-      [o = s.options, me, stage = z.stage, issue = s.issue](std::size_t row, std::size_t slot,
-                                                            BufferSpan span) {
-        issue->issue(reduce_row(o, me, row, slot, std::move(span), stage));
+      [o = s.options, me, stage = z.stage, issue = s.issue, store = s.store](
+          std::size_t row, std::size_t slot, BufferSpan span) {
+        issue->issue(o.device ? reduce_row_on_device(*o.device, store, me, row, span)
+                              : reduce_row(o, me, row, slot, std::move(span), stage));
       },
       fetcher ? GradientRows::RowDone([fetcher](std::size_t row) { fetcher->release(row); })
               : GradientRows::RowDone());
-  ShardOwnerOptions owner{s.store,
-                          s.options.make_optimizer,
-                          s.options.compute_threads,
-                          s.options.tracer,
-                          me,
-                          s.options.offload,
-                          s.options.rule};
+  ShardOwnerOptions owner{
+      s.store,           s.options.make_optimizer, s.options.compute_threads, s.options.tracer, me,
+      s.options.offload, s.options.rule,           s.options.device};
   s.owner = spawn_shard_owner(self->system(), std::move(owner));
   self->link_to(s.owner);
   return {};
@@ -415,7 +437,7 @@ void collect(StageActor* self) {
     if (!result->error.empty()) return;
     try {
       if (s.fetcher) s.fetcher->gather_all();
-      torch::Tensor flat = s.store->flatten();
+      torch::Tensor flat = s.store->flatten().to(torch::kCPU);
       if (s.fetcher) s.fetcher->drop_all();
       result->flat = std::make_shared<HostBuffer>(static_cast<std::size_t>(flat.numel()) * sizeof(float));
       std::memcpy(result->flat->data(), flat.data_ptr<float>(), result->flat->bytes());
@@ -431,8 +453,12 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
   auto& s = self->state;
   s.options = std::move(options);
   caf::actor me = caf::actor_cast<caf::actor>(self);
-  s.compute = CpuStream::make("compute", s.options.tracer,
-                              [me](const std::string& what) { caf::anon_send(me, stage_failed{what}); });
+  auto on_error = [me](const std::string& what) { caf::anon_send(me, stage_failed{what}); };
+  if (s.options.device)
+    s.compute = IssuingStream::make("compute", s.options.device->stream, s.options.device->scope,
+                                    s.options.tracer, on_error);
+  else
+    s.compute = CpuStream::make("compute", s.options.tracer, on_error);
   // OpenMP's thread count is a per-thread setting: set it on the thread that computes.
   s.compute->enqueue(
       "", [threads = s.options.compute_threads] { torch::set_num_threads(static_cast<int>(threads)); });

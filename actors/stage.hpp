@@ -11,6 +11,11 @@
 // recorded on the first pass. Then the global gradient norm (clipping), the shard
 // owner's update, and in stages 1-2 an all-gather of the updated rows.
 //
+// On a GPU rank (StageOptions::device) the model lives in device memory, forward and
+// backward are issued on the rank's compute stream, the gradient rows are all-reduced by
+// the device collectives actor as soon as the kernels that made them have run, and the
+// shard owner steps on the same stream (or through host memory, with [offload]).
+//
 // Protocol (actors/protocol/stage.hpp): run_micro_batch → micro_batch_done; after the
 // last micro-batch of a step → gradients_ready; apply_step → step_applied;
 // collect_parameters → parameters_collected; any failure → stage_failed. Replies go to
@@ -24,6 +29,7 @@
 #include <memory>
 #include <optional>
 
+#include "actors/device_rank.hpp"
 #include "actors/micro_batch.hpp"
 #include "actors/offload_manager.hpp"
 #include "base/trace.hpp"
@@ -57,6 +63,7 @@ struct StageOptions {
   std::shared_ptr<MemoryLedger> ledger;
   std::optional<OffloadOptions> offload;  ///< set: the optimizer state goes to an offload tier
   OptimizerRule rule;                     ///< the optimizer, for the offload tier's kernels
+  std::optional<DeviceRank> device;       ///< set: a GPU rank (ZeRO stage 0; model already on it)
 };
 
 caf::actor spawn_stage(caf::actor_system& system, StageOptions options);

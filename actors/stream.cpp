@@ -55,6 +55,11 @@ void Event::wait() const {
   state_->done_cv.wait(lock, [this] { return state_->done; });
 }
 
+bool Event::wait_for(std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(state_->mutex);
+  return state_->done_cv.wait_for(lock, timeout, [this] { return state_->done; });
+}
+
 void* Event::device_event() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   return state_->device_event.get();
@@ -63,6 +68,15 @@ void* Event::device_event() const {
 void Event::set_device_event(std::shared_ptr<void> event) const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   state_->device_event = std::move(event);
+}
+
+void Event::share_device_event(const Event& other) const {
+  std::shared_ptr<void> event;
+  {
+    std::lock_guard<std::mutex> lock(other.state_->mutex);
+    event = other.state_->device_event;
+  }
+  set_device_event(std::move(event));
 }
 
 void Stream::notify(const Event& event, caf::actor actor, caf::message message) {

@@ -17,6 +17,8 @@
 #include <caf/actor.hpp>
 #include <caf/message.hpp>
 
+#include <chrono>
+
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -44,12 +46,16 @@ class Event {
   void complete() const;
   /// Blocks until complete. Only for stream threads and tests, never for an actor.
   void wait() const;
+  /// wait() for at most `timeout`; whether it completed.
+  bool wait_for(std::chrono::milliseconds timeout) const;
 
   /// The device event behind it (a cudaEvent_t on a CudaStream), so another device stream
   /// can wait on the device instead of the host; null for host work. For stream
   /// implementations.
   void* device_event() const;
   void set_device_event(std::shared_ptr<void> event) const;
+  /// Takes `other`'s device event, for an Event that completes with it.
+  void share_device_event(const Event& other) const;
 
  private:
   struct State;
@@ -69,6 +75,9 @@ class Stream {
   /// Appends a copy of `bytes` from `source` to `destination`, both valid until it ran
   /// (host memory on a CpuStream; host or device memory on a CudaStream).
   virtual void copy(void* destination, const void* source, std::size_t bytes, std::string label) = 0;
+  /// The device stream behind it (a cudaStream_t), for kernels launched by enqueued work;
+  /// null for host streams.
+  virtual void* native_handle() const { return nullptr; }
   /// Delivers `message` to `actor` when `event` completes.
   void notify(const Event& event, caf::actor actor, caf::message message);
 };

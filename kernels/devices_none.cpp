@@ -1,4 +1,5 @@
 #include "kernels/devices.hpp"
+#include "kernels/stream_optimizer.hpp"
 
 namespace troupe::kernels {
 
@@ -11,3 +12,11 @@ Result<int> cuda_device_count() {
 }
 
 }  // namespace troupe::kernels
+
+namespace troupe::kernels::detail {
+
+Status cuda_adam_on_stream(const std::vector<AdamChunkRef>&, const AdamParams&, void*) {
+  return make_error("this troupe was built without CUDA: the CUDA Adam kernel is not there");
+}
+
+}  // namespace troupe::kernels::detail

@@ -18,6 +18,7 @@
 #include "memory/nvme_store.hpp"
 #include "runtime/coordinator.hpp"
 #include "runtime/devices.hpp"
+#include "runtime/gpu_rank.hpp"
 #include "runtime/model/optimizer.hpp"
 #include "runtime/trace_merge.hpp"
 #include "troupe/troupe.hpp"
@@ -128,17 +129,18 @@ Status check_nvme_tier(const std::optional<OffloadOptions>& offload) {
   return {};
 }
 
-// [cluster] device = "cuda": this rank's GPU must exist before anything starts.
-Status usable_gpu(const RankEnvironment& rank) {
+// [cluster] device = "cuda": this rank's GPU must exist before anything starts, and the
+// job must be one a GPU rank runs (ZeRO stage 0: the model whole on every GPU).
+Status usable_gpu(const JobConfig& config, const RankEnvironment& rank) {
   if (auto usable = check_cuda_devices(rank.local_rank, rank.local_world_size); !usable)
     return make_error(fmt::format("rank {}: {}", rank.rank, usable.error().message));
-  // The CUDA kernels, streams and memory tiers exist; the stage's LibTorch work on the GPU
-  // needs a LibTorch built with CUDA, and is not wired into the engine yet.
-  return make_error(
-      fmt::format("rank {}: [cluster] device = \"cuda\": GPU {} is usable, but training on it is not "
-                  "available yet in this "
-                  "build (the stage actor runs LibTorch on the CPU); use device = \"cpu\"",
-                  rank.rank, rank.local_rank));
+  if (config.zero.stage != 0)
+    return make_error(fmt::format(
+        "{}: [zero] stage = {} with [cluster] device = \"cuda\": a GPU rank trains with stage 0 so far "
+        "(the model whole on every GPU, gradients all-reduced with NCCL, the optimizer on the GPU or, "
+        "with [offload] optimizer, on the host); stages 1-3 run on device = \"cpu\"",
+        config.source, config.zero.stage));
+  return {};
 }
 
 // Every rank starts from rank 0's parameters, whatever its own initialisation did.
@@ -171,6 +173,7 @@ class Engine::Impl {
   torch::nn::Sequential layers;
   std::unique_ptr<Tracer> tracer;
   std::shared_ptr<MemoryLedger> ledger = std::make_shared<MemoryLedger>();
+  std::unique_ptr<GpuRank> gpu;  // before the actor system: its streams outlive the actors
   caf::actor_system_config actor_config;
   std::unique_ptr<caf::actor_system> system;
   caf::actor comm, loader, stage, driver;
@@ -186,6 +189,17 @@ class Engine::Impl {
   }
 
   double step_timeout_s() const { return 2 * config.cluster.collective_timeout_s + 60; }
+
+  // [cluster] device = "cuda": the rank's GPU, NCCL, and the model moved onto the GPU.
+  Status open_gpu(Transport& transport) {
+    auto opened = GpuRank::open(transport, static_cast<int>(rank.local_rank),
+                                config.cluster.collective_timeout_s, tracer.get());
+    if (!opened) return make_error(fmt::format("rank {}: {}", rank.rank, opened.error().message));
+    gpu = std::move(*opened);
+    if (auto moved = gpu->adopt(layers); !moved)
+      return make_error(fmt::format("rank {}: {}", rank.rank, moved.error().message));
+    return {};
+  }
 
   void start_actors(std::shared_ptr<Transport> transport, Trainable& t) {
     actor_config.set("scheduler.policy", caf::atom("sharing"));  // no spinning workers next to compute
@@ -220,8 +234,16 @@ class Engine::Impl {
     // The [optimizer] of the config runs as troupe's fused kernels (one pass per element,
     // bit-identical to LibTorch's on AVX CPUs, about 10× faster) with its state in memory:
     // the offload manager's "cpu" tier. A trainer's own optimizer factory runs as given.
-    if (!so.offload && !own_optimizer) so.offload = OffloadOptions{};
     so.rule = optimizer_rule(config.optimizer);
+    if (gpu) {
+      // A GPU rank: Adam and AdamW as the fused CUDA kernel (no factory), SGD as LibTorch's
+      // on the device; with [offload] optimizer, the tier's kernels on the host.
+      so.device = gpu->spawn(*system, comm, ledger);
+      if (!so.offload && !own_optimizer && so.rule.kind != OptimizerRule::Kind::sgd)
+        so.make_optimizer = nullptr;
+    } else if (!so.offload && !own_optimizer) {
+      so.offload = OffloadOptions{};
+    }
     stage = spawn_stage(*system, std::move(so));
     driver = spawn_step_driver(
         *system, StepDriverOptions{stage, loader, comm, b.gradient_accumulation_steps, config.parallel.dp,
@@ -246,7 +268,8 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   impl->rank = *found;
   if (!trainable.layers || !trainable.loss || !trainable.data)
     return make_error("Engine::make needs layers, a loss function and a data source");
-  if (impl->config.cluster.device == "cuda") TROUPE_TRY(usable_gpu(impl->rank));
+  const bool on_gpu = impl->config.cluster.device == "cuda";
+  if (on_gpu) TROUPE_TRY(usable_gpu(impl->config, impl->rank));
   impl->layers = trainable.layers;
   impl->compute_threads = threads_per_rank(impl->config, impl->rank);
   torch::set_num_threads(static_cast<int>(impl->compute_threads));
@@ -263,6 +286,7 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   if (!equal)
     return make_error(
         fmt::format("rank {}: broadcasting parameters: {}", impl->rank.rank, equal.error().message));
+  if (on_gpu) TROUPE_TRY(impl->open_gpu(*shared));
   impl->start_actors(std::move(shared), trainable);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }

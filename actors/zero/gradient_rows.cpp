@@ -45,6 +45,7 @@ std::size_t GradientRows::posts_per_step(int64_t micro_count) const {
 void GradientRows::begin_step() {
   if (pool_) pool_->trim();
   if (auto flat = store_->flat_gradients()) std::memset(flat->data(), 0, flat->bytes());
+  if (store_->device_gradients().defined()) store_->device_gradients().zero_();  // on the compute stream
 }
 
 void GradientRows::begin_micro(bool last) {
@@ -94,7 +95,7 @@ void GradientRows::post(std::size_t k) {
   row.posted = true;
   const FlatLayout& layout = store_->layout();
   std::size_t elements = layout.row_elements(k);
-  if (store_->stage() < 2) {
+  if (store_->stage() < 2) {  // on a GPU: no host buffer, the range of device_gradients()
     post_(k, 0, float_span(store_->flat_gradients(), layout.row(k).begin, elements));
     return;
   }

@@ -32,7 +32,9 @@ namespace troupe {
 
 class GradientRows {
  public:
-  /// Row `row` is ready: its gradients are `span` (in `slot` of the pool, stages 2-3).
+  /// Row `row` is ready: its gradients are `span` (in `slot` of the pool, stages 2-3). On
+  /// a GPU rank (stage 0) the span has no owner: its range is one of the store's
+  /// device_gradients().
   using Post = std::function<void(std::size_t row, std::size_t slot, BufferSpan span)>;
   /// Stage 3: every gradient of row `row` is final, so backward no longer needs it.
   using RowDone = std::function<void(std::size_t row)>;

@@ -31,16 +31,23 @@ torch::Tensor view_of(const std::shared_ptr<HostBuffer>& buffer, std::size_t off
 }
 
 ParameterStore::ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> parameters, int64_t rank,
-                               std::shared_ptr<MemoryLedger> ledger, std::shared_ptr<ParameterSwap> swap)
+                               std::shared_ptr<MemoryLedger> ledger, std::shared_ptr<ParameterSwap> swap,
+                               bool device_resident)
     : plan_(std::move(plan)),
       parameters_(std::move(parameters)),
       rank_(rank),
       ledger_(std::move(ledger)),
-      swap_(std::move(swap)) {
+      swap_(std::move(swap)),
+      device_resident_(device_resident) {
   TROUPE_CHECK(!swap_ || plan_.stage == 3, "only stage 3 swaps parameters");
   TROUPE_CHECK(plan_.parameter_of.size() == parameters_.size(), "the plan covers every parameter once");
-  for (const auto& p : parameters_)
+  for (const auto& p : parameters_) {
     TROUPE_CHECK(p.scalar_type() == torch::kFloat32, "ZeRO partitions fp32 parameters");
+    TROUPE_CHECK(p.device() == parameters_.front().device(), "every parameter is on one device");
+  }
+  TROUPE_CHECK(!on_device() || plan_.stage == 0, "only stage 0 keeps its parameters on a GPU");
+  TROUPE_CHECK(on_device() || parameters_.empty() || parameters_.front().device().is_cpu(),
+               "parameters on a GPU need a device-resident store");
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     shapes_.push_back(parameter_at(i).sizes().vec());
     // Autograd records a parameter's shape in its gradient accumulator when that is
@@ -52,6 +59,10 @@ ParameterStore::ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> paramet
     case 0:
       own_tensors_ = MemoryCharge(ledger_, MemoryKind::parameters,
                                   static_cast<int64_t>(plan_.parameter_elements) * kFloatBytes);
+      if (on_device()) {
+        lay_out_device_gradients();
+        break;
+      }
       flat_gradients_ = charged(layout().total(), ledger_, MemoryKind::gradients);
       for (std::size_t i = 0; i < parameters_.size(); ++i) {
         torch::Tensor& p = parameter_at(i);
@@ -67,6 +78,19 @@ ParameterStore::ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> paramet
   }
   if (plan_.stage >= 2)
     partition_gradients_ = charged(layout().partition_size(), ledger_, MemoryKind::gradients);
+}
+
+// Stage 0 on a GPU: the gradients are views into one flat device tensor, allocated on
+// the parameters' device (LibTorch's allocator, on the current stream: the compute one).
+void ParameterStore::lay_out_device_gradients() {
+  device_gradients_ = torch::zeros({static_cast<int64_t>(layout().total())}, parameters_.front().options());
+  device_gradient_charge_ =
+      MemoryCharge(ledger_, MemoryKind::gradients, static_cast<int64_t>(layout().total()) * kFloatBytes);
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    torch::Tensor& p = parameter_at(i);
+    p.mutable_grad() =
+        device_gradients_.narrow(0, static_cast<int64_t>(layout().offset(i)), p.numel()).view(p.sizes());
+  }
 }
 
 // Stages 1-2: every parameter becomes a view into one flat buffer.

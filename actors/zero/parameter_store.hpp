@@ -2,7 +2,8 @@
 // stage, following a ZeroPlan.
 //
 //   stage 0: the model's own parameter tensors; gradients are views into one flat
-//            buffer (all-reduced row by row).
+//            buffer (all-reduced row by row). On a GPU rank both are in device memory
+//            (the flat gradients a device tensor); the other stages are host-only.
 //   stage 1: parameters and gradients are views into two flat buffers; this rank
 //            updates its blocks, then every row is all-gathered in place.
 //   stage 2: parameters as in stage 1; gradients arrive one by one from autograd, go
@@ -35,8 +36,11 @@ class ParameterStore {
  public:
   /// `parameters` in model order, equal on every rank; their values are moved in (stage 3
   /// with `swap`: this rank's blocks of the swapped rows are written to NVMe).
+  /// `device_resident` (a GPU rank, stage 0): the gradients are a tensor on the parameters'
+  /// device instead of a host buffer.
   ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> parameters, int64_t rank,
-                 std::shared_ptr<MemoryLedger> ledger, std::shared_ptr<ParameterSwap> swap = nullptr);
+                 std::shared_ptr<MemoryLedger> ledger, std::shared_ptr<ParameterSwap> swap = nullptr,
+                 bool device_resident = false);
   ParameterStore(const ParameterStore&) = delete;
   ParameterStore& operator=(const ParameterStore&) = delete;
 
@@ -49,8 +53,12 @@ class ParameterStore {
   /// The model parameter at layout position `position`.
   torch::Tensor& parameter_at(std::size_t position) { return parameters_[plan_.parameter_of[position]]; }
 
-  std::shared_ptr<HostBuffer> flat_parameters() const { return flat_parameters_; }            ///< stages 1-2
-  std::shared_ptr<HostBuffer> flat_gradients() const { return flat_gradients_; }              ///< stages 0-1
+  std::shared_ptr<HostBuffer> flat_parameters() const { return flat_parameters_; }  ///< stages 1-2
+  std::shared_ptr<HostBuffer> flat_gradients() const { return flat_gradients_; }    ///< stages 0-1, host
+  /// Stage 0 on a GPU (else undefined): every gradient, flat, in device memory.
+  const torch::Tensor& device_gradients() const { return device_gradients_; }
+  /// A GPU rank's store (stage 0 only): parameters and gradients in device memory.
+  bool on_device() const { return device_resident_; }
   std::shared_ptr<HostBuffer> partition_parameters() const { return partition_parameters_; }  ///< stage 3
   /// Stage 3 with parameters on NVMe (else null): where the rows it swaps live.
   const std::shared_ptr<ParameterSwap>& swap() const { return swap_; }
@@ -75,6 +83,7 @@ class ParameterStore {
 
  private:
   void lay_out_flat(bool with_gradients);
+  void lay_out_device_gradients();
   void keep_partition();
   Status write_swapped_rows(const HostBuffer& partition);
 
@@ -83,7 +92,10 @@ class ParameterStore {
   int64_t rank_ = 0;
   std::shared_ptr<MemoryLedger> ledger_;
   std::shared_ptr<ParameterSwap> swap_;
-  MemoryCharge own_tensors_;  // stage 0: the model's own parameter storage
+  bool device_resident_ = false;
+  MemoryCharge own_tensors_;        // stage 0: the model's own parameter storage
+  torch::Tensor device_gradients_;  // stage 0 on a GPU
+  MemoryCharge device_gradient_charge_;
   std::shared_ptr<HostBuffer> flat_parameters_, flat_gradients_, partition_parameters_, partition_gradients_;
   std::vector<std::vector<int64_t>> shapes_;                          // by layout position
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // autograd holds them weakly

@@ -130,9 +130,9 @@ TEST(CudaStream, EachStreamHasItsTrackAndTheirSpansOverlap) {
       double start = e.at("ts"), end = start + e.at("dur").get<double>();
       span_of[track_names[e.at("tid")]] = {start, end};
     }
-  ASSERT_TRUE(span_of.count("stream compute") && span_of.count("stream comm")) << events.dump();
-  auto [a0, a1] = span_of["stream compute"];
-  auto [b0, b1] = span_of["stream comm"];
+  ASSERT_TRUE(span_of.count("gpu compute") && span_of.count("gpu comm")) << events.dump();
+  auto [a0, a1] = span_of["gpu compute"];
+  auto [b0, b1] = span_of["gpu comm"];
   EXPECT_LT(std::max(a0, b0), std::min(a1, b1)) << "two streams run at once";
 }
 

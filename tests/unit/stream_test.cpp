@@ -1,4 +1,5 @@
 // CpuStream: order, events, cross-stream waits, errors, and completion as a message.
+// IssuingStream: host work inside its scope, events after host and device work.
 #include <gtest/gtest.h>
 
 #include <caf/all.hpp>
@@ -8,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "actors/issuing_stream.hpp"
 #include "actors/stream.hpp"
 
 namespace troupe {
@@ -82,6 +84,74 @@ TEST(CpuStream, TracesLabelledWorkOnItsOwnTrack) {
     s->record().wait();
   }
   EXPECT_EQ(tracer.size(), 1u);
+}
+
+// An IssuingStream over a CpuStream "device": what its host work issues runs there.
+struct Issuing {
+  std::shared_ptr<CpuStream> device = CpuStream::make("device", nullptr, nullptr);
+  std::atomic<int> scopes{0};
+  std::unique_ptr<IssuingStream> stream = IssuingStream::make(
+      "compute", device,
+      [this] {
+        ++scopes;
+        return std::shared_ptr<void>(nullptr, [this](void*) { --scopes; });
+      },
+      nullptr, nullptr);
+};
+
+TEST(IssuingStream, RunsEachItemInsideItsScope) {
+  Issuing s;
+  std::vector<int> inside;
+  for (int i = 0; i < 3; ++i) s.stream->enqueue("", [&] { inside.push_back(s.scopes.load()); });
+  s.stream->record().wait();
+  EXPECT_EQ(inside, (std::vector<int>{1, 1, 1}));
+  EXPECT_EQ(s.scopes.load(), 0);
+}
+
+TEST(IssuingStream, RecordCompletesAfterTheDeviceWorkTheHostIssued) {
+  Issuing s;
+  std::atomic<bool> device_ran{false};
+  s.stream->enqueue("", [&] {
+    s.device->enqueue("", [&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      device_ran = true;
+    });
+  });
+  Event e = s.stream->record();
+  e.wait();
+  EXPECT_TRUE(device_ran.load());
+}
+
+TEST(IssuingStream, RecordLaunchedCoversOnlyWhatWasLaunched) {
+  Issuing s;
+  std::atomic<bool> later{false};
+  Event launched;
+  s.stream->enqueue("", [&] {
+    launched = s.stream->record_launched();  // from the issuing thread: no wait on itself
+    launched.wait();
+    s.device->enqueue("", [&] { later = true; });
+  });
+  s.stream->record().wait();
+  EXPECT_TRUE(launched.done());
+  EXPECT_TRUE(later.load());
+}
+
+TEST(IssuingStream, CopiesAndWaitsKeepTheirPlaceInLine) {
+  Issuing s;
+  auto other = CpuStream::make("other", nullptr, nullptr);
+  std::atomic<bool> gate{false};
+  other->enqueue("", [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    gate = true;
+  });
+  int source = 7, destination = 0;
+  bool gated_before_copy = false;
+  s.stream->wait(other->record());
+  s.stream->enqueue("", [&] { gated_before_copy = gate.load(); });
+  s.stream->copy(&destination, &source, sizeof source, "copy");
+  s.stream->record().wait();
+  EXPECT_TRUE(gated_before_copy);
+  EXPECT_EQ(destination, 7);
 }
 
 }  // namespace

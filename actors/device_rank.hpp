@@ -1,0 +1,25 @@
+// DeviceRank: what the actors of a GPU rank share — the device its model lives on, the
+// compute stream they issue work to, and the actor that runs collectives on device
+// memory. The stage and its shard owner each issue on `stream` from a host thread of
+// their own (an IssuingStream), inside `scope`: on a GPU, a TorchStreamGuard making
+// `stream` LibTorch's current stream, so LibTorch's kernels land on it.
+#pragma once
+
+#include <torch/types.h>
+#include <caf/actor.hpp>
+
+#include <memory>
+
+#include "actors/issuing_stream.hpp"
+
+namespace troupe {
+
+struct DeviceRank {
+  torch::Device device = torch::kCPU;
+  std::shared_ptr<Stream> stream;    ///< the rank's compute stream (a CudaStream)
+  std::shared_ptr<Stream> d2h, h2d;  ///< its copy streams (the host mirror of [offload])
+  IssuingStream::Scope scope;
+  caf::actor collectives;  ///< device_collective_request → collective_done (NCCL or staged)
+};
+
+}  // namespace troupe

@@ -1,0 +1,124 @@
+// GpuRank with CUDA: streams, NCCL (when built with it) and LibTorch's stream guard (when
+// the LibTorch found has CUDA; without it open() says why GPU training cannot run).
+#include "runtime/gpu_rank.hpp"
+
+#include <torch/torch.h>
+
+#include <chrono>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "actors/cuda_stream.hpp"
+#include "actors/staged_comm.hpp"
+#include "base/check.hpp"
+#if TROUPE_WITH_NCCL
+#include "actors/device_comm.hpp"
+#include "transport/nccl_group.hpp"
+#endif
+#if TROUPE_WITH_TORCH_CUDA
+#include <torch/cuda.h>
+
+#include "actors/torch_stream_guard.hpp"
+#endif
+
+namespace troupe {
+
+struct GpuRank::Impl {
+  int device = 0;
+  int64_t rank = 0, world_size = 1;
+  double timeout_s = 120;
+  Tracer* tracer = nullptr;
+  std::shared_ptr<CudaStream> compute, h2d, d2h;
+  std::unique_ptr<CudaStream> comm;  // handed to the NCCL issuer
+#if TROUPE_WITH_NCCL
+  std::unique_ptr<NcclGroup> nccl;
+#endif
+  IssuingStream::Scope scope;
+};
+
+GpuRank::~GpuRank() = default;
+
+namespace {
+
+// LibTorch must run its kernels on the GPU, on troupe's compute stream.
+Result<IssuingStream::Scope> torch_scope([[maybe_unused]] const std::shared_ptr<CudaStream>& compute) {
+#if TROUPE_WITH_TORCH_CUDA
+  if (!torch::cuda::is_available())
+    return make_error("[cluster] device = \"cuda\": LibTorch finds no CUDA device it can use");
+  return IssuingStream::Scope([compute] { return std::make_shared<TorchStreamGuard>(*compute); });
+#else
+  return make_error(
+      "[cluster] device = \"cuda\": the LibTorch this troupe was built against has no CUDA (Debian's "
+      "libtorch is CPU-only); build troupe against a LibTorch with CUDA, such as PyTorch's, to train on "
+      "the GPU, or use device = \"cpu\"");
+#endif
+}
+
+}  // namespace
+
+Result<std::unique_ptr<GpuRank>> GpuRank::open(Transport& transport, int device, double timeout_s,
+                                               Tracer* tracer) {
+  std::unique_ptr<GpuRank> gpu(new GpuRank());
+  gpu->impl_ = std::make_unique<Impl>();
+  Impl& m = *gpu->impl_;
+  m.device = device;
+  m.rank = transport.rank();
+  m.world_size = transport.world_size();
+  m.timeout_s = timeout_s;
+  m.tracer = tracer;
+  auto on_error = [device](const std::string& what) { spdlog::error("GPU {}: {}", device, what); };
+  auto streams = CudaStreams::make(device, tracer, on_error);
+  if (!streams) return streams.error();
+  m.compute = std::move(streams->compute);
+  m.h2d = std::move(streams->h2d);
+  m.d2h = std::move(streams->d2h);
+  m.comm = std::move(streams->comm);
+  auto scope = torch_scope(m.compute);
+  if (!scope) return scope.error();
+  m.scope = std::move(*scope);
+#if TROUPE_WITH_NCCL
+  auto timeout =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(timeout_s));
+  auto group = NcclGroup::create(transport, device, timeout);
+  if (!group) return make_error("starting NCCL: " + group.error().message);
+  m.nccl = std::move(*group);
+#endif
+  return gpu;
+}
+
+Status GpuRank::adopt(torch::nn::Sequential& model) {
+  Impl& m = *impl_;
+  auto failure = std::make_shared<std::string>();
+  auto issuing = IssuingStream::make("adopt", m.compute, m.scope, m.tracer,
+                                     [failure](const std::string& what) { *failure = what; });
+  torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(m.device));
+  issuing->enqueue("model to device", [&model, device] { model->to(device); });
+  auto limit =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(m.timeout_s));
+  if (!issuing->record().wait_for(limit))
+    return make_error(fmt::format("moving the model to GPU {} took longer than {} s", m.device, m.timeout_s));
+  if (!failure->empty()) return make_error(fmt::format("moving the model to GPU {}: {}", m.device, *failure));
+  return {};
+}
+
+DeviceRank GpuRank::spawn(caf::actor_system& system, [[maybe_unused]] caf::actor comm_agent,
+                          [[maybe_unused]] std::shared_ptr<MemoryLedger> ledger) {
+  Impl& m = *impl_;
+  DeviceRank d;
+  d.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(m.device));
+  d.stream = m.compute;
+  d.d2h = m.d2h;
+  d.h2d = m.h2d;
+  d.scope = m.scope;
+#if TROUPE_WITH_NCCL
+  TROUPE_CHECK(m.nccl != nullptr, "GpuRank::spawn is called once");
+  d.collectives = spawn_device_comm(system, std::move(m.nccl), std::move(m.comm));
+#else
+  d.collectives = spawn_staged_comm(system, StagedCommOptions{std::move(comm_agent), m.d2h, m.h2d, m.rank,
+                                                              m.world_size, std::move(ledger)});
+#endif
+  return d;
+}
+
+}  // namespace troupe

@@ -1,0 +1,49 @@
+// GpuRank: the GPU of one rank ([cluster] device = "cuda"), opened by the engine before
+// its actors start: the rank's four CUDA streams (compute, h2d, d2h, comm), the NCCL
+// communicator bootstrapped over troupe's transport (every rank opens it together), and
+// LibTorch's external-stream guard for the compute stream. spawn() then starts the actor
+// that runs collectives on device memory — NCCL's one issuer, or, in a build without
+// NCCL, the staged one that moves them through host memory and the comm agent — and
+// returns what the stage and its shard owner need (actors/device_rank.hpp).
+//
+// A build without CUDA, or whose LibTorch has none (Debian's), gets an error from open()
+// that says so (runtime/gpu_rank_none.cpp, or the check in gpu_rank.cpp).
+// Thread safety: the engine's thread; outlives the actors it serves.
+#pragma once
+
+#include <torch/nn/modules/container/sequential.h>
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include <memory>
+
+#include "actors/device_rank.hpp"
+#include "base/result.hpp"
+#include "base/trace.hpp"
+#include "memory/memory_ledger.hpp"
+#include "transport/transport.hpp"
+
+namespace troupe {
+
+class GpuRank {
+ public:
+  /// Opens GPU `device` for this rank; collective over `transport` (the NCCL bootstrap).
+  static Result<std::unique_ptr<GpuRank>> open(Transport& transport, int device, double timeout_s,
+                                               Tracer* tracer);
+  ~GpuRank();
+  GpuRank(const GpuRank&) = delete;
+  GpuRank& operator=(const GpuRank&) = delete;
+
+  /// Moves `model`'s parameters and buffers to the GPU on the compute stream, and waits
+  /// (bounded) until they are there.
+  Status adopt(torch::nn::Sequential& model);
+  /// Starts the rank's collectives actor; once.
+  DeviceRank spawn(caf::actor_system& system, caf::actor comm_agent, std::shared_ptr<MemoryLedger> ledger);
+
+ private:
+  GpuRank() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace troupe
