@@ -8,9 +8,11 @@
 #include <torch/types.h>
 #include <caf/actor.hpp>
 
+#include <functional>
 #include <memory>
 
 #include "actors/issuing_stream.hpp"
+#include "base/result.hpp"
 
 namespace troupe {
 
@@ -20,6 +22,9 @@ struct DeviceRank {
   std::shared_ptr<Stream> d2h, h2d;  ///< its copy streams (the host mirror of [offload])
   IssuingStream::Scope scope;
   caf::actor collectives;  ///< device_collective_request → collective_done (NCCL or staged)
+  /// Page-locks host memory until the handle goes (cudaHostRegister), so copies to and
+  /// from it run asynchronously at full rate; null: host memory stays pageable.
+  std::function<Result<std::shared_ptr<void>>(void* data, std::size_t bytes)> pin;
 };
 
 }  // namespace troupe

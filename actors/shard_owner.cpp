@@ -4,6 +4,7 @@
 #include <caf/all.hpp>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "actors/issuing_stream.hpp"
 #include "actors/protocol/offload.hpp"
@@ -28,7 +29,8 @@ struct DeviceAdam {
 struct HostMirror {
   std::shared_ptr<HostBuffer> parameters, gradients;
   std::vector<std::size_t> offsets;
-  std::shared_ptr<ParameterStore> store;  // the device memory the copies read and write
+  std::shared_ptr<ParameterStore> store;      // the device memory the copies read and write
+  std::vector<std::shared_ptr<void>> pinned;  // after the buffers: unpinned before they go
 };
 
 struct ShardOwnerState {
@@ -128,6 +130,14 @@ std::shared_ptr<HostMirror> make_host_mirror(const ShardOwnerState& s) {
   mirror->parameters = std::make_shared<HostBuffer>(total * sizeof(float), ledger, MemoryKind::parameters);
   mirror->gradients = std::make_shared<HostBuffer>(total * sizeof(float), ledger, MemoryKind::gradients);
   mirror->store = s.options.store;
+  if (const auto& pin = s.options.device->pin)
+    for (const auto& buffer : {mirror->parameters, mirror->gradients}) {
+      // Unpinned memory still copies correctly, only synchronously and slower: go on.
+      if (auto pinned = pin(buffer->data(), buffer->bytes()))
+        mirror->pinned.push_back(std::move(*pinned));
+      else
+        spdlog::warn("the host mirror of [offload] stays pageable: {}", pinned.error().message);
+    }
   return mirror;
 }
 

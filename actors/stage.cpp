@@ -49,6 +49,7 @@ struct StepProgress {
   int64_t micro_count = 1;
   std::size_t reduced = 0;  // gradient rows reduced (and absorbed)
   bool loss_reduced = false;
+  bool loss_computed = false, loss_issued = false;  // a GPU rank's (see reduce_loss)
   bool norm_asked = false;
   double grad_norm = 0;
   std::size_t gathers_left = 0;
@@ -161,6 +162,7 @@ void forward_backward(StageState& s, const run_micro_batch& m, caf::actor self) 
   if (fetcher) fetcher->end_pass();
   if (!last) return;
   *s.loss->as<float>() = static_cast<float>(s.loss_sum);
+  if (s.options.device) return caf::anon_send(self, loss_computed{m.step});  // see reduce_loss
   s.issue->issue([comm = s.options.comm_agent, loss = float_span(s.loss, 0, 1), self]() mutable {
     caf::anon_send(comm, all_reduce_request{tag(Tag::loss), std::move(loss), ReduceOp::average,
                                             world_communicator, self});
@@ -302,6 +304,21 @@ Status build(StageActor* self) {
   return {};
 }
 
+// A GPU rank reduces the loss once the compute thread has it and every gradient row has
+// been reduced: its gradient rows reach the comm agent later than the compute thread issues
+// them when they are staged through host memory, and the loss must not overtake them.
+void reduce_loss(StageActor* self) {
+  auto& s = self->state;
+  auto& p = s.progress;
+  if (!s.options.device || p.loss_issued || !p.loss_computed ||
+      p.reduced < s.rows->posts_per_step(p.micro_count))
+    return;
+  p.loss_issued = true;
+  self->send(s.options.comm_agent,
+             all_reduce_request{tag(Tag::loss), float_span(s.loss, 0, 1), ReduceOp::average,
+                                world_communicator, caf::actor_cast<caf::actor>(self)});
+}
+
 // Every gradient row and the loss are reduced: measure the gradients' norm.
 void maybe_measure(StageActor* self) {
   auto& s = self->state;
@@ -393,6 +410,7 @@ void on_collective(StageActor* self, const collective_done& done) {
     case Tag::gradients:
       if (s.options.zero.stage < 2) {
         ++p.reduced;
+        reduce_loss(self);
         return maybe_measure(self);
       }
       {
@@ -508,6 +526,12 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
         if (st.collecting.empty()) return;
         st.collecting.front().deliver(std::move(c));
         st.collecting.erase(st.collecting.begin());
+      },
+      [=](loss_computed& l) {
+        auto& st = self->state;
+        if (st.failed || l.step != st.progress.step) return;
+        st.progress.loss_computed = true;
+        reduce_loss(self);
       },
       [=](stage_failed& f) { fail(self, "compute failed: " + f.error); },
   };

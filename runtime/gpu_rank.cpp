@@ -12,6 +12,7 @@
 #include "actors/cuda_stream.hpp"
 #include "actors/staged_comm.hpp"
 #include "base/check.hpp"
+#include "memory/cuda/pinned.hpp"
 #if TROUPE_WITH_NCCL
 #include "actors/device_comm.hpp"
 #include "transport/nccl_group.hpp"
@@ -110,6 +111,7 @@ DeviceRank GpuRank::spawn(caf::actor_system& system, [[maybe_unused]] caf::actor
   d.stream = m.compute;
   d.d2h = m.d2h;
   d.h2d = m.h2d;
+  d.pin = pin_host;
   d.scope = m.scope;
 #if TROUPE_WITH_NCCL
   TROUPE_CHECK(m.nccl != nullptr, "GpuRank::spawn is called once");

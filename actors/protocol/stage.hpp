@@ -85,6 +85,17 @@ typename Inspector::result_type inspect(Inspector& f, stage_failed& x) {
   return f(caf::meta::type_name("stage_failed"), x.error);
 }
 
+/// Internal, on a GPU rank: the compute thread has this step's loss. With collectives
+/// staged through the comm agent, the loss's all-reduce waits until every gradient row has
+/// been reduced, so that every rank hands the agent the same calls in the same order.
+struct loss_computed {
+  int64_t step = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, loss_computed& x) {
+  return f(caf::meta::type_name("loss_computed"), x.step);
+}
+
 }  // namespace troupe
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::run_micro_batch)

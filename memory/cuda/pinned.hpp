@@ -28,4 +28,8 @@ class PinnedPool {
   std::unique_ptr<AlignedPool> pool_;
 };
 
+/// Page-locks `bytes` of host memory at `data` in place, until the handle is dropped (which
+/// must happen before the memory is freed); the error names what was asked and why not.
+Result<std::shared_ptr<void>> pin_host(void* data, std::size_t bytes);
+
 }  // namespace troupe

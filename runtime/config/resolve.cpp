@@ -152,13 +152,17 @@ bool is_tier(const std::string& tier) {
   return tier == "none" || tier == "cpu" || tier == "nvme";
 }
 
-Status resolve_offload(const OffloadConfig& o, int64_t stage, const ConfigOrigins& origins) {
+// A GPU rank offloads its whole optimizer state at stage 0 (ZeRO-Offload); on the CPU the
+// state of stage 0 is in host memory already.
+Status resolve_offload(const OffloadConfig& o, int64_t stage, const std::string& device,
+                       const ConfigOrigins& origins) {
   TROUPE_TRY(require(is_tier(o.optimizer), origins, "offload", "optimizer", o.optimizer));
   TROUPE_TRY(require(is_tier(o.param), origins, "offload", "param", o.param));
-  if (o.optimizer != "none" && stage < 1)
+  if (o.optimizer != "none" && stage < 1 && device != "cuda")
     return key_error(origins, "offload", "optimizer",
                      fmt::format("optimizer = \"{}\" needs [zero] stage 1, 2 or 3 (the optimizer state is "
-                                 "offloaded by the partition's shard owner), got stage {}",
+                                 "offloaded by the partition's shard owner), or [cluster] device = \"cuda\" "
+                                 "(a GPU rank's whole state goes to the host), got stage {}",
                                  o.optimizer, stage));
   if (o.param != "none" && stage != 3)
     return key_error(origins, "offload", "param",
@@ -374,7 +378,7 @@ Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins) {
   TROUPE_TRY(resolve_cluster(raw.cluster, origins));
   TROUPE_TRY(resolve_parallel(raw, origins));
   TROUPE_TRY(resolve_zero(raw.zero, origins));
-  TROUPE_TRY(resolve_offload(raw.offload, raw.zero.stage, origins));
+  TROUPE_TRY(resolve_offload(raw.offload, raw.zero.stage, raw.cluster.device, origins));
   TROUPE_TRY(resolve_batch(raw, origins));
   TROUPE_TRY(resolve_optimizer(raw.optimizer, origins));
   TROUPE_TRY(resolve_model(raw.model, origins));

@@ -42,7 +42,8 @@ Trained train(int ranks, const std::string& mode, int port) {
   return run;
 }
 
-void expect_same_training(const Trained& path, const Trained& host, double tolerance, const std::string& what) {
+void expect_same_training(const Trained& path, const Trained& host, double tolerance,
+                          const std::string& what) {
   ASSERT_EQ(path.losses.size(), 12u) << what;
   ASSERT_EQ(host.losses.size(), 12u) << what;
   for (std::size_t s = 0; s < host.losses.size(); ++s)

@@ -7,40 +7,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "tests/integration/command.hpp"
+#include "tests/support/trained_run.hpp"
 
 namespace troupe {
 namespace {
 
-struct TrainedRun {
-  std::vector<double> losses;
-  std::vector<double> grad_norms;
-  std::vector<float> parameters;
-};
-
-TrainedRun read_run(const std::string& metrics, const std::string& parameters) {
-  TrainedRun run;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    auto json = nlohmann::json::parse(line);
-    run.losses.push_back(json.at("loss"));
-    run.grad_norms.push_back(json.at("grad_norm"));
-  }
-  std::ifstream p(parameters, std::ios::binary);
-  p.seekg(0, std::ios::end);
-  run.parameters.resize(static_cast<std::size_t>(p.tellg()) / sizeof(float));
-  p.seekg(0);
-  p.read(reinterpret_cast<char*>(run.parameters.data()),
-         static_cast<std::streamsize>(run.parameters.size() * 4));
-  return run;
-}
+using testing::TrainedRun;
 
 struct Job {
   int stage = 0;
@@ -74,7 +51,7 @@ TrainedRun train(const std::string& how, const Job& j, int port) {
                         "/metrics.jsonl --parameters-out " + dir + "/parameters.bin";
   auto r = testing::run_command(command, 300);
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  return read_run(dir + "/metrics.jsonl", dir + "/parameters.bin");
+  return testing::read_run(dir + "/metrics.jsonl", dir + "/parameters.bin");
 }
 
 // The reference of a job's optimizer settings; references use port 29899 (unused).
@@ -110,22 +87,15 @@ TEST_P(Parity, LossesAndParametersMatchTheReference) {
     EXPECT_GT(clipped, 10) << "the clip threshold must bind in most steps to test clipping";
   }
 
-  // Parameters: relative to the parameters' norm. Element by element the relative
-  // error is ill-posed for weights near zero, where Adam turns rounding noise in a
-  // near-zero gradient into a step of up to lr.
+  // Parameters: relative to the parameters' norm (see parameter_distance).
   ASSERT_EQ(ranks.parameters.size(), ref.parameters.size());
   ASSERT_FALSE(ref.parameters.empty());
-  double diff = 0, norm = 0;
-  for (std::size_t i = 0; i < ref.parameters.size(); ++i) {
-    double d = static_cast<double>(ranks.parameters[i]) - ref.parameters[i];
-    diff += d * d;
-    norm += static_cast<double>(ref.parameters[i]) * ref.parameters[i];
-  }
-  EXPECT_LT(std::sqrt(diff / norm), 1e-5);
+  double distance = testing::parameter_distance(ranks.parameters, ref.parameters);
+  EXPECT_LT(distance, 1e-5);
   // The figures docs/DESIGN.md quotes: `ctest -R parity_test -V` prints them.
   std::printf(
       "parity: %s: worst loss difference %.2e relative, gradient norm %.2e, parameters %.2e of their norm\n",
-      describe(j).c_str(), worst, worst_norm, std::sqrt(diff / norm));
+      describe(j).c_str(), worst, worst_norm, distance);
 }
 
 std::vector<Job> jobs() {

@@ -963,7 +963,11 @@ TEST(ConfigOffload, BadValuesNameTheKeyAndWhatIsAllowed) {
   EXPECT_EQ(
       error_of(load("[offload]\noptimizer = \"cpu\"\n")),
       "job.toml:2:13: [offload] optimizer = \"cpu\" needs [zero] stage 1, 2 or 3 (the optimizer state is "
-      "offloaded by the partition's shard owner), got stage 0");
+      "offloaded by the partition's shard owner), or [cluster] device = \"cuda\" (a GPU rank's whole state "
+      "goes to the host), got stage 0");
+  auto gpu_offload =
+      load("[cluster]\ndevice = \"cuda\"\n[offload]\noptimizer = \"cpu\"\n[batch]\nmicro_batch_size = 2\n");
+  EXPECT_TRUE(gpu_offload.ok()) << gpu_offload.error().message;
   EXPECT_EQ(error_of(load("[zero]\nstage = 2\n[offload]\nparam = \"cpu\"\n")),
             "job.toml:4:9: [offload] param = \"cpu\" needs [zero] stage = 3 (only stage 3 partitions the "
             "parameters), got stage 2");

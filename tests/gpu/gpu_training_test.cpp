@@ -1,0 +1,135 @@
+// Training on the GPU (`[cluster] device = "cuda"`, ZeRO stage 0) equals plain
+// single-process LibTorch on the CPU (`troupe run --reference`) to 1e-4 of the loss at
+// every one of 20 fp32 steps, and ends with the same parameters: with the fused CUDA
+// AdamW, with the optimizer offloaded to the host, with LibTorch's SGD on the device, and
+// with gradient accumulation. A Perfetto trace of a GPU run shows the compute, comm and
+// copy streams, and NCCL's all-reduce of gradient rows running during backward.
+// Skips with the reason without a GPU, or where the LibTorch found has no CUDA.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/gpu/gpu_test_support.hpp"
+#include "tests/integration/command.hpp"
+#include "tests/support/trained_run.hpp"
+
+namespace troupe {
+namespace {
+
+struct Outcome {
+  testing::TrainedRun run;
+  std::string output;
+  bool ok = false;
+};
+
+// 20 steps of the tiny GPT, one rank, global batch 16.
+Outcome train(const std::string& how, const std::string& settings, const std::string& dir, int port) {
+  std::string command = std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR + "/configs/tiny-gpt.toml" +
+                        how + " --set train.steps=20 --set optimizer.lr=1e-3 --set cluster.world_size=1" +
+                        " --set parallel.dp=1 --set batch.global_batch_size=16 --set zero.stage=0" +
+                        settings + " --set cluster.coordinator=127.0.0.1:" + std::to_string(port) +
+                        " --metrics " + dir + "/metrics.jsonl --parameters-out " + dir + "/parameters.bin";
+  auto r = testing::run_command(command, 300);
+  Outcome o;
+  o.output = r.output;
+  o.ok = r.exit_code == 0;
+  if (o.ok) o.run = testing::read_run(dir + "/metrics.jsonl", dir + "/parameters.bin");
+  return o;
+}
+
+#define TROUPE_SKIP_WITHOUT_TORCH_CUDA(outcome)                  \
+  if ((outcome).output.find("has no CUDA") != std::string::npos) \
+  GTEST_SKIP() << "the LibTorch troupe was built against has no CUDA: " << (outcome).output
+
+struct Variant {
+  std::string name, settings;
+};
+
+class GpuTraining : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(GpuTraining, MatchesTheCpuReferenceEveryStep) {
+  TROUPE_SKIP_WITHOUT_GPU();
+  const Variant& v = GetParam();
+  static int port = 29850;
+  Outcome gpu = train(" --set cluster.device=cuda", v.settings, testing::make_temp_dir(), port++);
+  TROUPE_SKIP_WITHOUT_TORCH_CUDA(gpu);
+  ASSERT_TRUE(gpu.ok) << gpu.output;
+  Outcome cpu = train(" --reference", v.settings, testing::make_temp_dir(), port++);
+  ASSERT_TRUE(cpu.ok) << cpu.output;
+  ASSERT_EQ(gpu.run.losses.size(), 20u);
+  ASSERT_EQ(cpu.run.losses.size(), 20u);
+  double worst = 0;
+  for (std::size_t s = 0; s < 20; ++s) {
+    double relative = std::abs(gpu.run.losses[s] - cpu.run.losses[s]) / std::abs(cpu.run.losses[s]);
+    EXPECT_LT(relative, 1e-4) << v.name << ", step " << s + 1;
+    worst = std::max(worst, relative);
+  }
+  EXPECT_LT(cpu.run.losses.back(), cpu.run.losses.front());
+  double distance = testing::parameter_distance(gpu.run.parameters, cpu.run.parameters);
+  EXPECT_LT(distance, 1e-3) << v.name;
+  std::printf("gpu parity: %s: worst loss difference %.2e relative, parameters %.2e of their norm\n",
+              v.name.c_str(), worst, distance);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fp32, GpuTraining,
+    ::testing::Values(
+        Variant{"FusedAdamW", ""}, Variant{"OptimizerOffloadedToTheHost", " --set offload.optimizer=cpu"},
+        Variant{"LibTorchSgd",
+                " --set optimizer.type=sgd --set optimizer.lr=0.05 --set optimizer.momentum=0.9"},
+        Variant{"Accumulation", " --set batch.micro_batch_size=4 --set batch.gradient_accumulation_steps=4"}),
+    [](const auto& info) { return info.param.name; });
+
+using Interval = std::pair<double, double>;
+
+std::map<std::string, std::vector<Interval>> spans_by_track(const nlohmann::json& json,
+                                                            const std::string& prefix) {
+  std::map<int, std::string> names;
+  for (const auto& e : json.at("traceEvents"))
+    if (e.at("ph") == "M" && e.at("name") == "thread_name" && e.at("pid") == 0)
+      names[e.at("tid").get<int>()] = e.at("args").at("name");
+  std::map<std::string, std::vector<Interval>> out;
+  for (const auto& e : json.at("traceEvents")) {
+    if (e.at("ph") != "X" || e.at("pid") != 0) continue;
+    const std::string& track = names[e.at("tid").get<int>()];
+    if (track.rfind(prefix, 0) != 0) continue;
+    double start = e.at("ts").get<double>();
+    out[track].emplace_back(start, start + e.at("dur").get<double>());
+  }
+  return out;
+}
+
+double overlap(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  double total = 0;
+  for (const auto& x : a)
+    for (const auto& y : b) total += std::max(0.0, std::min(x.second, y.second) - std::max(x.first, y.first));
+  return total;
+}
+
+TEST(GpuTrace, ComputeCommAndCopiesRunOnTheirOwnStreamsAndOverlap) {
+  TROUPE_SKIP_WITHOUT_GPU();
+  std::string dir = testing::make_temp_dir();
+  Outcome gpu =
+      train(" --set cluster.device=cuda",
+            " --set offload.optimizer=cpu --set zero.reduce_bucket_size=16384 --set trace.path=" + dir +
+                "/trace.json",
+            dir, 29849);
+  TROUPE_SKIP_WITHOUT_TORCH_CUDA(gpu);
+  ASSERT_TRUE(gpu.ok) << gpu.output;
+  auto json = nlohmann::json::parse(testing::read_file(dir + "/trace.json"), nullptr, false);
+  ASSERT_FALSE(json.is_discarded());
+  auto tracks = spans_by_track(json, "gpu ");
+  for (const char* track : {"gpu compute", "gpu comm", "gpu d2h", "gpu h2d"})
+    EXPECT_FALSE(tracks[track].empty()) << "no spans on " << track;
+  EXPECT_GT(overlap(tracks["gpu comm"], tracks["gpu compute"]), 0)
+      << "gradient rows are all-reduced while backward still runs";
+}
+
+}  // namespace
+}  // namespace troupe

@@ -1,0 +1,52 @@
+// What `troupe run --metrics M --parameters-out P` leaves: the per-step losses and gradient
+// norms, and the final parameters, read back for comparisons between runs.
+#pragma once
+
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace troupe::testing {
+
+struct TrainedRun {
+  std::vector<double> losses;
+  std::vector<double> grad_norms;
+  std::vector<float> parameters;
+};
+
+inline TrainedRun read_run(const std::string& metrics, const std::string& parameters) {
+  TrainedRun run;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    auto json = nlohmann::json::parse(line);
+    run.losses.push_back(json.at("loss"));
+    run.grad_norms.push_back(json.at("grad_norm"));
+  }
+  std::ifstream p(parameters, std::ios::binary);
+  p.seekg(0, std::ios::end);
+  auto bytes = p.tellg();
+  if (bytes <= 0) return run;
+  run.parameters.resize(static_cast<std::size_t>(bytes) / sizeof(float));
+  p.seekg(0);
+  p.read(reinterpret_cast<char*>(run.parameters.data()),
+         static_cast<std::streamsize>(run.parameters.size() * 4));
+  return run;
+}
+
+/// ‖a − b‖ / ‖b‖ over the parameters (element by element the relative error is ill-posed
+/// for weights near zero); infinity when the sizes differ or b is empty.
+inline double parameter_distance(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size() || b.empty()) return INFINITY;
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    double d = static_cast<double>(a[i]) - b[i];
+    diff += d * d;
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+}  // namespace troupe::testing
