@@ -166,14 +166,7 @@ void update(const OptimizerRule& rule, int64_t step, const PartitionSpan& span, 
     kernels::sgd_step(span.parameters, span.gradients, state, span.count, p);
     return;
   }
-  kernels::AdamParams p;
-  p.lr = rule.lr;
-  p.beta1 = rule.beta1;
-  p.beta2 = rule.beta2;
-  p.eps = rule.eps;
-  p.weight_decay = rule.weight_decay;
-  p.decoupled = rule.kind == OptimizerRule::Kind::adamw;
-  p.step = step;
+  kernels::AdamParams p = adam_params_of(rule, step);
   kernels::adam_step_parallel(span.parameters, span.gradients, state, state + span.count, span.count, p,
                               kernels::Precision16::none, nullptr, threads);
 }
@@ -354,6 +347,18 @@ Result<std::unique_ptr<NvmeStore>> open_nvme_store(const OffloadOptions& o, doub
 
 caf::actor spawn_offload_manager(caf::actor_system& system, OffloadManagerOptions options) {
   return system.spawn(offload_manager_behavior, std::move(options));
+}
+
+kernels::AdamParams adam_params_of(const OptimizerRule& rule, int64_t step) {
+  kernels::AdamParams p;
+  p.lr = rule.lr;
+  p.beta1 = rule.beta1;
+  p.beta2 = rule.beta2;
+  p.eps = rule.eps;
+  p.weight_decay = rule.weight_decay;
+  p.decoupled = rule.kind == OptimizerRule::Kind::adamw;
+  p.step = step;
+  return p;
 }
 
 }  // namespace troupe

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "base/trace.hpp"
+#include "kernels/cpu/optimizer.hpp"
 #include "memory/memory_ledger.hpp"
 #include "memory/parameter_swap.hpp"
 
@@ -58,6 +59,9 @@ struct PartitionSpan {
   std::size_t count = 0;
   std::size_t row = 0;
 };
+
+/// The fused kernels' Adam/AdamW arguments for `rule` at (1-based) step `step`.
+kernels::AdamParams adam_params_of(const OptimizerRule& rule, int64_t step);
 
 struct OffloadOptions {
   std::string tier = "cpu";         ///< "cpu" or "nvme": where the optimizer state lives

@@ -102,14 +102,7 @@ std::unique_ptr<DeviceAdam> make_device_adam(const std::vector<torch::Tensor>& p
 // One fused step over every shard, launched on `stream` (the CPU twin on a host stream).
 void step_device_adam(DeviceAdam& adam, const OptimizerRule& rule, std::vector<torch::Tensor>& parameters,
                       const std::vector<torch::Tensor>& gradients, void* stream) {
-  kernels::AdamParams p;
-  p.lr = rule.lr;
-  p.beta1 = rule.beta1;
-  p.beta2 = rule.beta2;
-  p.eps = rule.eps;
-  p.weight_decay = rule.weight_decay;
-  p.decoupled = rule.kind == OptimizerRule::Kind::adamw;
-  p.step = ++adam.step;
+  kernels::AdamParams p = adam_params_of(rule, ++adam.step);
   std::vector<kernels::AdamChunkRef> chunks;
   for (std::size_t k = 0; k < parameters.size(); ++k)
     chunks.push_back(kernels::AdamChunkRef{

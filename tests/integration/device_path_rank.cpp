@@ -24,6 +24,7 @@
 #include "actors/stage.hpp"
 #include "actors/staged_comm.hpp"
 #include "actors/step_driver.hpp"
+#include "tests/support/rank_transport.hpp"
 
 namespace troupe {
 namespace {
@@ -132,19 +133,10 @@ int train(caf::actor_system& system, caf::actor agent, int64_t rank, int64_t wor
 
 int main(int argc, char** argv) {
   if (argc < 4) return 2;
-  troupe::TransportOptions o;
-  o.rank = std::atoll(std::getenv("TROUPE_RANK"));
-  o.world_size = std::atoll(std::getenv("TROUPE_WORLD_SIZE"));
-  o.coordinator_port = static_cast<uint16_t>(std::atoi(argv[1]));
-  o.bootstrap_timeout_s = 30;
-  o.collective_timeout_s = 30;
+  auto transport = troupe::testing::launched_rank_transport(argv[1]);
+  if (!transport) return 1;
+  const int64_t rank = transport->rank(), world = transport->world_size();
   torch::set_num_threads(1);
-  auto transport = troupe::Transport::make(o);
-  if (!transport) {
-    std::fprintf(stderr, "rank %lld: %s\n", static_cast<long long>(o.rank),
-                 transport.error().message.c_str());
-    return 1;
-  }
   int failures = 0;
   {
     auto fail = [](const std::string& what) { std::fprintf(stderr, "stream: %s\n", what.c_str()); };
@@ -153,9 +145,8 @@ int main(int argc, char** argv) {
                             troupe::CpuStream::make("h2d", nullptr, fail)};
     caf::actor_system_config config;
     caf::actor_system system{config};
-    caf::actor agent =
-        troupe::spawn_comm_agent(system, std::shared_ptr<troupe::Transport>(std::move(*transport)), nullptr);
-    failures = troupe::train(system, agent, o.rank, o.world_size, argv[2], std::atoi(argv[3]), streams);
+    caf::actor agent = troupe::spawn_comm_agent(system, std::move(transport), nullptr);
+    failures = troupe::train(system, agent, rank, world, argv[2], std::atoi(argv[3]), streams);
     caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
   }
   return failures == 0 ? 0 : 1;

@@ -16,6 +16,7 @@
 #include "actors/protocol/device_comm.hpp"
 #include "actors/staged_comm.hpp"
 #include "tests/support/collective_calls.hpp"
+#include "tests/support/rank_transport.hpp"
 
 namespace troupe {
 namespace {
@@ -88,36 +89,26 @@ int check(int64_t rank, int64_t world, caf::actor_system& system, const caf::act
 
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
-  troupe::TransportOptions o;
-  o.rank = std::atoll(std::getenv("TROUPE_RANK"));
-  o.world_size = std::atoll(std::getenv("TROUPE_WORLD_SIZE"));
-  o.coordinator_port = static_cast<uint16_t>(std::atoi(argv[1]));
-  o.bootstrap_timeout_s = 30;
-  o.collective_timeout_s = 30;
-  auto transport = troupe::Transport::make(o);
-  if (!transport) {
-    std::fprintf(stderr, "rank %lld: %s\n", static_cast<long long>(o.rank),
-                 transport.error().message.c_str());
-    return 1;
-  }
+  auto transport = troupe::testing::launched_rank_transport(argv[1]);
+  if (!transport) return 1;
+  const int64_t rank = transport->rank(), world = transport->world_size();
   int failures = 0;
   {
     caf::actor_system_config config;
     caf::actor_system system{config};
-    caf::actor agent =
-        troupe::spawn_comm_agent(system, std::shared_ptr<troupe::Transport>(std::move(*transport)), nullptr);
+    caf::actor agent = troupe::spawn_comm_agent(system, std::move(transport), nullptr);
     auto fail = [](const std::string& what) { std::fprintf(stderr, "stream: %s\n", what.c_str()); };
     troupe::StagedCommOptions so;
     so.comm_agent = agent;
     so.d2h = std::shared_ptr<troupe::Stream>(troupe::CpuStream::make("d2h", nullptr, fail));
     so.h2d = std::shared_ptr<troupe::Stream>(troupe::CpuStream::make("h2d", nullptr, fail));
-    so.rank = o.rank;
-    so.size = o.world_size;
+    so.rank = rank;
+    so.size = world;
     caf::actor staged = troupe::spawn_staged_comm(system, std::move(so));
-    failures = troupe::check(o.rank, o.world_size, system, staged);
+    failures = troupe::check(rank, world, system, staged);
     caf::anon_send_exit(staged, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
   }
-  if (failures == 0) std::printf("rank %lld: staged collectives match\n", static_cast<long long>(o.rank));
+  if (failures == 0) std::printf("rank %lld: staged collectives match\n", static_cast<long long>(rank));
   return failures == 0 ? 0 : 1;
 }
