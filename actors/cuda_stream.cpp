@@ -145,7 +145,9 @@ Event CudaStream::record() {
   } else {
     check(made, "creating an event");
   }
-  check(launch_host(as_stream(stream_), [event] { event.complete(); }), "launching the completion callback");
+  cudaError_t launched = launch_host(as_stream(stream_), [event] { event.complete(); });
+  check(launched, "launching the completion callback");
+  if (launched != cudaSuccess) event.complete();  // the error is reported; nobody waits forever
   return event;
 }
 

@@ -24,6 +24,12 @@ struct DeviceCommState {
   std::shared_ptr<NcclGroup> group;
   std::shared_ptr<CudaStream> stream;  // after the group: destroyed (and drained) first
   static inline const char* name = "device_comm";
+
+  // Collectives still in flight when the actor goes (a lost peer, a failed job) may spin
+  // on the GPU forever: abort them first, so the comm stream drains and the group goes.
+  ~DeviceCommState() {
+    if (!pending.empty() && group) group->abort();
+  }
 };
 using DeviceComm = caf::stateful_actor<DeviceCommState>;
 
@@ -95,8 +101,10 @@ caf::behavior device_comm_behavior(DeviceComm* self, std::shared_ptr<NcclGroup> 
 
 caf::actor spawn_device_comm(caf::actor_system& system, std::unique_ptr<NcclGroup> group,
                              std::unique_ptr<CudaStream> stream) {
-  return system.spawn(device_comm_behavior, std::shared_ptr<NcclGroup>(std::move(group)),
-                      std::shared_ptr<CudaStream>(std::move(stream)));
+  // Detached: a non-blocking communicator may answer "in progress" while it enqueues, and
+  // the group polls until it settles; that wait gets a thread of its own, not the scheduler's.
+  return system.spawn<caf::detached>(device_comm_behavior, std::shared_ptr<NcclGroup>(std::move(group)),
+                                     std::shared_ptr<CudaStream>(std::move(stream)));
 }
 
 }  // namespace troupe

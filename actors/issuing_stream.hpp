@@ -4,14 +4,13 @@
 // stream the kernels they launch go to. Every item runs on the host thread inside
 // `scope` (on a GPU rank: a TorchStreamGuard that makes the device stream LibTorch's
 // current one), and an Event of this stream completes when the host has issued the
-// work enqueued before it *and* the device has run it.
+// work enqueued before it *and* the device has run it. (The issuing thread itself, or
+// LibTorch's autograd thread in the middle of backward, records on the device stream
+// directly: that covers what it has launched so far, without waiting on its own queue.)
 //
 //   enqueue          host thread, in order, inside the scope (on a GPU through the device
 //                    stream's enqueue, so the trace shows the GPU's span as well as the host's)
 //   record           an Event after the host work so far and the device work it issues
-//   record_launched  an Event after the device work launched so far, recorded at once:
-//                    for the issuing thread itself (or LibTorch's autograd thread in the
-//                    middle of backward), whose later work is not issued yet
 //   wait / copy      issued from the host thread, so they keep their place in line; the
 //                    device stream waits and copies (the host goes on issuing)
 //
@@ -45,13 +44,6 @@ class IssuingStream final : public Stream {
   void wait(const Event& event) override;
   void copy(void* destination, const void* source, std::size_t bytes, std::string label) override;
   void* native_handle() const override { return device_->native_handle(); }
-
-  Event record_launched() { return device_->record(); }
-  /// Enters the scope on the calling thread until the handle is dropped: for LibTorch
-  /// work that must see the device stream outside the host thread (say, autograd
-  /// metadata made while an actor builds the stage).
-  std::shared_ptr<void> enter() const { return scope_ ? scope_() : nullptr; }
-  Stream& device() { return *device_; }
 
  private:
   IssuingStream(std::string name, std::shared_ptr<Stream> device, Scope scope);

@@ -12,7 +12,7 @@
 #include "actors/protocol/zero.hpp"
 #include "actors/stream.hpp"
 #include "kernels/cpu/reduce.hpp"
-#include "kernels/stream_optimizer.hpp"
+#include "kernels/stream_kernels.hpp"
 
 namespace troupe {
 namespace {
@@ -78,12 +78,27 @@ double square_sum(const std::vector<torch::Tensor>& gradients) {
   return sum;
 }
 
-// A GPU rank's gradients, squared and summed on the device (one transfer of the result).
-double device_square_sum(const std::vector<torch::Tensor>& gradients) {
-  if (gradients.empty()) return 0;
-  torch::Tensor total = torch::zeros({}, gradients.front().options().dtype(torch::kFloat64));
-  for (const auto& g : gradients) total += g.to(torch::kFloat64).pow(2).sum();
-  return total.item<double>();
+// A GPU rank's gradients (stage 0: one flat device tensor), squared and summed on the
+// owner's stream by troupe's fixed-order fp64 kernel; item() waits for that stream.
+double device_square_sum(const ParameterStore& store, void* stream) {
+  const torch::Tensor& flat = store.device_gradients();
+  auto n = static_cast<std::size_t>(flat.numel());
+  auto doubles = flat.options().dtype(torch::kFloat64);
+  auto workspace_size = std::max<std::size_t>(1, kernels::square_sum_workspace(n, stream));
+  torch::Tensor workspace = torch::empty({static_cast<int64_t>(workspace_size)}, doubles);
+  torch::Tensor sum = torch::zeros({1}, doubles);
+  if (Status launched = kernels::square_sum_on_stream(flat.data_ptr<float>(), n, workspace.data_ptr<double>(),
+                                                      sum.data_ptr<double>(), stream);
+      !launched)
+    throw std::runtime_error(launched.error().message);
+  return sum.item<double>();
+}
+
+// Clipping: the gradients scaled in place (on the owner's stream).
+void scale_gradients(std::vector<torch::Tensor>& gradients, double scale) {
+  if (scale == 1.0) return;
+  torch::NoGradGuard no_grad;
+  for (auto& g : gradients) g.mul_(scale);
 }
 
 std::unique_ptr<DeviceAdam> make_device_adam(const std::vector<torch::Tensor>& parameters,
@@ -103,11 +118,14 @@ std::unique_ptr<DeviceAdam> make_device_adam(const std::vector<torch::Tensor>& p
 void step_device_adam(DeviceAdam& adam, const OptimizerRule& rule, std::vector<torch::Tensor>& parameters,
                       const std::vector<torch::Tensor>& gradients, void* stream) {
   kernels::AdamParams p = adam_params_of(rule, ++adam.step);
-  std::vector<kernels::AdamChunkRef> chunks;
-  for (std::size_t k = 0; k < parameters.size(); ++k)
-    chunks.push_back(kernels::AdamChunkRef{
-        parameters[k].data_ptr<float>(), gradients[k].data_ptr<float>(), adam.exp_avg[k].data_ptr<float>(),
-        adam.exp_avg_sq[k].data_ptr<float>(), static_cast<std::size_t>(parameters[k].numel())});
+  std::vector<kernels::AdamChunk> chunks(parameters.size());
+  for (std::size_t k = 0; k < parameters.size(); ++k) {
+    chunks[k].parameters = parameters[k].data_ptr<float>();
+    chunks[k].gradients = gradients[k].data_ptr<float>();
+    chunks[k].exp_avg = adam.exp_avg[k].data_ptr<float>();
+    chunks[k].exp_avg_sq = adam.exp_avg_sq[k].data_ptr<float>();
+    chunks[k].count = static_cast<std::size_t>(parameters[k].numel());
+  }
   if (Status launched = kernels::adam_on_stream(chunks, p, stream); !launched)
     throw std::runtime_error(launched.error().message);
 }
@@ -134,40 +152,31 @@ std::shared_ptr<HostMirror> make_host_mirror(const ShardOwnerState& s) {
   return mirror;
 }
 
-// Device → host on the d2h stream, once the compute stream has run what the owner issued
-// (the clipping), or host → device on the h2d stream; `done` runs when the copies have.
-// Issued from the owner's host thread, so it keeps its place after the work before it.
-enum class Direction { to_host, to_device };
-void copy_mirror(ShardOwnerState& s, Direction direction, std::function<void()> done) {
-  s.stream->enqueue("", [&s, direction, done = std::move(done)] {
+// The copies between the device and the host mirror, issued from the owner's host thread
+// (so they keep their place after the work before it) on the d2h or h2d stream, once the
+// compute stream has run what the owner issued (say, the clipping); `done` runs when they
+// have (none: nobody waits, as for the first fill, which later copies on d2h follow).
+enum class MirrorCopy { parameters_to_host, gradients_to_host, parameters_to_device };
+void copy_mirror(ShardOwnerState& s, MirrorCopy what, std::function<void()> done = nullptr) {
+  s.stream->enqueue("", [&s, what, done = std::move(done)] {
     const DeviceRank& d = *s.options.device;
     HostMirror& m = *s.mirror;
-    bool to_host = direction == Direction::to_host;
+    bool to_host = what != MirrorCopy::parameters_to_device;
+    bool gradients = what == MirrorCopy::gradients_to_host;
     Stream& copies = to_host ? *d.d2h : *d.h2d;
     copies.wait(d.stream->record());
-    HostBuffer& host = to_host ? *m.gradients : *m.parameters;
-    const std::vector<torch::Tensor>& device = to_host ? s.gradients : s.parameters;
+    HostBuffer& host = gradients ? *m.gradients : *m.parameters;
+    const std::vector<torch::Tensor>& device = gradients ? s.gradients : s.parameters;
+    const char* label = gradients ? "gradients to host"
+                        : to_host ? "parameters to host"
+                                  : "parameters to device";
     for (std::size_t k = 0; k < device.size(); ++k) {
       float* on_device = device[k].data_ptr<float>();
       float* on_host = host.as<float>() + m.offsets[k];
       std::size_t bytes = static_cast<std::size_t>(device[k].numel()) * sizeof(float);
-      if (to_host)
-        copies.copy(on_host, on_device, bytes, "gradients to host");
-      else
-        copies.copy(on_device, on_host, bytes, "parameters to device");
+      copies.copy(to_host ? on_host : on_device, to_host ? on_device : on_host, bytes, label);
     }
-    copies.record().on_complete(done);
-  });
-}
-
-// At the start: the master copy takes the device's (broadcast) parameters.
-void fill_mirror(ShardOwnerState& s) {
-  s.stream->enqueue("", [&s] {
-    const DeviceRank& d = *s.options.device;
-    d.d2h->wait(d.stream->record());
-    for (std::size_t k = 0; k < s.parameters.size(); ++k)
-      d.d2h->copy(s.mirror->parameters->as<float>() + s.mirror->offsets[k], s.parameters[k].data_ptr<float>(),
-                  static_cast<std::size_t>(s.parameters[k].numel()) * sizeof(float), "parameters to host");
+    if (done) copies.record().on_complete(done);
   });
 }
 
@@ -182,15 +191,12 @@ void reply_after(ShardOwner* self, const caf::actor& to, Reply reply) {
 void update_offloaded(ShardOwner* self, const update_shard& u) {
   auto& s = self->state;
   s.updating_for = u.reply_to;
-  s.stream->enqueue(fmt::format("clip {}", u.step), [&s, scale = u.scale] {
-    if (scale == 1.0) return;
-    torch::NoGradGuard no_grad;
-    for (auto& g : s.gradients) g.mul_(scale);
-  });
+  s.stream->enqueue(fmt::format("clip {}", u.step),
+                    [&s, scale = u.scale] { scale_gradients(s.gradients, scale); });
   auto pass = [to = s.offload, me = caf::actor_cast<caf::actor>(self), step = u.step] {
     caf::anon_send(to, optimizer_pass{step, me});
   };
-  if (s.mirror) return copy_mirror(s, Direction::to_host, pass);
+  if (s.mirror) return copy_mirror(s, MirrorCopy::gradients_to_host, pass);
   s.stream->record().on_complete(pass);
 }
 
@@ -217,7 +223,7 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
       s.options.device && s.options.device->scope ? s.options.device->scope() : nullptr;
   if (s.options.offload && s.options.device) {
     s.mirror = make_host_mirror(s);
-    fill_mirror(s);
+    copy_mirror(s, MirrorCopy::parameters_to_host);  // the master copy starts from the device's
   }
   if (s.options.offload) {
     OffloadManagerOptions o;
@@ -265,7 +271,8 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
         auto& st = self->state;
         auto sum = std::make_shared<double>(0);
         st.stream->enqueue("gradient norm", [&st, sum] {
-          *sum = st.options.device ? device_square_sum(st.gradients) : square_sum(st.gradients);
+          *sum = st.options.device ? device_square_sum(*st.options.store, st.stream->native_handle())
+                                   : square_sum(st.gradients);
         });
         st.stream->record().on_complete(
             [sum, to = m.reply_to] { caf::anon_send(to, gradient_square_sum{*sum}); });
@@ -273,20 +280,12 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
       [=](update_shard& u) {
         auto& st = self->state;
         if (st.offload) return update_offloaded(self, u);
-        if (st.device_adam) {
-          st.stream->enqueue(fmt::format("optimizer step {}", u.step), [&st, scale = u.scale] {
-            torch::NoGradGuard no_grad;
-            if (scale != 1.0)
-              for (auto& g : st.gradients) g.mul_(scale);
-            step_device_adam(*st.device_adam, st.options.rule, st.parameters, st.gradients,
-                             st.stream->native_handle());
-          });
-          return reply_after(self, u.reply_to, shard_updated{u.step});
-        }
         st.stream->enqueue(fmt::format("optimizer step {}", u.step), [&st, scale = u.scale] {
+          scale_gradients(st.gradients, scale);
+          if (st.device_adam)
+            return step_device_adam(*st.device_adam, st.options.rule, st.parameters, st.gradients,
+                                    st.stream->native_handle());
           torch::NoGradGuard no_grad;
-          if (scale != 1.0)
-            for (auto& g : st.gradients) g.mul_(scale);
           st.optimizer->step();
           st.options.store->ledger()->set(MemoryKind::optimizer_state, optimizer_state_bytes(*st.optimizer));
         });
@@ -300,7 +299,7 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
         if (!d.error.empty())
           return self->send(st.options.report_to, stage_failed{"optimizer offload: " + d.error});
         if (!st.mirror) return self->send(to, shard_updated{d.step});
-        copy_mirror(st, Direction::to_device,
+        copy_mirror(st, MirrorCopy::parameters_to_device,
                     [to, step = d.step] { caf::anon_send(to, shard_updated{step}); });
       },
   };

@@ -49,7 +49,7 @@ struct StepProgress {
   int64_t micro_count = 1;
   std::size_t reduced = 0;  // gradient rows reduced (and absorbed)
   bool loss_reduced = false;
-  bool loss_computed = false, loss_issued = false;  // a GPU rank's (see reduce_loss)
+  bool loss_ready = false, loss_issued = false;  // see reduce_loss
   bool norm_asked = false;
   double grad_norm = 0;
   std::size_t gathers_left = 0;
@@ -162,11 +162,7 @@ void forward_backward(StageState& s, const run_micro_batch& m, caf::actor self) 
   if (fetcher) fetcher->end_pass();
   if (!last) return;
   *s.loss->as<float>() = static_cast<float>(s.loss_sum);
-  if (s.options.device) return caf::anon_send(self, loss_computed{m.step});  // see reduce_loss
-  s.issue->issue([comm = s.options.comm_agent, loss = float_span(s.loss, 0, 1), self]() mutable {
-    caf::anon_send(comm, all_reduce_request{tag(Tag::loss), std::move(loss), ReduceOp::average,
-                                            world_communicator, self});
-  });
+  caf::anon_send(self, loss_computed{m.step});  // see reduce_loss
 }
 
 // A gradient row is ready on the compute thread: reduce it across ranks.
@@ -304,15 +300,14 @@ Status build(StageActor* self) {
   return {};
 }
 
-// A GPU rank reduces the loss once the compute thread has it and every gradient row has
-// been reduced: its gradient rows reach the comm agent later than the compute thread issues
-// them when they are staged through host memory, and the loss must not overtake them.
+// The loss is reduced once the compute thread has it and every gradient row has been
+// reduced, like the norm after it: a step's own collectives follow its gradients' on every
+// rank, whichever way those went (staged through host memory, a GPU rank's rows reach the
+// comm agent later than the compute thread issues them).
 void reduce_loss(StageActor* self) {
   auto& s = self->state;
   auto& p = s.progress;
-  if (!s.options.device || p.loss_issued || !p.loss_computed ||
-      p.reduced < s.rows->posts_per_step(p.micro_count))
-    return;
+  if (p.loss_issued || !p.loss_ready || p.reduced < s.rows->posts_per_step(p.micro_count)) return;
   p.loss_issued = true;
   self->send(s.options.comm_agent,
              all_reduce_request{tag(Tag::loss), float_span(s.loss, 0, 1), ReduceOp::average,
@@ -326,6 +321,13 @@ void maybe_measure(StageActor* self) {
   if (p.norm_asked || !p.loss_reduced || p.reduced < s.rows->posts_per_step(p.micro_count)) return;
   p.norm_asked = true;
   self->send(s.owner, measure_gradients{caf::actor_cast<caf::actor>(self)});
+}
+
+// One more gradient row is reduced (and, in stages 2-3, absorbed).
+void on_row_reduced(StageActor* self) {
+  ++self->state.progress.reduced;
+  reduce_loss(self);
+  maybe_measure(self);
 }
 
 void on_square_sum(StageActor* self, double sum) {
@@ -408,11 +410,7 @@ void on_collective(StageActor* self, const collective_done& done) {
   auto& p = s.progress;
   switch (kind_of(done.tag)) {
     case Tag::gradients:
-      if (s.options.zero.stage < 2) {
-        ++p.reduced;
-        reduce_loss(self);
-        return maybe_measure(self);
-      }
+      if (s.options.zero.stage < 2) return on_row_reduced(self);
       {
         const auto& row = s.store->layout().row(row_of(done.tag));
         BufferSpan block = float_span(s.pool->buffer(slot_of(done.tag)),
@@ -509,8 +507,7 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
       [=](gradients_absorbed& a) {
         auto& st = self->state;
         st.pool->release(a.slot);
-        ++st.progress.reduced;
-        maybe_measure(self);
+        on_row_reduced(self);
       },
       [=](gradient_square_sum& g) { on_square_sum(self, g.sum); },
       [=](apply_step& a) {
@@ -530,7 +527,7 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
       [=](loss_computed& l) {
         auto& st = self->state;
         if (st.failed || l.step != st.progress.step) return;
-        st.progress.loss_computed = true;
+        st.progress.loss_ready = true;
         reduce_loss(self);
       },
       [=](stage_failed& f) { fail(self, "compute failed: " + f.error); },

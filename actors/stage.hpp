@@ -8,8 +8,9 @@
 // agent as backward finishes them (all-reduce in stage 0, reduce-scatter in 1-3, the
 // reduced blocks absorbed by the shard owner in 2-3). Stage 3 gathers each layer's
 // parameters before it runs, in forward and in backward, prefetching along the order
-// recorded on the first pass. Then the global gradient norm (clipping), the shard
-// owner's update, and in stages 1-2 an all-gather of the updated rows.
+// recorded on the first pass. Once every row is reduced: the mean loss, the global
+// gradient norm (clipping), the shard owner's update, and in stages 1-2 an all-gather of
+// the updated rows.
 //
 // On a GPU rank (StageOptions::device) the model lives in device memory, forward and
 // backward are issued on the rank's compute stream, the gradient rows are all-reduced by

@@ -7,7 +7,8 @@
 // Order: requests arrive in program order (the stage's IssueQueue); each goes to the comm
 // agent when its copy out has run, and copies complete in stream order, so the host
 // collectives keep that order on every rank. The staging buffer and the request's `keep`
-// are let go, on this actor's thread, before the requester hears collective_done.
+// are let go, on this actor's thread, before the requester hears collective_done; the
+// staging buffers (pinned when the options can) wait for the next request of their size.
 //
 // It works on any Stream: with CudaStreams it moves device memory through pinned host
 // buffers; with CpuStreams it moves host memory, which is how it is tested without a GPU.
@@ -16,9 +17,11 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include <functional>
 #include <memory>
 
 #include "actors/stream.hpp"
+#include "base/result.hpp"
 #include "memory/memory_ledger.hpp"
 
 namespace troupe {
@@ -30,6 +33,9 @@ struct StagedCommOptions {
   int64_t rank = 0;                      ///< this rank's position in the world
   int64_t size = 1;                      ///< ranks in the world
   std::shared_ptr<MemoryLedger> ledger;  ///< optional: staging buffers charged as communication
+  /// Optional: page-locks a staging buffer (cudaHostRegister) so the copies run
+  /// asynchronously; null on host streams.
+  std::function<Result<std::shared_ptr<void>>(void* data, std::size_t bytes)> pin;
 };
 
 caf::actor spawn_staged_comm(caf::actor_system& system, StagedCommOptions options);

@@ -129,17 +129,10 @@ Status check_nvme_tier(const std::optional<OffloadOptions>& offload) {
   return {};
 }
 
-// [cluster] device = "cuda": this rank's GPU must exist before anything starts, and the
-// job must be one a GPU rank runs (ZeRO stage 0: the model whole on every GPU).
-Status usable_gpu(const JobConfig& config, const RankEnvironment& rank) {
+// [cluster] device = "cuda": this rank's GPU must exist before anything starts.
+Status usable_gpu(const RankEnvironment& rank) {
   if (auto usable = check_cuda_devices(rank.local_rank, rank.local_world_size); !usable)
     return make_error(fmt::format("rank {}: {}", rank.rank, usable.error().message));
-  if (config.zero.stage != 0)
-    return make_error(fmt::format(
-        "{}: [zero] stage = {} with [cluster] device = \"cuda\": a GPU rank trains with stage 0 so far "
-        "(the model whole on every GPU, gradients all-reduced with NCCL, the optimizer on the GPU or, "
-        "with [offload] optimizer, on the host); stages 1-3 run on device = \"cpu\"",
-        config.source, config.zero.stage));
   return {};
 }
 
@@ -177,13 +170,14 @@ class Engine::Impl {
   caf::actor_system_config actor_config;
   std::unique_ptr<caf::actor_system> system;
   caf::actor comm, loader, stage, driver;
+  caf::actor collectives;  // a GPU rank's (NCCL or staged)
   int64_t compute_threads = 1;
   int64_t steps_done = 0;
   bool failed = false;
   bool finished = false;
 
   ~Impl() {
-    for (auto* a : {&driver, &stage, &loader, &comm})
+    for (auto* a : {&driver, &stage, &loader, &collectives, &comm})
       if (*a) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
     system.reset();  // waits for the actors; the comm agent closes the transport
   }
@@ -239,12 +233,14 @@ class Engine::Impl {
       // A GPU rank: Adam and AdamW as the fused CUDA kernel (no factory), SGD as LibTorch's
       // on the device; with [offload] optimizer, the tier's kernels on the host.
       so.device = gpu->spawn(*system, comm, ledger);
+      collectives = so.device->collectives;
       if (!so.offload && !own_optimizer && so.rule.kind != OptimizerRule::Kind::sgd)
         so.make_optimizer = nullptr;
     } else if (!so.offload && !own_optimizer) {
       so.offload = OffloadOptions{};
     }
     stage = spawn_stage(*system, std::move(so));
+    if (gpu) gpu->report_errors_to(stage);
     driver = spawn_step_driver(
         *system, StepDriverOptions{stage, loader, comm, b.gradient_accumulation_steps, config.parallel.dp,
                                    config.cluster.collective_timeout_s, tr});
@@ -269,7 +265,7 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   if (!trainable.layers || !trainable.loss || !trainable.data)
     return make_error("Engine::make needs layers, a loss function and a data source");
   const bool on_gpu = impl->config.cluster.device == "cuda";
-  if (on_gpu) TROUPE_TRY(usable_gpu(impl->config, impl->rank));
+  if (on_gpu) TROUPE_TRY(usable_gpu(impl->rank));
   impl->layers = trainable.layers;
   impl->compute_threads = threads_per_rank(impl->config, impl->rank);
   torch::set_num_threads(static_cast<int>(impl->compute_threads));

@@ -4,12 +4,16 @@
 
 #include <torch/torch.h>
 
+#include <caf/all.hpp>
+
 #include <chrono>
+#include <mutex>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "actors/cuda_stream.hpp"
+#include "actors/protocol/stage.hpp"
 #include "actors/staged_comm.hpp"
 #include "base/check.hpp"
 #include "memory/cuda/pinned.hpp"
@@ -25,6 +29,17 @@
 
 namespace troupe {
 
+// Where CUDA errors of the rank's streams go: the log, and once there is one, the stage.
+struct GpuErrorRoute {
+  std::mutex mutex;
+  caf::actor stage;
+  void operator()(int device, const std::string& what) {
+    spdlog::error("GPU {}: {}", device, what);
+    std::lock_guard lock(mutex);
+    if (stage) caf::anon_send(stage, stage_failed{fmt::format("GPU {}: {}", device, what)});
+  }
+};
+
 struct GpuRank::Impl {
   int device = 0;
   int64_t rank = 0, world_size = 1;
@@ -36,6 +51,7 @@ struct GpuRank::Impl {
   std::unique_ptr<NcclGroup> nccl;
 #endif
   IssuingStream::Scope scope;
+  std::shared_ptr<GpuErrorRoute> errors = std::make_shared<GpuErrorRoute>();
 };
 
 GpuRank::~GpuRank() = default;
@@ -68,7 +84,7 @@ Result<std::unique_ptr<GpuRank>> GpuRank::open(Transport& transport, int device,
   m.world_size = transport.world_size();
   m.timeout_s = timeout_s;
   m.tracer = tracer;
-  auto on_error = [device](const std::string& what) { spdlog::error("GPU {}: {}", device, what); };
+  auto on_error = [device, errors = m.errors](const std::string& what) { (*errors)(device, what); };
   auto streams = CudaStreams::make(device, tracer, on_error);
   if (!streams) return streams.error();
   m.compute = std::move(streams->compute);
@@ -118,9 +134,14 @@ DeviceRank GpuRank::spawn(caf::actor_system& system, [[maybe_unused]] caf::actor
   d.collectives = spawn_device_comm(system, std::move(m.nccl), std::move(m.comm));
 #else
   d.collectives = spawn_staged_comm(system, StagedCommOptions{std::move(comm_agent), m.d2h, m.h2d, m.rank,
-                                                              m.world_size, std::move(ledger)});
+                                                              m.world_size, std::move(ledger), pin_host});
 #endif
   return d;
+}
+
+void GpuRank::report_errors_to(caf::actor stage) {
+  std::lock_guard lock(impl_->errors->mutex);
+  impl_->errors->stage = std::move(stage);
 }
 
 }  // namespace troupe

@@ -39,6 +39,9 @@ class GpuRank {
   Status adopt(torch::nn::Sequential& model);
   /// Starts the rank's collectives actor; once.
   DeviceRank spawn(caf::actor_system& system, caf::actor comm_agent, std::shared_ptr<MemoryLedger> ledger);
+  /// From now on a CUDA error on the rank's streams stops `stage` (stage_failed) instead of
+  /// only being logged, so the step fails with it instead of running into its time limit.
+  void report_errors_to(caf::actor stage);
 
  private:
   GpuRank() = default;

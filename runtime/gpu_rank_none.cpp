@@ -25,4 +25,6 @@ DeviceRank GpuRank::spawn(caf::actor_system&, caf::actor, std::shared_ptr<Memory
   return {};
 }
 
+void GpuRank::report_errors_to(caf::actor) {}
+
 }  // namespace troupe

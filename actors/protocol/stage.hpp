@@ -85,9 +85,9 @@ typename Inspector::result_type inspect(Inspector& f, stage_failed& x) {
   return f(caf::meta::type_name("stage_failed"), x.error);
 }
 
-/// Internal, on a GPU rank: the compute thread has this step's loss. With collectives
-/// staged through the comm agent, the loss's all-reduce waits until every gradient row has
-/// been reduced, so that every rank hands the agent the same calls in the same order.
+/// Internal: the compute thread has this step's loss (in the stage's loss buffer). Its
+/// all-reduce waits until every gradient row has been reduced, so that every rank hands the
+/// comm agent the same calls in the same order however the rows travelled.
 struct loss_computed {
   int64_t step = 0;
 };

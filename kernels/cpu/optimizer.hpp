@@ -52,6 +52,18 @@ struct SgdParams {
   bool first_step = false;  ///< initialise the momentum buffer to the gradient
 };
 
+/// One flat run of a partition: parameters, gradients, both moments, and (with a 16-bit
+/// copy) where the copy of the updated parameters goes. Host memory for the CPU kernels,
+/// device memory for the CUDA ones (kernels/cuda/optimizer.cuh), which take a table of them.
+struct AdamChunk {
+  float* parameters = nullptr;
+  const float* gradients = nullptr;
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+  void* copy_out = nullptr;
+  std::size_t count = 0;
+};
+
 /// Updates p, m and v in place for n elements with gradient g; with copy ≠ none also writes the
 /// updated p, rounded to nearest even, to copy_out (n 16-bit values). Arrays must not overlap.
 void adam_step(float* p, const float* g, float* m, float* v, std::size_t n, const AdamParams& params,

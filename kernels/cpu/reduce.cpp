@@ -1,6 +1,6 @@
 #include "kernels/cpu/reduce.hpp"
 
-#include <cstring>
+#include "kernels/bf16_bits.hpp"
 
 namespace troupe {
 
@@ -23,50 +23,28 @@ namespace {
 
 #define TROUPE_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
 
-inline uint32_t bits_of(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-}
-inline float float_of(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
-}
-
-inline float widen_bf16(uint16_t h) {
-  return float_of(static_cast<uint32_t>(h) << 16);
-}
-
-inline uint16_t narrow_bf16(float x) {
-  uint32_t u = bits_of(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
-  return static_cast<uint16_t>(u >> 16);
-}
-
 // IEEE half precision by bit manipulation (no F16C needed, so every build can run it).
 inline float widen_f16(uint16_t h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t exponent = (h >> 10) & 0x1fu;
   uint32_t mantissa = h & 0x3ffu;
-  if (exponent == 0x1f) return float_of(sign | 0x7f800000u | (mantissa << 13));  // inf, NaN
+  if (exponent == 0x1f) return float_of_bits(sign | 0x7f800000u | (mantissa << 13));  // inf, NaN
   if (exponent == 0) {  // zero or subnormal: mantissa × 2^-24
     float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
     return sign ? -magnitude : magnitude;
   }
-  return float_of(sign | ((exponent + 112) << 23) | (mantissa << 13));
+  return float_of_bits(sign | ((exponent + 112) << 23) | (mantissa << 13));
 }
 
 inline uint16_t narrow_f16(float x) {
-  uint32_t u = bits_of(x);
+  uint32_t u = bits_of_float(x);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t magnitude = u & 0x7fffffffu;
   if (magnitude > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (magnitude >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow → inf
   if (magnitude < 0x38800000u) {                                               // subnormal or zero
     // Scale so the subnormal's integer mantissa sits in the low bits, rounding to even.
-    float scaled = float_of(magnitude) * 16777216.0f;  // × 2^24
+    float scaled = float_of_bits(magnitude) * 16777216.0f;  // × 2^24
     uint32_t m = static_cast<uint32_t>(scaled);
     float rest = scaled - static_cast<float>(m);
     if (rest > 0.5f || (rest == 0.5f && (m & 1u))) ++m;

@@ -43,7 +43,7 @@ __global__ void adam_kernel(LaunchTable table, AdamCoefficients c) {
     chunk.parameters[i] = p;
     chunk.exp_avg[i] = m;
     chunk.exp_avg_sq[i] = v;
-    if constexpr (copy == Precision16::bf16) static_cast<uint16_t*>(chunk.copy_out)[i] = to_bf16_bits(p);
+    if constexpr (copy == Precision16::bf16) static_cast<uint16_t*>(chunk.copy_out)[i] = narrow_bf16(p);
     if constexpr (copy == Precision16::f16) static_cast<uint16_t*>(chunk.copy_out)[i] = to_f16_bits(p);
   }
 }
@@ -91,9 +91,8 @@ cudaError_t adam_step(const AdamChunk* chunks, std::size_t chunk_count, const Ad
     std::size_t chunk_tiles = (chunks[k].count + kTile - 1) / kTile;
     for (std::size_t t = 0; t < chunk_tiles; ++t) {
       if (tiles == kTilesPerLaunch) {  // the chunk continues in the next launch
-        flush();
+        flush();                       // (used = 0)
         table.chunks[0] = chunks[k];
-        used = 0;
       }
       table.chunk_of[tiles] = static_cast<uint8_t>(used);
       table.tile_of[tiles] = static_cast<uint32_t>(t);

@@ -17,16 +17,8 @@
 
 namespace troupe::kernels::cuda {
 
-/// One flat run of a partition in device memory: parameters, gradients, both moments, and
-/// (with a 16-bit copy) where the copy of the updated parameters goes.
-struct AdamChunk {
-  float* parameters = nullptr;
-  const float* gradients = nullptr;
-  float* exp_avg = nullptr;
-  float* exp_avg_sq = nullptr;
-  void* copy_out = nullptr;
-  std::size_t count = 0;
-};
+/// Chunks in device memory (kernels::AdamChunk, the CPU kernels' too).
+using AdamChunk = kernels::AdamChunk;
 
 /// One step over every chunk (as few launches as the chunk table allows). Returns the
 /// launch's error, if any.

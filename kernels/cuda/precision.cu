@@ -18,13 +18,13 @@ int blocks_for(std::size_t n) {
 __global__ void narrow_kernel(const float* x, uint16_t* out, std::size_t n, bool bf16) {
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
-    out[i] = bf16 ? to_bf16_bits(x[i]) : to_f16_bits(x[i]);
+    out[i] = bf16 ? narrow_bf16(x[i]) : to_f16_bits(x[i]);
 }
 
 __global__ void widen_kernel(const uint16_t* x, float* out, std::size_t n, bool bf16) {
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
-    out[i] = bf16 ? from_bf16_bits(x[i]) : from_f16_bits(x[i]);
+    out[i] = bf16 ? widen_bf16(x[i]) : from_f16_bits(x[i]);
 }
 
 __global__ void nonfinite_kernel(const float* x, std::size_t n, int* flag) {

@@ -1,28 +1,20 @@
-// fp32 → bf16/fp16 bit patterns on the device, rounded to nearest even with NaN kept a NaN:
-// the same results as the CPU's float_to_bf16/float_to_f16 (kernels/cpu/reduce.hpp).
+// fp16 bit patterns on the device, rounded to nearest even with NaN kept a NaN: the same
+// results as the CPU's float_to_f16/f16_to_float (kernels/cpu/reduce.hpp). bf16 is one
+// definition for both (kernels/bf16_bits.hpp: narrow_bf16, widen_bf16).
 #pragma once
 
 #include <cuda_fp16.h>
 
 #include <cstdint>
 
-namespace troupe::kernels::cuda {
+#include "kernels/bf16_bits.hpp"
 
-__device__ inline uint16_t to_bf16_bits(float x) {
-  uint32_t bits = __float_as_uint(x);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);  // quiet NaN
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
+namespace troupe::kernels::cuda {
 
 __device__ inline uint16_t to_f16_bits(float x) {
   uint32_t bits = __float_as_uint(x);
   if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>(((bits >> 16) & 0x8000u) | 0x7e00u);
   return __half_as_ushort(__float2half_rn(x));
-}
-
-__device__ inline float from_bf16_bits(uint16_t h) {
-  return __uint_as_float(static_cast<uint32_t>(h) << 16);
 }
 
 // The device's conversion makes every NaN the canonical one; the CPU keeps sign and payload.

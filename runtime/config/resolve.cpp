@@ -374,10 +374,23 @@ Result<JobConfig> resolve_config(JobConfig raw) {
   return resolve_config(std::move(raw), origins);
 }
 
+// A GPU rank keeps the whole model on its GPU (ZeRO stage 0): the partitions, buckets and
+// gathered rows of stages 1-3 live in host buffers the comm agent and the NVMe tier read.
+Status resolve_device(const JobConfig& raw, const ConfigOrigins& origins) {
+  if (raw.cluster.device != "cuda" || raw.zero.stage == 0) return {};
+  return key_error(origins, "zero", "stage",
+                   fmt::format("stage = {} with [cluster] device = \"cuda\": a GPU rank trains with stage 0 "
+                               "so far (the model whole on every GPU, gradients all-reduced with NCCL, the "
+                               "optimizer on the GPU or, with [offload] optimizer, on the host); stages 1-3 "
+                               "run on device = \"cpu\"",
+                               raw.zero.stage));
+}
+
 Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins) {
   TROUPE_TRY(resolve_cluster(raw.cluster, origins));
   TROUPE_TRY(resolve_parallel(raw, origins));
   TROUPE_TRY(resolve_zero(raw.zero, origins));
+  TROUPE_TRY(resolve_device(raw, origins));
   TROUPE_TRY(resolve_offload(raw.offload, raw.zero.stage, raw.cluster.device, origins));
   TROUPE_TRY(resolve_batch(raw, origins));
   TROUPE_TRY(resolve_optimizer(raw.optimizer, origins));

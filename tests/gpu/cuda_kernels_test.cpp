@@ -156,9 +156,10 @@ TEST(CudaKernels, TheOverflowFlagMatchesTheCpuTwinAndCollectsBuffers) {
     dirty[777777] = bad;
     DeviceArray<float> b(dirty);
     flag.upload({0});
-    TROUPE_CUDA_OK(kernels::cuda::flag_nonfinite(a.get(), clean.size(), flag.get(), nullptr));
     TROUPE_CUDA_OK(kernels::cuda::flag_nonfinite(b.get(), dirty.size(), flag.get(), nullptr));
-    EXPECT_EQ(flag.download()[0], 1) << bad;
+    TROUPE_CUDA_OK(kernels::cuda::flag_nonfinite(a.get(), clean.size(), flag.get(), nullptr));
+    EXPECT_EQ(flag.download()[0], 1) << bad
+                                     << ": set by the dirty buffer, not cleared by the clean one after";
     EXPECT_TRUE(kernels::has_nonfinite(dirty.data(), dirty.size()));
   }
 }

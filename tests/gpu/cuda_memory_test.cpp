@@ -1,6 +1,7 @@
 // The memory tiers of a GPU rank: the device arena (first fit, merging, a clear error when
 // full, charged to the ledger) and pinned host pools copied to and from the device on the
-// h2d and d2h streams, ordered by events. Skips, saying why, where there is no usable GPU.
+// h2d and d2h streams, ordered by events; host memory pinned in place (pin_host). Skips, saying why, where
+// there is no usable GPU.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include "actors/cuda_stream.hpp"
 #include "memory/cuda/device_arena.hpp"
 #include "memory/cuda/pinned.hpp"
+#include "memory/host_buffer.hpp"
 #include "tests/gpu/gpu_test_support.hpp"
 
 namespace troupe {
@@ -41,6 +43,24 @@ TEST(DeviceArena, CarvesMergesAndSaysWhatIsLeftWhenFull) {
   a.free(all);
 }
 
+// Whether the CUDA runtime knows `p` as page-locked host memory.
+bool page_locked(const void* p) {
+  cudaPointerAttributes a{};
+  return cudaPointerGetAttributes(&a, p) == cudaSuccess && a.type == cudaMemoryTypeHost;
+}
+
+TEST(PinHost, PinsInPlaceUntilTheHandleGoes) {
+  TROUPE_SKIP_WITHOUT_GPU();
+  HostBuffer buffer(1 << 20);
+  {
+    auto pinned = pin_host(buffer.data(), buffer.bytes());
+    ASSERT_TRUE(pinned.ok()) << pinned.error().message;
+    EXPECT_TRUE(page_locked(buffer.data()));
+  }
+  EXPECT_FALSE(page_locked(buffer.data())) << "unpinned with the handle";
+  cudaGetLastError();  // the query of unregistered memory may leave an error behind
+}
+
 TEST(PinnedPool, CopiesToTheDeviceAndBackInStreamOrder) {
   TROUPE_SKIP_WITHOUT_GPU();
   std::size_t bytes = 64 << 20;
@@ -52,6 +72,7 @@ TEST(PinnedPool, CopiesToTheDeviceAndBackInStreamOrder) {
   ASSERT_TRUE(streams.ok()) << streams.error().message;
   auto* out = reinterpret_cast<float*>((*pool)->pool().try_acquire());
   auto* back = reinterpret_cast<float*>((*pool)->pool().try_acquire());
+  EXPECT_TRUE(page_locked(out) && page_locked(back)) << "the pool's buffers are pinned";
   std::iota(out, out + bytes / 4, 0.0f);
   std::memset(back, 0, bytes);
   void* device = *(*arena)->allocate(bytes);

@@ -113,8 +113,10 @@ TEST(CudaStream, EachStreamHasItsTrackAndTheirSpansOverlap) {
   std::size_t n = 1 << 24;
   DeviceArray<float> in(std::vector<float>(n, 1.0f));
   DeviceArray<uint16_t> out1(n), out2(n);
+  // Long work on compute, then short work on comm: run one after the other, the short work
+  // would end after the long; at once (comm has the higher priority), it ends first.
   busy(*streams->compute, in, out1, n, 40);
-  busy(*streams->comm, in, out2, n, 40);
+  busy(*streams->comm, in, out2, n, 2);
   ASSERT_TRUE(completes_within(streams->compute->record(), std::chrono::seconds(30)));
   ASSERT_TRUE(completes_within(streams->comm->record(), std::chrono::seconds(30)));
   std::string path = ::testing::TempDir() + "/cuda_stream_trace.json";
@@ -133,7 +135,8 @@ TEST(CudaStream, EachStreamHasItsTrackAndTheirSpansOverlap) {
   ASSERT_TRUE(span_of.count("gpu compute") && span_of.count("gpu comm")) << events.dump();
   auto [a0, a1] = span_of["gpu compute"];
   auto [b0, b1] = span_of["gpu comm"];
-  EXPECT_LT(std::max(a0, b0), std::min(a1, b1)) << "two streams run at once";
+  EXPECT_LT(std::max(a0, b0), std::min(a1, b1)) << "the two streams' spans overlap";
+  EXPECT_LT(b1, a1) << "the comm stream's work ran while the compute stream's still did";
 }
 
 }  // namespace

@@ -9,14 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "kernels/devices.hpp"
+
 namespace troupe::testing {
 
 /// Why CUDA cannot run here ("" when a device is usable): no driver, no device, ...
 inline std::string no_gpu_reason() {
-  int count = 0;
-  cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) return std::string("no usable CUDA device: ") + cudaGetErrorString(e);
-  if (count == 0) return "no CUDA device on this machine";
+  auto count = kernels::cuda_device_count();
+  if (!count) return count.error().message;
+  if (*count == 0) return "no CUDA device on this machine";
   return "";
 }
 

@@ -47,6 +47,8 @@ TEST(Nccl, AGroupBootstrappedOverTheTransportRunsEveryCollective) {
   ASSERT_TRUE(g.all_reduce(data.get(), values.size(), DataType::f32, ReduceOp::average, stream).ok());
   ASSERT_TRUE(
       g.reduce_scatter(data.get(), gathered.get(), values.size(), DataType::f32, ReduceOp::sum, stream).ok());
+  // The all-gather alone must bring the values back: a collective that did nothing fails.
+  ASSERT_EQ(cudaMemsetAsync(data.get(), 0, values.size() * sizeof(float), stream), cudaSuccess);
   ASSERT_TRUE(g.all_gather(gathered.get(), data.get(), values.size(), DataType::f32, stream).ok());
   ASSERT_TRUE(g.broadcast(data.get(), values.size(), DataType::f32, 0, stream).ok());
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
@@ -80,7 +82,6 @@ TEST(Nccl, TheDeviceCommActorAnswersWhenTheGpuRanTheCollective) {
   r.op = ReduceOp::sum;
   r.ready.complete();  // produced by host work that already finished
   r.keep = data;
-  float* device = data->get();
   data.reset();
   caf::scoped_actor self{system};
   r.reply_to = caf::actor{self};
@@ -95,7 +96,6 @@ TEST(Nccl, TheDeviceCommActorAnswersWhenTheGpuRanTheCollective) {
       caf::after(std::chrono::seconds(60)) >> [] {});
   EXPECT_EQ(tag, 42);
   EXPECT_TRUE(released) << "the owner is let go before the requester hears";
-  (void)device;
   caf::anon_send_exit(comm, caf::exit_reason::user_shutdown);
 }
 

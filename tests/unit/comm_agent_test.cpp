@@ -19,22 +19,15 @@
 #include "actors/comm_agent.hpp"
 #include "actors/protocol/comm.hpp"
 #include "tests/support/collective_calls.hpp"
+#include "tests/support/one_rank_agent.hpp"
 
 namespace troupe {
 namespace {
 
 constexpr auto wait_bound = std::chrono::seconds(10);
 
-class CommAgentTest : public ::testing::Test {
+class CommAgentTest : public testing::OneRankAgent {
  protected:
-  void SetUp() override {
-    TransportOptions options;  // rank 0 of 1: no bootstrap, no peers
-    auto transport = Transport::make(options);
-    ASSERT_TRUE(transport.ok()) << transport.error().message;
-    agent_ = spawn_comm_agent(system_, std::shared_ptr<Transport>(std::move(*transport)), nullptr);
-  }
-  void TearDown() override { caf::anon_send_exit(agent_, caf::exit_reason::user_shutdown); }
-
   // Sends `request` and returns the tag of the collective_done that comes back (-1 none, -2 an error).
   template <class Request>
   int64_t complete(Request request) {
@@ -46,10 +39,6 @@ class CommAgentTest : public ::testing::Test {
     std::copy(values.begin(), values.end(), buffer->as<float>());
     return BufferSpan{buffer, 0, values.size(), DataType::f32};
   }
-
-  caf::actor_system_config config_;
-  caf::actor_system system_{config_};
-  caf::actor agent_;
 };
 
 TEST_F(CommAgentTest, ReduceScatterRequestCompletesWithItsTag) {

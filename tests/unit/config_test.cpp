@@ -965,6 +965,12 @@ TEST(ConfigOffload, BadValuesNameTheKeyAndWhatIsAllowed) {
       "job.toml:2:13: [offload] optimizer = \"cpu\" needs [zero] stage 1, 2 or 3 (the optimizer state is "
       "offloaded by the partition's shard owner), or [cluster] device = \"cuda\" (a GPU rank's whole state "
       "goes to the host), got stage 0");
+  EXPECT_EQ(
+      error_of(load("[cluster]\ndevice = \"cuda\"\n[zero]\nstage = 2\n[batch]\nmicro_batch_size = 2\n")),
+      "job.toml:4:9: [zero] stage = 2 with [cluster] device = \"cuda\": a GPU rank trains with stage 0 so "
+      "far "
+      "(the model whole on every GPU, gradients all-reduced with NCCL, the optimizer on the GPU or, with "
+      "[offload] optimizer, on the host); stages 1-3 run on device = \"cpu\"");
   auto gpu_offload =
       load("[cluster]\ndevice = \"cuda\"\n[offload]\noptimizer = \"cpu\"\n[batch]\nmicro_batch_size = 2\n");
   EXPECT_TRUE(gpu_offload.ok()) << gpu_offload.error().message;

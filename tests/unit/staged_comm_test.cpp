@@ -2,14 +2,16 @@
 // streams), with the real comm agent in a world of one rank: each collective's input is
 // copied out, reduced by the comm agent, copied back where the request asked, the reply
 // carries the request's tag, what the request kept is let go first, and nothing starts
-// before the request's ready event.
+// before the request's ready event; staging buffers are pinned once and used again.
 #include <gtest/gtest.h>
 
 #include <caf/all.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "actors/comm_agent.hpp"
@@ -17,30 +19,33 @@
 #include "actors/protocol/device_comm.hpp"
 #include "actors/staged_comm.hpp"
 #include "tests/support/collective_calls.hpp"
+#include "tests/support/one_rank_agent.hpp"
 
 namespace troupe {
 namespace {
 
 constexpr auto wait_bound = std::chrono::seconds(10);
 
-class StagedCommTest : public ::testing::Test {
+class StagedCommTest : public testing::OneRankAgent {
  protected:
   void SetUp() override {
-    TransportOptions options;  // rank 0 of 1: no bootstrap, no peers
-    auto transport = Transport::make(options);
-    ASSERT_TRUE(transport.ok()) << transport.error().message;
-    agent_ = spawn_comm_agent(system_, std::shared_ptr<Transport>(std::move(*transport)), nullptr);
+    OneRankAgent::SetUp();
     auto fail = [](const std::string& what) { ADD_FAILURE() << what; };
     StagedCommOptions o;
     o.comm_agent = agent_;
     o.d2h = std::shared_ptr<Stream>(CpuStream::make("d2h", nullptr, fail));
     o.h2d = std::shared_ptr<Stream>(CpuStream::make("h2d", nullptr, fail));
     o.ledger = ledger_;
+    o.pin = [pins = pins_, pinned = pinned_](void*, std::size_t) -> Result<std::shared_ptr<void>> {
+      ++*pins;
+      ++*pinned;
+      return std::shared_ptr<void>(nullptr, [pinned](void*) { --*pinned; });
+    };
     staged_ = spawn_staged_comm(system_, std::move(o));
   }
   void TearDown() override {
     caf::anon_send_exit(staged_, caf::exit_reason::user_shutdown);
-    caf::anon_send_exit(agent_, caf::exit_reason::user_shutdown);
+    OneRankAgent::TearDown();
   }
 
   // Sends `r` and returns the tag of the reply (-1 none within the bound, -2 an error).
@@ -48,10 +53,10 @@ class StagedCommTest : public ::testing::Test {
     return testing::tag_of(testing::ask(system_, staged_, std::move(r), wait_bound));
   }
 
-  caf::actor_system_config config_;
-  caf::actor_system system_{config_};
   std::shared_ptr<MemoryLedger> ledger_ = std::make_shared<MemoryLedger>();
-  caf::actor agent_, staged_;
+  std::shared_ptr<std::atomic<int>> pins_ = std::make_shared<std::atomic<int>>(0);    // ever pinned
+  std::shared_ptr<std::atomic<int>> pinned_ = std::make_shared<std::atomic<int>>(0);  // pinned now
+  caf::actor staged_;
 };
 
 TEST_F(StagedCommTest, EveryCollectiveComesBackWhereTheRequestAskedWithItsTag) {
@@ -67,8 +72,23 @@ TEST_F(StagedCommTest, EveryCollectiveComesBackWhereTheRequestAskedWithItsTag) {
     EXPECT_EQ(run(testing::device_request(9, kind, data.data(), data.data(), data.size())), 9);
     EXPECT_EQ(data, in) << "in place";
   }
-  EXPECT_EQ(ledger_->current()[MemoryKind::communication], 0) << "no staging buffer left";
   EXPECT_EQ(ledger_->peak()[MemoryKind::communication], 4000) << "staged through host memory";
+}
+
+TEST_F(StagedCommTest, StagingBuffersArePinnedOnceAndUsedAgain) {
+  std::vector<float> data(1000, 1.0f), other(10, 1.0f);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(run(testing::device_request(i, DeviceCollective::all_reduce, data.data(), data.data(), 1000)),
+              i);
+  EXPECT_EQ(pins_->load(), 1) << "one buffer, pinned once, for four requests of one size";
+  EXPECT_EQ(ledger_->current()[MemoryKind::communication], 4000) << "kept for the next request";
+  EXPECT_EQ(run(testing::device_request(5, DeviceCollective::all_reduce, other.data(), other.data(), 10)), 5);
+  EXPECT_EQ(pins_->load(), 2) << "another size, another buffer";
+  caf::anon_send_exit(staged_, caf::exit_reason::user_shutdown);
+  for (int i = 0; i < 200 && pinned_->load() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(pinned_->load(), 0) << "unpinned when the actor goes";
+  EXPECT_EQ(ledger_->current()[MemoryKind::communication], 0) << "and freed";
 }
 
 TEST_F(StagedCommTest, WhatTheRequestKeptIsLetGoBeforeTheReply) {

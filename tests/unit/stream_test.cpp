@@ -122,12 +122,13 @@ TEST(IssuingStream, RecordCompletesAfterTheDeviceWorkTheHostIssued) {
   EXPECT_TRUE(device_ran.load());
 }
 
-TEST(IssuingStream, RecordLaunchedCoversOnlyWhatWasLaunched) {
+// What the stage does mid-backward: record on the device stream from the issuing thread.
+TEST(IssuingStream, TheDeviceStreamsRecordCoversOnlyWhatWasLaunched) {
   Issuing s;
   std::atomic<bool> later{false};
   Event launched;
   s.stream->enqueue("", [&] {
-    launched = s.stream->record_launched();  // from the issuing thread: no wait on itself
+    launched = s.device->record();  // from the issuing thread: no wait on itself
     launched.wait();
     s.device->enqueue("", [&] { later = true; });
   });
