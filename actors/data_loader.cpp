@@ -31,7 +31,8 @@ struct DataLoaderState {
 using DataLoader = caf::stateful_actor<DataLoaderState>;
 
 micro_batch_ready answer(const DataLoaderOptions& o, int64_t index, const Slot& slot) {
-  return micro_batch_ready{index / o.micro_count, index % o.micro_count, slot.batch};
+  return micro_batch_ready{index / o.micro_count, index % o.micro_count, slot.batch,
+                           slot.batch ? slot.batch->target.numel() : 0};
 }
 
 void prepare_through(DataLoader* self, int64_t last) {

@@ -30,7 +30,8 @@ std::vector<PartitionSpan> cut(const std::vector<PartitionSpan>& partition, std:
   for (const PartitionSpan& span : partition)
     for (std::size_t at = 0; at < span.count; at += limit)
       groups.push_back(PartitionSpan{span.parameters + at, span.gradients + at,
-                                     std::min(limit, span.count - at), span.row});
+                                     std::min(limit, span.count - at), span.row,
+                                     runs_within(span.runs, at, std::min(limit, span.count - at))});
   return groups;
 }
 
@@ -53,7 +54,8 @@ struct OffloadState {
   std::unique_ptr<CpuStream> stream;  // last: its thread stops before what it touches goes
   std::string broken;                 // why the tier cannot be used, once it cannot
   int64_t step = 0;                   // the training step of the pass in flight, for the reply
-  int64_t updates = 0;                // passes begun: the optimizer's own step count (1-based in the kernels)
+  ParameterUse used;                  // the parameters the pass in flight updates (null: all)
+  ParameterSteps steps;               // the optimizer's own step count of each parameter
   caf::actor reply_to;
   std::size_t next_read = 0, stored = 0;
   bool in_pass = false;
@@ -101,7 +103,8 @@ void make_groups(OffloadState& s, std::size_t limit) {
     }
     for (const ParameterSwap::Piece& piece : s.options.parameter_swap->pieces(span.row)) {
       Group& g = s.groups.emplace_back();
-      g.span = PartitionSpan{nullptr, span.gradients + piece.offset, piece.count, span.row};
+      g.span = PartitionSpan{nullptr, span.gradients + piece.offset, piece.count, span.row,
+                             runs_within(span.runs, piece.offset, piece.count)};
       g.parameter_key = piece.key;
     }
   }
@@ -154,20 +157,25 @@ Status open_tier(OffloadState& s) {
   return {};
 }
 
-// The fused update of one sub-group whose state is at `state` (m then v, or the momentum).
-void update(const OptimizerRule& rule, int64_t step, const PartitionSpan& span, float* state, int threads) {
+// The fused update of one segment of a sub-group whose state is at `state`
+// (m then v over the whole group, or the momentum).
+void update(const OptimizerRule& rule, const UpdateSegment& segment, const PartitionSpan& span, float* state,
+            int threads) {
+  float* parameters = span.parameters + segment.offset;
+  const float* gradients = span.gradients + segment.offset;
   if (rule.kind == OptimizerRule::Kind::sgd) {
     kernels::SgdParams p;
     p.lr = rule.lr;
     p.momentum = rule.momentum;
     p.weight_decay = rule.weight_decay;
     p.nesterov = rule.nesterov;
-    p.first_step = step == 1;
-    kernels::sgd_step(span.parameters, span.gradients, state, span.count, p);
+    p.first_step = segment.step == 1;
+    kernels::sgd_step(parameters, gradients, state ? state + segment.offset : nullptr, segment.count, p);
     return;
   }
-  kernels::AdamParams p = adam_params_of(rule, step);
-  kernels::adam_step_parallel(span.parameters, span.gradients, state, state + span.count, span.count, p,
+  kernels::AdamParams p = adam_params_of(rule, segment.step);
+  kernels::adam_step_parallel(parameters, gradients, state + segment.offset,
+                              state + span.count + segment.offset, segment.count, p,
                               kernels::Precision16::none, nullptr, threads);
 }
 
@@ -194,10 +202,13 @@ void enqueue_update(OffloadManager* self, std::size_t i) {
   float* state = state_swapped(s) ? reinterpret_cast<float*>(g.buffer)
                  : g.state        ? g.state->as<float>()
                                   : nullptr;
-  s.stream->enqueue(fmt::format("update group {}", i), [rule = s.options.rule, step = s.updates, span, state,
-                                                        threads = static_cast<int>(s.options.threads)] {
-    update(rule, step, span, state, threads);
-  });
+  std::vector<UpdateSegment> segments = update_segments(span.runs, span.count, s.used, s.steps);
+  s.stream->enqueue(fmt::format("update group {}", i),
+                    [rule = s.options.rule, segments = std::move(segments), span = std::move(span), state,
+                     threads = static_cast<int>(s.options.threads)] {
+                      for (const UpdateSegment& segment : segments)
+                        update(rule, segment, span, state, threads);
+                    });
   s.stream->notify(s.stream->record(), caf::actor_cast<caf::actor>(self),
                    caf::make_message(group_updated{i}));
 }
@@ -253,11 +264,12 @@ void start_pass(OffloadManager* self, const optimizer_pass& p) {
   auto& s = self->state;
   s.reply_to = p.reply_to;
   s.step = p.step;
+  s.used = p.used;
   s.in_pass = true;
   if (!s.broken.empty()) return finish_pass(self, s.broken);
   s.next_read = 0;
   s.stored = 0;
-  ++s.updates;
+  s.steps.advance(s.used);
   if (s.groups.empty()) return finish_pass(self, "");
   if (!s.pool) {  // nothing is swapped: update every sub-group in place
     for (std::size_t i = 0; i < s.groups.size(); ++i) enqueue_update(self, i);
@@ -318,6 +330,10 @@ caf::behavior offload_manager_behavior(OffloadManager* self, OffloadManagerOptio
       "offload", s.options.tracer, [me = caf::actor_cast<caf::actor>(self)](const std::string& what) {
         caf::anon_send(me, state_stored{~uint64_t{0}, "the optimizer kernel failed: " + what});
       });
+  std::size_t parameters = 0;
+  for (const PartitionSpan& span : s.options.partition)
+    for (const ParameterRun& run : span.runs) parameters = std::max(parameters, run.parameter + 1);
+  s.steps = ParameterSteps(parameters);
   if (auto opened = open_tier(s); !opened) s.broken = opened.error().message;
   return {
       [=](optimizer_pass& p) { start_pass(self, p); },

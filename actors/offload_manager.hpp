@@ -35,6 +35,7 @@
 #include "base/trace.hpp"
 #include "kernels/cpu/optimizer.hpp"
 #include "memory/memory_ledger.hpp"
+#include "memory/parameter_runs.hpp"
 #include "memory/parameter_swap.hpp"
 
 namespace troupe {
@@ -52,12 +53,15 @@ struct OptimizerRule {
 
 /// A contiguous run of the partition: parameters and their (reduced) gradients. With
 /// the parameters on NVMe (`parameters` null) the span is stage-3 row `row`'s block,
-/// and its pieces in the ParameterSwap are swapped with their state.
+/// and its pieces in the ParameterSwap are swapped with their state. `runs` says which
+/// parameter each element belongs to (padding belongs to none): a pass updates only the
+/// runs of the parameters it is told were used, each at its own step count.
 struct PartitionSpan {
   float* parameters = nullptr;
   float* gradients = nullptr;
   std::size_t count = 0;
   std::size_t row = 0;
+  std::vector<ParameterRun> runs;
 };
 
 /// The fused kernels' Adam/AdamW arguments for `rule` at (1-based) step `step`.

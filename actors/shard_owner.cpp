@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 #include <caf/all.hpp>
 
+#include <map>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -20,8 +22,17 @@ namespace {
 // A GPU rank's Adam/AdamW state in device memory, stepped by troupe's fused CUDA kernel.
 struct DeviceAdam {
   std::vector<torch::Tensor> exp_avg, exp_avg_sq;
-  int64_t step = 0;
+  ParameterSteps steps;
   MemoryCharge charge;
+};
+
+// What LibTorch's optimizer steps: one tensor per parameter piece of the partition (a
+// whole parameter in stage 0, a slice of a block otherwise), so a parameter that got no
+// gradient can be skipped as LibTorch skips it, by leaving its gradient undefined.
+struct TorchPieces {
+  std::vector<torch::Tensor> tensors;
+  std::vector<torch::Tensor> gradients;
+  std::vector<std::size_t> parameter;  // by piece: its layout position
 };
 
 // A GPU rank with an offload tier: the fp32 master parameters and the gradients in host
@@ -36,6 +47,8 @@ struct HostMirror {
 struct ShardOwnerState {
   ShardOwnerOptions options;
   std::vector<torch::Tensor> parameters, gradients;
+  std::vector<std::vector<ParameterRun>> runs;  // by shard: the parameters it holds
+  TorchPieces pieces;                           // with LibTorch's optimizer
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   caf::actor offload;                       // with an offload tier: runs the optimizer
   std::optional<caf::actor> updating_for;   // who hears shard_updated of the pass in flight
@@ -110,24 +123,60 @@ std::unique_ptr<DeviceAdam> make_device_adam(const std::vector<torch::Tensor>& p
     adam->exp_avg_sq.push_back(torch::zeros_like(p));
     bytes += 2 * static_cast<int64_t>(p.nbytes());
   }
+  adam->steps = ParameterSteps(parameters.size());
   adam->charge = MemoryCharge(ledger, MemoryKind::optimizer_state, bytes);
   return adam;
 }
 
-// One fused step over every shard, launched on `stream` (the CPU twin on a host stream).
+// The fused step over every shard whose parameter was used, launched on `stream` (the CPU
+// twin on a host stream): one launch per step count (stage 0: a shard is one parameter).
 void step_device_adam(DeviceAdam& adam, const OptimizerRule& rule, std::vector<torch::Tensor>& parameters,
-                      const std::vector<torch::Tensor>& gradients, void* stream) {
-  kernels::AdamParams p = adam_params_of(rule, ++adam.step);
-  std::vector<kernels::AdamChunk> chunks(parameters.size());
+                      const std::vector<torch::Tensor>& gradients,
+                      const std::vector<std::vector<ParameterRun>>& runs, const ParameterUse& used,
+                      void* stream) {
+  auto position = [&](std::size_t k) { return runs[k].front().parameter; };
+  adam.steps.advance(used);
+  std::map<int64_t, std::vector<kernels::AdamChunk>> by_step;
   for (std::size_t k = 0; k < parameters.size(); ++k) {
-    chunks[k].parameters = parameters[k].data_ptr<float>();
-    chunks[k].gradients = gradients[k].data_ptr<float>();
-    chunks[k].exp_avg = adam.exp_avg[k].data_ptr<float>();
-    chunks[k].exp_avg_sq = adam.exp_avg_sq[k].data_ptr<float>();
-    chunks[k].count = static_cast<std::size_t>(parameters[k].numel());
+    if (used && !(*used)[position(k)]) continue;
+    kernels::AdamChunk& chunk = by_step[adam.steps[position(k)]].emplace_back();
+    chunk.parameters = parameters[k].data_ptr<float>();
+    chunk.gradients = gradients[k].data_ptr<float>();
+    chunk.exp_avg = adam.exp_avg[k].data_ptr<float>();
+    chunk.exp_avg_sq = adam.exp_avg_sq[k].data_ptr<float>();
+    chunk.count = static_cast<std::size_t>(parameters[k].numel());
   }
-  if (Status launched = kernels::adam_on_stream(chunks, p, stream); !launched)
-    throw std::runtime_error(launched.error().message);
+  for (const auto& [step, chunks] : by_step)
+    if (Status launched = kernels::adam_on_stream(chunks, adam_params_of(rule, step), stream); !launched)
+      throw std::runtime_error(launched.error().message);
+}
+
+TorchPieces torch_pieces(const ShardOwnerState& s) {
+  TorchPieces pieces;
+  bool whole = s.options.store->stage() == 0;
+  for (std::size_t k = 0; k < s.parameters.size(); ++k)
+    for (const ParameterRun& run : s.runs[k]) {
+      auto offset = static_cast<int64_t>(run.offset), count = static_cast<int64_t>(run.count);
+      torch::Tensor tensor = whole ? s.parameters[k] : s.parameters[k].narrow(0, offset, count);
+      torch::Tensor gradient = whole ? s.gradients[k] : s.gradients[k].narrow(0, offset, count);
+      tensor.mutable_grad() = gradient;
+      pieces.tensors.push_back(tensor);
+      pieces.gradients.push_back(gradient);
+      pieces.parameter.push_back(run.parameter);
+    }
+  return pieces;
+}
+
+// LibTorch's optimizer over the pieces, skipping those of unused parameters.
+void step_torch(ShardOwnerState& s, const ParameterUse& used) {
+  TorchPieces& pieces = s.pieces;
+  auto skipped = [&](std::size_t i) { return used && !(*used)[pieces.parameter[i]]; };
+  for (std::size_t i = 0; i < pieces.tensors.size(); ++i)
+    if (skipped(i)) pieces.tensors[i].mutable_grad() = torch::Tensor();
+  torch::NoGradGuard no_grad;
+  s.optimizer->step();
+  for (std::size_t i = 0; i < pieces.tensors.size(); ++i)
+    if (skipped(i)) pieces.tensors[i].mutable_grad() = pieces.gradients[i];  // the store's view again
 }
 
 std::shared_ptr<HostMirror> make_host_mirror(const ShardOwnerState& s) {
@@ -193,8 +242,8 @@ void update_offloaded(ShardOwner* self, const update_shard& u) {
   s.updating_for = u.reply_to;
   s.stream->enqueue(fmt::format("clip {}", u.step),
                     [&s, scale = u.scale] { scale_gradients(s.gradients, scale); });
-  auto pass = [to = s.offload, me = caf::actor_cast<caf::actor>(self), step = u.step] {
-    caf::anon_send(to, optimizer_pass{step, me});
+  auto pass = [to = s.offload, me = caf::actor_cast<caf::actor>(self), step = u.step, used = u.used] {
+    caf::anon_send(to, optimizer_pass{step, used, me});
   };
   if (s.mirror) return copy_mirror(s, MirrorCopy::gradients_to_host, pass);
   s.stream->record().on_complete(pass);
@@ -207,8 +256,8 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
   for (auto& [param, grad] : s.options.store->shards()) {
     s.parameters.push_back(param);  // undefined where the row's parameters are on NVMe
     s.gradients.push_back(grad);
-    if (param.defined()) s.parameters.back().mutable_grad() = grad;
   }
+  s.runs = s.options.store->shard_runs();
   auto on_error = [to = s.options.report_to](const std::string& what) {
     caf::anon_send(to, stage_failed{"shard owner: " + what});
   };
@@ -236,8 +285,8 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
                                         : nullptr;
       float* gradients = s.mirror ? s.mirror->gradients->as<float>() + s.mirror->offsets[k]
                                   : s.gradients[k].data_ptr<float>();
-      o.partition.push_back(
-          PartitionSpan{parameters, gradients, static_cast<std::size_t>(s.gradients[k].numel()), k});
+      o.partition.push_back(PartitionSpan{parameters, gradients,
+                                          static_cast<std::size_t>(s.gradients[k].numel()), k, s.runs[k]});
     }
     o.partition_owner = s.mirror ? std::shared_ptr<void>(s.mirror) : std::shared_ptr<void>(s.options.store);
     o.parameter_swap = s.options.store->swap();
@@ -249,7 +298,8 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
   } else if (s.options.device && !s.options.make_optimizer) {
     s.device_adam = make_device_adam(s.parameters, s.options.store->ledger());
   } else {
-    s.optimizer = s.options.make_optimizer(s.parameters);
+    s.pieces = torch_pieces(s);
+    s.optimizer = s.options.make_optimizer(s.pieces.tensors);
   }
   return {
       [=](begin_accumulation&) {
@@ -280,13 +330,12 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
       [=](update_shard& u) {
         auto& st = self->state;
         if (st.offload) return update_offloaded(self, u);
-        st.stream->enqueue(fmt::format("optimizer step {}", u.step), [&st, scale = u.scale] {
+        st.stream->enqueue(fmt::format("optimizer step {}", u.step), [&st, scale = u.scale, used = u.used] {
           scale_gradients(st.gradients, scale);
           if (st.device_adam)
-            return step_device_adam(*st.device_adam, st.options.rule, st.parameters, st.gradients,
-                                    st.stream->native_handle());
-          torch::NoGradGuard no_grad;
-          st.optimizer->step();
+            return step_device_adam(*st.device_adam, st.options.rule, st.parameters, st.gradients, st.runs,
+                                    used, st.stream->native_handle());
+          step_torch(st, used);
           st.options.store->ledger()->set(MemoryKind::optimizer_state, optimizer_state_bytes(*st.optimizer));
         });
         reply_after(self, u.reply_to, shard_updated{u.step});

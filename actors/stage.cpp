@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "actors/model_parameters.hpp"
 #include "actors/protocol/comm.hpp"
 #include "actors/protocol/device_comm.hpp"
 #include "actors/protocol/stage.hpp"
@@ -49,6 +50,7 @@ struct StepProgress {
   int64_t micro_count = 1;
   std::size_t reduced = 0;  // gradient rows reduced (and absorbed)
   bool loss_reduced = false;
+  ParameterUse used = nullptr;  // once the loss is reduced: the parameters any rank gave a gradient
   bool loss_ready = false, loss_issued = false;  // see reduce_loss
   bool norm_asked = false;
   double grad_norm = 0;
@@ -67,7 +69,9 @@ struct StageState {
   std::unique_ptr<Stream> compute;  // after what its work touches: its thread stops first
   caf::actor driver;
   StepProgress progress;
-  std::shared_ptr<HostBuffer> loss;    // this rank's loss of the step, then the global mean
+  // This rank's loss of the step, then the global mean; after it, by layout position, 1
+  // where the parameter got a gradient, then the mean of that over the ranks.
+  std::shared_ptr<HostBuffer> loss;
   std::shared_ptr<HostBuffer> norm;    // this rank's gradient square sum, then the global one
   std::shared_ptr<HostBuffer> memory;  // every rank's peak bytes by kind (int64, gathered)
   std::vector<caf::response_promise> collecting;
@@ -93,22 +97,6 @@ void fail(StageActor* self, const std::string& error) {
   if (s.fetcher) s.fetcher->fail(error);
   if (s.sequence_check) s.sequence_check->fail(error);
   if (s.driver) self->send(s.driver, stage_failed{error});
-}
-
-std::vector<std::vector<std::size_t>> layer_counts(const torch::nn::Sequential& model) {
-  std::vector<std::vector<std::size_t>> layers;
-  for (const auto& child : model->children()) {
-    layers.emplace_back();
-    for (const auto& p : child->parameters()) layers.back().push_back(static_cast<std::size_t>(p.numel()));
-  }
-  return layers;
-}
-
-std::vector<torch::Tensor> model_parameters(const torch::nn::Sequential& model) {
-  std::vector<torch::Tensor> all;
-  for (const auto& child : model->children())
-    for (const auto& p : child->parameters()) all.push_back(p);
-  return all;
 }
 
 // The layers micro-batch (step, micro) runs: the trainer's schedule, or all in order.
@@ -140,20 +128,19 @@ void forward_backward(StageState& s, const run_micro_batch& m, caf::actor self) 
   }
   s.rows->begin_micro(last);
   ParameterFetcher* fetcher = s.fetcher.get();
-  const std::vector<int64_t>& layer_row = s.store->plan().layer_row;
   std::vector<int64_t> sequence = layer_sequence(s, m.step, m.micro);
   if (s.sequence_check) s.sequence_check->agree(m.step, m.micro, sequence);
   if (fetcher) fetcher->begin_pass();
   torch::Device device = s.options.device ? s.options.device->device : torch::Device(torch::kCPU);
   torch::Tensor x = m.batch->input.to(device);
+  static const std::vector<std::size_t> none;
   for (int64_t index : sequence) {
-    int64_t row = fetcher ? layer_row[static_cast<std::size_t>(index)] : -1;
-    if (row >= 0) fetcher->acquire(static_cast<std::size_t>(row));
+    // Stage 3: the layer's own row and the rows of the tensors it borrows (tied weights).
+    const auto& rows = fetcher ? s.store->plan().layer_rows[static_cast<std::size_t>(index)] : none;
+    for (std::size_t row : rows) fetcher->acquire(row);
     x = s.layers[static_cast<std::size_t>(index)]->forward(x);
-    if (row >= 0) {
-      x = gather_before_backward(x, fetcher, static_cast<std::size_t>(row));
-      fetcher->release(static_cast<std::size_t>(row));
-    }
+    for (auto row = rows.rbegin(); row != rows.rend(); ++row) x = gather_before_backward(x, fetcher, *row);
+    for (std::size_t row : rows) fetcher->release(row);
   }
   torch::Tensor loss = s.options.loss(x, m.batch->target.to(device)) / static_cast<double>(m.micro_count);
   loss.backward();
@@ -162,6 +149,7 @@ void forward_backward(StageState& s, const run_micro_batch& m, caf::actor self) 
   if (fetcher) fetcher->end_pass();
   if (!last) return;
   *s.loss->as<float>() = static_cast<float>(s.loss_sum);
+  std::copy(s.rows->used().begin(), s.rows->used().end(), s.loss->as<float>() + 1);
   caf::anon_send(self, loss_computed{m.step});  // see reduce_loss
 }
 
@@ -229,7 +217,12 @@ Status build(StageActor* self) {
   std::shared_ptr<void> on_compute =
       s.options.device && s.options.device->scope ? s.options.device->scope() : nullptr;
   caf::actor me = caf::actor_cast<caf::actor>(self);
-  ZeroPlanInput input{z.stage, s.options.dp, layer_counts(s.options.model),
+  auto parameters = model_parameters(s.options.model);
+  if (!parameters) return parameters.error();
+  ZeroPlanInput input{z.stage,
+                      s.options.dp,
+                      parameters->owned_counts(),
+                      parameters->borrowed,
                       static_cast<std::size_t>(z.reduce_bucket_size),
                       static_cast<std::size_t>(z.persistence_threshold)};
   if (parameters_on_nvme(s.options)) input.block_align = page_block_align;
@@ -243,8 +236,9 @@ Status build(StageActor* self) {
   }
   try {
     s.store =
-        std::make_shared<ParameterStore>(std::move(*plan), model_parameters(s.options.model), s.options.rank,
+        std::make_shared<ParameterStore>(std::move(*plan), std::move(parameters->tensors), s.options.rank,
                                          s.options.ledger, std::move(swap), s.options.device.has_value());
+    s.loss = std::make_shared<HostBuffer>((1 + s.store->layout().parameter_count()) * sizeof(float));
   } catch (const std::exception& e) {
     return make_error(e.what());
   }
@@ -310,8 +304,8 @@ void reduce_loss(StageActor* self) {
   if (p.loss_issued || !p.loss_ready || p.reduced < s.rows->posts_per_step(p.micro_count)) return;
   p.loss_issued = true;
   self->send(s.options.comm_agent,
-             all_reduce_request{tag(Tag::loss), float_span(s.loss, 0, 1), ReduceOp::average,
-                                world_communicator, caf::actor_cast<caf::actor>(self)});
+             all_reduce_request{tag(Tag::loss), float_span(s.loss, 0, s.loss->bytes() / sizeof(float)),
+                                ReduceOp::average, world_communicator, caf::actor_cast<caf::actor>(self)});
 }
 
 // Every gradient row and the loss are reduced: measure the gradients' norm.
@@ -394,6 +388,17 @@ void gather_updated(StageActor* self) {
   if (p.gathers_left == 0) exchange_memory(self);
 }
 
+// After the loss's all-reduce: a parameter is updated when any rank gave it a gradient
+// (its mean mark is above zero); null when every parameter got one, the usual case.
+ParameterUse parameters_used(const HostBuffer& loss) {
+  std::size_t count = loss.bytes() / sizeof(float) - 1;
+  const float* marks = loss.as<float>() + 1;
+  if (std::all_of(marks, marks + count, [](float m) { return m > 0; })) return nullptr;
+  auto used = std::make_shared<std::vector<bool>>(count);
+  for (std::size_t p = 0; p < count; ++p) (*used)[p] = marks[p] > 0;
+  return used;
+}
+
 void on_collective(StageActor* self, const collective_done& done) {
   auto& s = self->state;
   if (kind_of(done.tag) == Tag::sequence) {  // the compute thread waits for it
@@ -421,6 +426,7 @@ void on_collective(StageActor* self, const collective_done& done) {
       return;
     case Tag::loss:
       p.loss_reduced = true;
+      p.used = parameters_used(*s.loss);
       return maybe_measure(self);
     case Tag::norm:
       p.grad_norm = std::sqrt(std::max(0.0, static_cast<double>(*s.norm->as<float>())));
@@ -478,7 +484,7 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
   // OpenMP's thread count is a per-thread setting: set it on the thread that computes.
   s.compute->enqueue(
       "", [threads = s.options.compute_threads] { torch::set_num_threads(static_cast<int>(threads)); });
-  s.loss = std::make_shared<HostBuffer>(sizeof(float));
+  s.loss = std::make_shared<HostBuffer>(sizeof(float));  // build() makes room for the marks too
   s.norm = std::make_shared<HostBuffer>(sizeof(float));
   s.memory =
       std::make_shared<HostBuffer>(kMemoryFields * sizeof(int64_t) * static_cast<std::size_t>(s.options.dp));
@@ -495,7 +501,7 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
           st.options.ledger->reset_peaks();
           if (st.options.zero.stage >= 2) self->send(st.owner, begin_accumulation{});
         }
-        micro_batch_done done{m.step, m.micro, m.batch->target.numel()};
+        micro_batch_done done{m.step, m.micro};
         st.compute->enqueue(fmt::format("forward+backward {}.{}", m.step, m.micro),
                             [&st, m = std::move(m), me] { forward_backward(st, m, me); });
         st.compute->notify(st.compute->record(), st.driver, caf::make_message(done));
@@ -514,7 +520,8 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
         Tracer::Scope span(self->state.options.tracer, "stage", "apply_step");
         auto& st = self->state;
         double scale = clip_scale(st.progress.grad_norm, st.options.zero.gradient_clipping);
-        self->send(st.owner, update_shard{a.step, scale, caf::actor_cast<caf::actor>(self)});
+        self->send(st.owner,
+                   update_shard{a.step, scale, st.progress.used, caf::actor_cast<caf::actor>(self)});
       },
       [=](shard_updated&) { gather_updated(self); },
       [=](collect_parameters&) { collect(self); },

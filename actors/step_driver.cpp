@@ -22,7 +22,7 @@ struct CurrentStep {
   Clock::time_point start;
   caf::response_promise reply;
   int64_t micro_done = 0;
-  int64_t tokens = 0;          // this rank's
+  int64_t tokens = 0;          // this rank's: counted as its micro-batches go to the stage
   std::optional<double> loss;  // set once gradients are reduced
 };
 
@@ -54,6 +54,9 @@ void fetch(StepDriver* self, int64_t micro) {
           [=](micro_batch_ready& ready) {
             auto& st = self->state;
             if (!st.current || st.current->step != step) return;
+            // Counted here, not when micro_batch_done comes back: the stage's reports of
+            // the step may overtake that one (it comes from the compute stream's completion).
+            st.current->tokens += ready.tokens;
             self->send(st.options.stage, run_micro_batch{step, micro, st.options.micro_count, ready.batch});
             if (micro + 1 < st.options.micro_count) fetch(self, micro + 1);
           },
@@ -78,7 +81,6 @@ caf::behavior step_driver_behavior(StepDriver* self, StepDriverOptions options) 
         auto& s = self->state;
         if (!s.current || s.current->step != d.step) return;
         s.current->micro_done++;
-        s.current->tokens += d.tokens;
       },
       [=](gradients_ready& g) {
         Tracer::Scope span(tracer, "step_driver", "gradients_ready");

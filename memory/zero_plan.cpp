@@ -20,7 +20,20 @@ Result<ZeroPlan> plan_bucketed(const ZeroPlanInput& in, const std::vector<std::s
   return plan;
 }
 
-Result<ZeroPlan> plan_by_layer(const ZeroPlanInput& in, const std::vector<std::size_t>& counts) {
+// Stage 3, after the layout: the rows each layer needs, its own and its borrowed ones.
+void add_borrowed_rows(const ZeroPlanInput& in, ZeroPlan& plan) {
+  std::vector<std::size_t> position(plan.parameter_of.size());  // model index -> layout position
+  for (std::size_t p = 0; p < plan.parameter_of.size(); ++p) position[plan.parameter_of[p]] = p;
+  for (std::size_t layer = 0; layer < in.borrowed.size() && layer < plan.layer_rows.size(); ++layer)
+    for (std::size_t parameter : in.borrowed[layer]) {
+      std::size_t row = plan.layout.row_of_parameter(position[parameter]);
+      auto& rows = plan.layer_rows[layer];
+      if (!plan.persistent_rows[row] && std::find(rows.begin(), rows.end(), row) == rows.end())
+        rows.push_back(row);
+    }
+}
+
+Result<ZeroPlan> plan_by_layer(const ZeroPlanInput& in) {
   ZeroPlan plan;
   std::vector<std::size_t> ordered, starts;
   std::size_t index = 0;
@@ -34,32 +47,54 @@ Result<ZeroPlan> plan_by_layer(const ZeroPlanInput& in, const std::vector<std::s
       ++index;
     }
   bool has_persistent = !ordered.empty();
-  if (has_persistent) plan.persistent_rows.push_back(true);
+  if (has_persistent) {
+    plan.persistent_rows.push_back(true);
+    plan.row_layer.push_back(-1);
+  }
   index = 0;
   for (const auto& layer : in.layers) {
-    bool opened = false;
+    plan.layer_rows.emplace_back();
     for (std::size_t c : layer) {
       if (c > in.persistence_threshold) {
-        if (!opened) {
+        if (plan.layer_rows.back().empty()) {
           starts.push_back(ordered.size());
-          plan.layer_row.push_back(static_cast<int64_t>(plan.persistent_rows.size()));
+          plan.layer_rows.back().push_back(plan.persistent_rows.size());
           plan.persistent_rows.push_back(false);
-          opened = true;
+          plan.row_layer.push_back(static_cast<int64_t>(plan.layer_rows.size() - 1));
         }
         plan.parameter_of.push_back(index);
         ordered.push_back(c);
       }
       ++index;
     }
-    if (!opened) plan.layer_row.push_back(-1);
   }
   if (!starts.empty() && starts.front() == 0) starts.erase(starts.begin());
   auto layout = FlatLayout::make(ordered, in.dp, FlatLayout::default_align, starts, in.block_align);
   if (!layout) return layout.error();
   plan.layout = std::move(*layout);
-  if (plan.persistent_rows.empty()) plan.persistent_rows.push_back(false);  // the empty model's one row
-  (void)counts;
+  if (plan.persistent_rows.empty()) {  // the empty model's one row
+    plan.persistent_rows.push_back(false);
+    plan.row_layer.push_back(-1);
+  }
+  add_borrowed_rows(in, plan);
   return plan;
+}
+
+// Every borrowed index names a parameter of an earlier layer.
+Status check_borrowed(const ZeroPlanInput& in) {
+  if (in.borrowed.empty()) return {};
+  if (in.borrowed.size() != in.layers.size())
+    return make_error(fmt::format("the plan's borrowed parameters cover {} layers, the model has {}",
+                                  in.borrowed.size(), in.layers.size()));
+  std::size_t before = 0;
+  for (std::size_t layer = 0; layer < in.layers.size(); ++layer) {
+    for (std::size_t parameter : in.borrowed[layer])
+      if (parameter >= before)
+        return make_error(
+            fmt::format("layer {} borrows parameter {}, which no earlier layer holds", layer, parameter));
+    before += in.layers[layer].size();
+  }
+  return {};
 }
 
 }  // namespace
@@ -69,9 +104,10 @@ Result<ZeroPlan> plan_zero(const ZeroPlanInput& in) {
     return make_error(fmt::format("ZeRO stage must be 0, 1, 2 or 3, got {}", in.stage));
   if (in.dp < 1) return make_error(fmt::format("ZeRO needs dp of at least 1, got {}", in.dp));
   if (in.reduce_bucket_size < 1) return make_error("ZeRO's reduce_bucket_size must be positive");
+  TROUPE_TRY(check_borrowed(in));
   std::vector<std::size_t> counts;
   for (const auto& layer : in.layers) counts.insert(counts.end(), layer.begin(), layer.end());
-  auto plan = in.stage == 3 ? plan_by_layer(in, counts) : plan_bucketed(in, counts);
+  auto plan = in.stage == 3 ? plan_by_layer(in) : plan_bucketed(in, counts);
   if (!plan) return plan.error();
   plan->stage = in.stage;
   for (std::size_t c : counts) plan->parameter_elements += c;
@@ -81,19 +117,20 @@ Result<ZeroPlan> plan_zero(const ZeroPlanInput& in) {
 std::size_t stage3_peak_gathered(const ZeroPlan& plan, const FetchPlanner::Limits& limits) {
   const FlatLayout& layout = plan.layout;
   FetchPlanner planner(layout.row_sizes(), plan.persistent_rows, limits);
-  std::vector<std::size_t> rows;
-  for (int64_t r : plan.layer_row)
-    if (r >= 0) rows.push_back(static_cast<std::size_t>(r));
-  // Two passes: the first records, the second replays with prefetch (the steady state).
-  for (int pass = 0; pass < 2; ++pass) {
+  // As the stage runs: forward gathers every row of a layer and frees them after it;
+  // backward gathers them again and frees a row once its gradients are final, which for
+  // a row with borrowed tensors is at its own layer (the first user, so the last in backward).
+  for (int pass = 0; pass < 2; ++pass) {  // the first records, the second replays with prefetch
     planner.begin_pass();
-    for (std::size_t r : rows) {
-      planner.acquire(r);
-      planner.release(r);
+    for (const auto& rows : plan.layer_rows) {
+      for (std::size_t r : rows) planner.acquire(r);
+      for (std::size_t r : rows) planner.release(r);
     }
-    for (std::size_t i = rows.size(); i-- > 0;) {
-      planner.acquire(rows[i]);
-      planner.release(rows[i]);
+    for (std::size_t i = plan.layer_rows.size(); i-- > 0;) {
+      const auto& rows = plan.layer_rows[i];
+      for (std::size_t r : rows) planner.acquire(r);
+      for (std::size_t r : rows)
+        if (plan.row_layer[r] == static_cast<int64_t>(i)) planner.release(r);
     }
     planner.end_pass();
   }

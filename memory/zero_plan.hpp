@@ -8,6 +8,10 @@
 // (gathered before the layer runs, freed after) and puts the parameters of at most
 // param_persistence_threshold elements into one persistent row that stays gathered.
 //
+// A tensor several layers use (tied weights) is laid out once, in the first layer that
+// uses it; the later ones borrow it. In stage 3 a layer's rows are then its own and the
+// rows of what it borrows, all gathered before it runs.
+//
 // estimate_model_state() predicts what the runtime allocates, byte for byte, from the
 // same plan: the layout's padding, the bucket buffers, and for stage 3 the live window
 // the FetchPlanner reaches replaying forward then backward.
@@ -28,8 +32,12 @@ namespace troupe {
 struct ZeroPlanInput {
   int64_t stage = 0;
   int64_t dp = 1;
-  /// Element counts of each layer's parameters, layers in model order.
+  /// Element counts of each layer's parameters, layers in model order: the tensors a
+  /// layer is the first to use (a tensor shared by several layers counts once).
   std::vector<std::vector<std::size_t>> layers;
+  /// By layer (or empty: nothing is shared): the parameters it uses that an earlier layer
+  /// holds, as indices in model order (every layer's parameters above, concatenated).
+  std::vector<std::vector<std::size_t>> borrowed;
   std::size_t reduce_bucket_size = 6553600;
   std::size_t persistence_threshold = 100000;
   /// Stage 3: elements each rank's block of a row is aligned to (see FlatLayout::make);
@@ -45,8 +53,11 @@ struct ZeroPlan {
   FlatLayout layout;
   /// Layout position -> model parameter index (layers' parameters concatenated).
   std::vector<std::size_t> parameter_of;
-  /// Stage 3: the row of each layer, or -1 when the layer has no partitioned parameters.
-  std::vector<int64_t> layer_row;
+  /// Stage 3: the rows each layer needs gathered, its own first (if it has one), then
+  /// those of the tensors it borrows; empty when all it uses stays gathered.
+  std::vector<std::vector<std::size_t>> layer_rows;
+  /// Stage 3: the layer whose parameters each row holds (-1 for the persistent row).
+  std::vector<int64_t> row_layer;
   /// Stage 3: rows that stay gathered.
   std::vector<bool> persistent_rows;
   std::size_t parameter_elements = 0;  ///< the model's parameters, without padding

@@ -49,7 +49,7 @@ Result<std::vector<double>> time_passes(caf::actor_system& system, const Offload
   std::vector<double> ms;
   for (int64_t i = 0; i <= o.iters; ++i) {  // pass 0 warms up (and, on nvme, writes the first state)
     auto start = Clock::now();
-    self->send(manager, optimizer_pass{i + 1, caf::actor_cast<caf::actor>(self)});
+    self->send(manager, optimizer_pass{i + 1, nullptr, caf::actor_cast<caf::actor>(self)});
     std::string error;
     self->receive([&](optimizer_pass_done& d) { error = d.error; },
                   caf::after(std::chrono::seconds(600)) >> [&] { error = "a pass took longer than 600 s"; });
@@ -107,7 +107,7 @@ int run_offload_bench(const OffloadBenchOptions& o) {
     params.as<float>()[i] = normal(rng);
     grads.as<float>()[i] = normal(rng);
   }
-  PartitionSpan partition{params.as<float>(), grads.as<float>(), n};
+  PartitionSpan partition{params.as<float>(), grads.as<float>(), n, 0, {ParameterRun{0, n, 0}}};
   std::unique_ptr<Tracer> tracer = o.trace_path.empty() ? nullptr : std::make_unique<Tracer>(0);
 
   caf::actor_system_config config;

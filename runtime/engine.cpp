@@ -10,6 +10,7 @@
 
 #include "actors/comm_agent.hpp"
 #include "actors/data_loader.hpp"
+#include "actors/model_parameters.hpp"
 #include "actors/protocol/comm.hpp"
 #include "actors/protocol/engine.hpp"
 #include "actors/protocol/stage.hpp"
@@ -136,10 +137,10 @@ Status usable_gpu(const RankEnvironment& rank) {
   return {};
 }
 
-// Every rank starts from rank 0's parameters, whatever its own initialisation did.
-Status broadcast_parameters(Transport& transport, torch::nn::Sequential& layers) {
+// Every rank starts from rank 0's parameters (each tensor once), whatever its own
+// initialisation did.
+Status broadcast_parameters(Transport& transport, std::vector<torch::Tensor> parameters) {
   torch::NoGradGuard no_grad;
-  auto parameters = layers->parameters();
   if (parameters.empty() || transport.world_size() == 1) return {};
   torch::Tensor flat = torch::cat([&] {
                          std::vector<torch::Tensor> views;
@@ -264,6 +265,8 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   impl->rank = *found;
   if (!trainable.layers || !trainable.loss || !trainable.data)
     return make_error("Engine::make needs layers, a loss function and a data source");
+  auto parameters = model_parameters(trainable.layers);  // what troupe cannot train stops here
+  if (!parameters) return make_error(fmt::format("rank {}: {}", impl->rank.rank, parameters.error().message));
   const bool on_gpu = impl->config.cluster.device == "cuda";
   if (on_gpu) TROUPE_TRY(usable_gpu(impl->rank));
   impl->layers = trainable.layers;
@@ -278,7 +281,7 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   auto transport = Transport::make(*options);
   if (!transport) return make_error(fmt::format("rank {}: {}", impl->rank.rank, transport.error().message));
   std::shared_ptr<Transport> shared = std::move(*transport);
-  auto equal = broadcast_parameters(*shared, impl->layers);
+  auto equal = broadcast_parameters(*shared, std::move(parameters->tensors));
   if (!equal)
     return make_error(
         fmt::format("rank {}: broadcasting parameters: {}", impl->rank.rank, equal.error().message));

@@ -1,7 +1,5 @@
 #include "runtime/estimate.hpp"
 
-#include <torch/torch.h>
-
 #include <algorithm>
 #include <array>
 #include <utility>
@@ -13,7 +11,7 @@
 #include "memory/offload_plan.hpp"
 #include "memory/zero_plan.hpp"
 #include "runtime/metrics.hpp"
-#include "runtime/model/gpt.hpp"
+#include "runtime/model/gpt_shape.hpp"
 
 namespace troupe {
 namespace {
@@ -89,19 +87,15 @@ Status move_to_nvme(const JobConfig& job, const ZeroPlan& plan, ModelStateEstima
 }  // namespace
 
 Result<ModelStateEstimate> estimate_job(const JobConfig& job) {
-  torch::NoGradGuard no_grad;
-  torch::nn::Sequential model = make_gpt(job.model);
+  GptShape shape = gpt_shape(job.model);  // shapes only: no tensor of the model is made
   ZeroPlanInput input;
   input.stage = job.zero.stage;
   input.dp = job.parallel.dp;
   input.reduce_bucket_size = static_cast<std::size_t>(job.zero.reduce_bucket_size);
   input.persistence_threshold = static_cast<std::size_t>(job.zero.param_persistence_threshold);
   if (parameters_on_nvme(job)) input.block_align = page_block_align;
-  for (const auto& child : model->children()) {  // the layers, in model order
-    input.layers.emplace_back();
-    for (const auto& p : child->parameters())
-      input.layers.back().push_back(static_cast<std::size_t>(p.numel()));
-  }
+  input.layers = shape.layers;
+  input.borrowed = shape.borrowed;
   auto plan = plan_zero(input);
   if (!plan) return make_error(fmt::format("{}: cannot plan ZeRO: {}", job.source, plan.error().message));
 
@@ -116,7 +110,7 @@ Result<ModelStateEstimate> estimate_job(const JobConfig& job) {
   e.file = job.source;
   e.stage = job.zero.stage;
   e.dp = job.parallel.dp;
-  e.params = count_parameters(*model);
+  e.params = shape.parameters;
   // Every kind lives in host memory: the CPU backend is the only one for now. GPU tiers
   // (device memory, pinned host buffers) come with the CUDA backend.
   e.tier = "host";

@@ -1,12 +1,12 @@
 // `troupe estimate`: the model-state bytes each rank will hold, predicted before a run.
 //
-// estimate_job() builds the job's GPT (make_gpt: cheap), lays its parameters out as the
-// runtime will (plan_zero over the model's layers) and asks estimate_model_state() what
+// estimate_job() takes the job's GPT from its shapes alone (gpt_shape: no tensor is made, so
+// a 70 B model plans in milliseconds and a few MB), lays its parameters out as the runtime
+// will (plan_zero over the model's layers, a tied weight once) and asks estimate_model_state() what
 // each rank holds at the peak of a step, by kind, beside the ZeRO paper's formula for
 // comparison. The figures are what the runtime's MemoryLedger measures and
 // `troupe run --metrics` reports (parameter_bytes, gradient_bytes, ...).
-// Thread safety: pure functions; estimate_job draws the model's weights from torch's
-// global generator.
+// Thread safety: pure functions.
 #pragma once
 
 #include <cstdint>

@@ -107,9 +107,14 @@ Result<std::vector<StepMetrics>> train(const JobConfig& job,
 
   torch::manual_seed(static_cast<uint64_t>(job.train.seed));
   torch::nn::Sequential model = make_gpt(job.model);
-  const std::vector<torch::Tensor> parameters = model->parameters();
+  // Each tensor once: the optimizer would step a tied weight twice if listed twice.
+  const std::vector<torch::Tensor> parameters = unique_parameters(*model);
   auto optimizer = make_optimizer(job.optimizer, parameters);
-  optimizer->zero_grad();
+  // Gradients set to none between steps (PyTorch 2's zero_grad): a parameter without a
+  // gradient in a step is skipped by the optimizer, as troupe skips it.
+  auto clear_gradients = [&] {
+    for (auto p : parameters) p.mutable_grad().reset();
+  };
   const int64_t params = count_parameters(*model);
 
   std::vector<StepMetrics> history;
@@ -121,7 +126,7 @@ Result<std::vector<StepMetrics>> train(const JobConfig& job,
     if (job.optimizer.gradient_clipping > 0)
       clip_gradients(parameters, grad_norm, job.optimizer.gradient_clipping);
     optimizer->step();
-    optimizer->zero_grad();
+    clear_gradients();
     const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
 
     StepMetrics metrics;

@@ -28,6 +28,7 @@ struct micro_batch_ready {
   int64_t step = 0;
   int64_t micro = 0;
   MicroBatchPtr batch;
+  int64_t tokens = 0;  ///< target elements of the batch (for those that do not read tensors)
 };
 
 }  // namespace troupe

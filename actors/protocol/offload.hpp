@@ -9,12 +9,15 @@
 #include <cstdint>
 #include <string>
 
+#include "memory/parameter_runs.hpp"
+
 namespace troupe {
 
 /// Update every sub-group of the partition (gradients already scaled); answered with
 /// optimizer_pass_done (error empty on success).
 struct optimizer_pass {
   int64_t step = 0;
+  ParameterUse used;  ///< the parameters to update (null: all)
   caf::actor reply_to;
 };
 struct optimizer_pass_done {

@@ -26,11 +26,10 @@ struct run_micro_batch {
 struct micro_batch_done {
   int64_t step = 0;
   int64_t micro = 0;
-  int64_t tokens = 0;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, micro_batch_done& x) {
-  return f(caf::meta::type_name("micro_batch_done"), x.step, x.micro, x.tokens);
+  return f(caf::meta::type_name("micro_batch_done"), x.step, x.micro);
 }
 
 /// Every gradient bucket of `step` is averaged across ranks; loss is the global mean.

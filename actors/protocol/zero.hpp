@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "actors/protocol/comm.hpp"
+#include "memory/parameter_runs.hpp"
 
 namespace troupe {
 
@@ -50,10 +51,11 @@ typename Inspector::result_type inspect(Inspector& f, gradient_square_sum& x) {
 }
 
 /// Scale the gradients by `scale` (clipping; 1 = none) and run the optimizer on the
-/// partition; answered with shard_updated.
+/// partition's parameters that `used` names (null: all of them); answered with shard_updated.
 struct update_shard {
   int64_t step = 0;
   double scale = 1;
+  ParameterUse used;
   caf::actor reply_to;
 };
 struct shard_updated {

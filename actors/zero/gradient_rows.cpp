@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/check.hpp"
@@ -15,6 +16,7 @@ GradientRows::GradientRows(std::shared_ptr<ParameterStore> store, std::shared_pt
     : store_(std::move(store)), pool_(std::move(pool)), post_(std::move(post)), done_(std::move(done)) {
   const FlatLayout& layout = store_->layout();
   rows_.resize(layout.row_count());
+  used_.assign(layout.parameter_count(), 0.0F);
   // Stages 0-2 lay rows out in backward order already; stage 3 has one row per layer in
   // forward order, then its persistent row completes last (its LayerNorms span the model).
   for (std::size_t k = 0; k < rows_.size(); ++k)
@@ -30,8 +32,9 @@ GradientRows::GradientRows(std::shared_ptr<ParameterStore> store, std::shared_pt
     auto accumulator = torch::autograd::impl::grad_accumulator(store_->parameter_at(i));
     TROUPE_CHECK(accumulator != nullptr, "every parameter must require a gradient");
     accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-        [this, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
-          on_gradient_final(i);
+        [this, i](const torch::autograd::variable_list& outputs,
+                  const torch::autograd::variable_list& inputs) {
+          on_gradient_final(i, !inputs.empty() && inputs[0].defined());
           return outputs;
         }));
     accumulators_.push_back(std::move(accumulator));
@@ -43,6 +46,7 @@ std::size_t GradientRows::posts_per_step(int64_t micro_count) const {
 }
 
 void GradientRows::begin_step() {
+  std::fill(used_.begin(), used_.end(), 0.0F);
   if (pool_) pool_->trim();
   if (auto flat = store_->flat_gradients()) std::memset(flat->data(), 0, flat->bytes());
   if (store_->device_gradients().defined()) store_->device_gradients().zero_();  // on the compute stream
@@ -54,10 +58,11 @@ void GradientRows::begin_micro(bool last) {
   cursor_ = 0;
 }
 
-void GradientRows::on_gradient_final(std::size_t position) {
+void GradientRows::on_gradient_final(std::size_t position, bool defined) {
   std::size_t k = store_->layout().row_of_parameter(position);
   Row& row = rows_[k];
-  if (store_->stage() >= 2) take_gradient(position, row, k);
+  if (defined) used_[position] = 1.0F;
+  if (store_->stage() >= 2 && defined) take_gradient(position, row, k);
   const auto& layout_row = store_->layout().row(k);
   if (++row.ready < layout_row.parameter_count) return;
   row.complete = true;
@@ -78,6 +83,7 @@ void GradientRows::take_gradient(std::size_t position, Row& row, std::size_t k) 
     row.has_slot = true;
   }
   torch::Tensor& p = store_->parameter_at(position);
+  if (!p.grad().defined()) return;  // nothing accumulated: the bucket keeps zeros
   torch::Tensor grad = p.grad().contiguous();
   std::memcpy(pool_->buffer(row.slot)->as<float>() + (layout.offset(position) - layout.row(k).begin),
               grad.data_ptr<float>(), static_cast<std::size_t>(grad.numel()) * sizeof(float));

@@ -8,7 +8,9 @@
 // Stages 2-3: each gradient is copied into its row's slot of the BucketPool the moment
 // autograd finishes it and .grad is dropped; every micro-batch's rows are posted
 // (reduce-scattered, then absorbed into the partition by the shard owner).
-// A post-hook on each parameter's gradient accumulator reports the gradient final.
+// A post-hook on each parameter's gradient accumulator reports the gradient final, and
+// marks the parameter used in the step when the gradient it got is defined (LibTorch's
+// optimizers skip the others; so does the shard owner, once every rank's marks are in).
 // Rows are posted in one fixed order on every rank (the order backward completes them
 // when every parameter gets a gradient): a row whose gradients are complete waits for
 // the rows before it, so ranks whose backward skips different parameters (unused
@@ -54,6 +56,8 @@ class GradientRows {
   /// After a micro-batch's backward: posts the rows that should have been posted but
   /// got no gradient (unused parameters), so every rank posts every row.
   void flush();
+  /// By layout position: 1 where the parameter got a gradient since begin_step(), else 0.
+  const std::vector<float>& used() const { return used_; }
 
  private:
   struct Row {
@@ -64,7 +68,7 @@ class GradientRows {
     bool has_slot = false;
   };
   bool posts_now() const { return last_micro_ || store_->stage() >= 2; }
-  void on_gradient_final(std::size_t position);
+  void on_gradient_final(std::size_t position, bool defined);
   void take_gradient(std::size_t position, Row& row, std::size_t k);
   void post(std::size_t k);
   void post_ready_in_order();
@@ -78,6 +82,7 @@ class GradientRows {
   std::size_t cursor_ = 0;          // rows of order_ posted so far in this micro-batch
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive for the hooks
   bool last_micro_ = false;
+  std::vector<float> used_;  // by layout position, as floats: they are all-reduced with the loss
 };
 
 }  // namespace troupe

@@ -198,6 +198,25 @@ std::vector<std::pair<torch::Tensor, torch::Tensor>> ParameterStore::shards() co
   return out;
 }
 
+std::vector<std::vector<ParameterRun>> ParameterStore::shard_runs() const {
+  std::vector<std::vector<ParameterRun>> runs;
+  if (plan_.stage == 0) {  // shards() in model order, one whole parameter each
+    runs.resize(parameters_.size());
+    for (std::size_t position = 0; position < parameters_.size(); ++position) {
+      std::size_t model_index = plan_.parameter_of[position];
+      runs[model_index].push_back(ParameterRun{0, layout().count(position), position});
+    }
+    return runs;
+  }
+  runs.resize(layout().row_count());
+  for (const auto& piece : layout().pieces_in(rank_)) {
+    std::size_t k = layout().row_of_parameter(piece.parameter);
+    runs[k].push_back(ParameterRun{piece.partition_offset - layout().row(k).partition_offset, piece.count,
+                                   piece.parameter});
+  }
+  return runs;
+}
+
 torch::Tensor ParameterStore::flatten() const {
   std::vector<torch::Tensor> pieces;
   for (const auto& p : parameters_) pieces.push_back(p.detach().reshape({-1}).clone());

@@ -27,6 +27,7 @@
 
 #include "memory/host_buffer.hpp"
 #include "memory/memory_ledger.hpp"
+#include "memory/parameter_runs.hpp"
 #include "memory/parameter_swap.hpp"
 #include "memory/zero_plan.hpp"
 
@@ -77,6 +78,8 @@ class ParameterStore {
   /// stage 0, this rank's block of every row otherwise (by row; the parameter is
   /// undefined for a swapped row).
   std::vector<std::pair<torch::Tensor, torch::Tensor>> shards() const;
+  /// By shard (as shards()): the pieces of parameters it holds, by layout position.
+  std::vector<std::vector<ParameterRun>> shard_runs() const;
 
   /// Every parameter in model order, flattened (stage 3: all rows must be bound).
   torch::Tensor flatten() const;

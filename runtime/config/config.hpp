@@ -104,7 +104,8 @@ struct ModelConfig {
   int64_t d_model = 64;
   int64_t n_layers = 2;
   int64_t n_heads = 4;
-  int64_t d_ff = 0;  ///< 0 = 4 × d_model
+  int64_t d_ff = 0;             ///< 0 = 4 × d_model
+  bool tie_embeddings = false;  ///< the output head reuses the token embedding's weight
 };
 
 /// [data]: where tokens come from.

@@ -152,18 +152,11 @@ bool is_tier(const std::string& tier) {
   return tier == "none" || tier == "cpu" || tier == "nvme";
 }
 
-// A GPU rank offloads its whole optimizer state at stage 0 (ZeRO-Offload); on the CPU the
-// state of stage 0 is in host memory already.
-Status resolve_offload(const OffloadConfig& o, int64_t stage, const std::string& device,
-                       const ConfigOrigins& origins) {
+// At stage 0 the shard owner holds the whole model's optimizer state: [offload] moves all
+// of it to the host tier (a GPU rank's ZeRO-Offload) or to NVMe.
+Status resolve_offload(const OffloadConfig& o, int64_t stage, const ConfigOrigins& origins) {
   TROUPE_TRY(require(is_tier(o.optimizer), origins, "offload", "optimizer", o.optimizer));
   TROUPE_TRY(require(is_tier(o.param), origins, "offload", "param", o.param));
-  if (o.optimizer != "none" && stage < 1 && device != "cuda")
-    return key_error(origins, "offload", "optimizer",
-                     fmt::format("optimizer = \"{}\" needs [zero] stage 1, 2 or 3 (the optimizer state is "
-                                 "offloaded by the partition's shard owner), or [cluster] device = \"cuda\" "
-                                 "(a GPU rank's whole state goes to the host), got stage {}",
-                                 o.optimizer, stage));
   if (o.param != "none" && stage != 3)
     return key_error(origins, "offload", "param",
                      fmt::format("param = \"{}\" needs [zero] stage = 3 (only stage 3 partitions the "
@@ -391,7 +384,7 @@ Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins) {
   TROUPE_TRY(resolve_parallel(raw, origins));
   TROUPE_TRY(resolve_zero(raw.zero, origins));
   TROUPE_TRY(resolve_device(raw, origins));
-  TROUPE_TRY(resolve_offload(raw.offload, raw.zero.stage, raw.cluster.device, origins));
+  TROUPE_TRY(resolve_offload(raw.offload, raw.zero.stage, origins));
   TROUPE_TRY(resolve_batch(raw, origins));
   TROUPE_TRY(resolve_optimizer(raw.optimizer, origins));
   TROUPE_TRY(resolve_model(raw.model, origins));

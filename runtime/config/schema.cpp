@@ -97,6 +97,7 @@ std::vector<KeySpec> make_key_specs() {
       {"model", "n_heads", "a positive integer", [](C& c) -> FieldRef { return &c.model.n_heads; }},
       {"model", "d_ff", "a non-negative integer (0 = 4 × d_model)",
        [](C& c) -> FieldRef { return &c.model.d_ff; }},
+      {"model", "tie_embeddings", "true or false", [](C& c) -> FieldRef { return &c.model.tie_embeddings; }},
 
       {"data", "path", "a path to a readable file, or empty for a synthetic corpus",
        [](C& c) -> FieldRef { return &c.data.path; }},

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include <torch/torch.h>
@@ -110,14 +111,19 @@ torch::Tensor GptBlockImpl::forward(torch::Tensor x) {
   return x + apply_linear(mlp_out_, torch::gelu(apply_linear(mlp_in_, norm_mlp_(x))));
 }
 
-GptHeadImpl::GptHeadImpl(const ModelConfig& model) {
+GptHeadImpl::GptHeadImpl(const ModelConfig& model, const torch::Tensor& tied) {
   norm_ = register_module("norm", make_layer_norm(model.d_model));
+  if (tied.defined()) {
+    tied_weight_ = register_parameter("tied_weight", tied);
+    return;
+  }
   lm_head_ = register_module(
       "lm_head", torch::nn::Linear(torch::nn::LinearOptions(model.d_model, model.vocab_size).bias(false)));
   init_linear(lm_head_, kInitStd);
 }
 
 torch::Tensor GptHeadImpl::forward(torch::Tensor x) {
+  if (tied_weight_.defined()) return linear(norm_(x), tied_weight_, torch::Tensor());
   return apply_linear(lm_head_, norm_(x));
 }
 
@@ -129,11 +135,13 @@ torch::nn::Sequential make_gpt(const ModelConfig& model) {
   TROUPE_CHECK(model.d_model % model.n_heads == 0, "d_model must be divisible by n_heads");
 
   torch::nn::Sequential layers;
-  layers->push_back("embedding", GptEmbedding(model));
+  GptEmbedding embedding(model);
+  layers->push_back("embedding", embedding);
   for (int64_t i = 0; i < model.n_layers; ++i) {
     layers->push_back("block" + std::to_string(i), GptBlock(model));
   }
-  layers->push_back("head", GptHead(model));
+  layers->push_back("head",
+                    GptHead(model, model.tie_embeddings ? embedding->token_weight() : torch::Tensor()));
   return layers;
 }
 
@@ -141,15 +149,23 @@ torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets)
   return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
 }
 
+std::vector<torch::Tensor> unique_parameters(const torch::nn::Module& module) {
+  std::vector<torch::Tensor> unique;
+  std::unordered_set<const void*> seen;
+  for (const auto& parameter : module.parameters())
+    if (seen.insert(parameter.unsafeGetTensorImpl()).second) unique.push_back(parameter);
+  return unique;
+}
+
 int64_t count_parameters(const torch::nn::Module& module) {
   int64_t count = 0;
-  for (const auto& parameter : module.parameters()) count += parameter.numel();
+  for (const auto& parameter : unique_parameters(module)) count += parameter.numel();
   return count;
 }
 
 torch::Tensor flatten_parameters(const torch::nn::Module& module) {
   std::vector<torch::Tensor> pieces;
-  for (const auto& parameter : module.parameters()) {
+  for (const auto& parameter : unique_parameters(module)) {
     pieces.push_back(parameter.detach().reshape({-1}).to(torch::kFloat));
   }
   if (pieces.empty()) return torch::empty({0}, torch::kFloat);

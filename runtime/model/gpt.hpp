@@ -4,6 +4,8 @@
 //   [0]            GptEmbedding  int64 tokens [B,T]  -> float activations [B,T,C]
 //   [1..n_layers]  GptBlock      float [B,T,C]       -> float [B,T,C]  (pre-norm attention + MLP)
 //   [n_layers + 1] GptHead       float [B,T,C]       -> float logits [B,T,vocab]
+// With tie_embeddings the head's output projection is the embedding's token weight itself
+// (GPT-2's tying): one tensor registered in two layers, its gradient the sum of both uses.
 // Keeping the model a flat list lets the stage actor run it one layer at a time: gather a
 // layer's parameters, run it, release them; or place a contiguous run of layers on a
 // pipeline stage. Every layer is a plain tensor program (no dropout, no fused kernels), so
@@ -38,6 +40,8 @@ class GptEmbeddingImpl : public torch::nn::Module {
  public:
   explicit GptEmbeddingImpl(const ModelConfig& model);
   torch::Tensor forward(torch::Tensor tokens);
+  /// The token embedding [vocab, C], which a tied head uses as its output projection.
+  const torch::Tensor& token_weight() const { return token_->weight; }
 
  private:
   torch::nn::Embedding token_{nullptr};
@@ -66,15 +70,18 @@ class GptBlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(GptBlock);
 
-/// Final LayerNorm and the (untied, bias-free) LM head: float [B,T,C] -> logits [B,T,vocab].
+/// Final LayerNorm and the bias-free LM head: float [B,T,C] -> logits [B,T,vocab]. The head
+/// has a weight of its own, or, given `tied` (the token embedding's weight), registers and
+/// uses that tensor.
 class GptHeadImpl : public torch::nn::Module {
  public:
-  explicit GptHeadImpl(const ModelConfig& model);
+  explicit GptHeadImpl(const ModelConfig& model, const torch::Tensor& tied = {});
   torch::Tensor forward(torch::Tensor x);
 
  private:
   torch::nn::LayerNorm norm_{nullptr};
-  torch::nn::Linear lm_head_{nullptr};
+  torch::nn::Linear lm_head_{nullptr};  // untied
+  torch::Tensor tied_weight_;           // tied: the embedding's token weight
 };
 TORCH_MODULE(GptHead);
 
@@ -86,11 +93,15 @@ torch::nn::Sequential make_gpt(const ModelConfig& model);
 /// Mean cross-entropy over every token: logits [B,T,V], targets int64 [B,T] -> scalar.
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets);
 
-/// Number of scalar parameters in `module` and its children.
+/// The parameters of `module` and its children, each tensor once (a tied weight is
+/// registered twice), in module.parameters() order of first appearance.
+std::vector<torch::Tensor> unique_parameters(const torch::nn::Module& module);
+
+/// Number of scalar parameters in `module` and its children, each tensor counted once.
 int64_t count_parameters(const torch::nn::Module& module);
 
-/// All parameters of `module`, detached, flattened and concatenated into one fp32 tensor in
-/// module.parameters() order (for parity checks between trainers).
+/// All parameters of `module` (unique_parameters), detached, flattened and concatenated
+/// into one fp32 tensor (for parity checks between trainers).
 torch::Tensor flatten_parameters(const torch::nn::Module& module);
 
 }  // namespace troupe

@@ -3,8 +3,13 @@
 // `troupe estimate` and against the ZeRO paper's bytes per parameter; and each stage
 // frees what it partitions (a stage that kept its full gradients, optimizer state or
 // parameters would fail here). `ctest -R memory_test -V` prints the figures.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -13,6 +18,7 @@
 #include <ostream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -26,6 +32,7 @@ constexpr double kTolerance = 0.05;
 struct Case {
   int stage = 0;
   int dp = 1;
+  bool tied = false;  ///< [model] tie_embeddings
 };
 
 void PrintTo(const Case& c, std::ostream* out) {
@@ -68,7 +75,8 @@ std::string job_flags(const Case& c) {
          " --set zero.stage=" + std::to_string(c.stage) +
          " --set model.d_model=128 --set zero.reduce_bucket_size=65536" +
          " --set zero.param_persistence_threshold=1000" +
-         " --set zero.max_reuse_distance=0 --set zero.max_live_parameters=210000";
+         " --set zero.max_reuse_distance=0 --set zero.max_live_parameters=210000" +
+         (c.tied ? " --set model.tie_embeddings=true" : "");
 }
 
 std::string config() {
@@ -193,6 +201,98 @@ TEST(Memory, EveryStageFreesWhatItPartitions) {
     EXPECT_LT(s3.parameters, s2.parameters) << "stage 3 frees the parameters it gathered";
     EXPECT_LT(s3.model_state, s2.model_state) << "stage 3 holds less than stage 2";
   }
+}
+
+// A tied embedding is one tensor: the run holds it once and the estimate counts it once.
+TEST(Memory, ATiedWeightIsHeldOnceAndEstimatedOnce) {
+  int port = 29962;  // 29962-29963: this test only
+  for (int stage : {0, 3}) {
+    Case c{stage, 2, true};
+    Figures f{measure(c, port++), estimate(c)};
+    const Measured& untied = figures().at({stage, 2}).measured;
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    EXPECT_EQ(f.measured.params, untied.params - 256 * 128)
+        << "the head's 256 × 128 projection is the embedding";
+    EXPECT_EQ(f.estimated.params, f.measured.params);
+    EXPECT_NEAR(static_cast<double>(f.measured.model_state), static_cast<double>(f.estimated.model_state),
+                kTolerance * static_cast<double>(f.estimated.model_state));
+    EXPECT_LT(f.measured.model_state, untied.model_state);
+  }
+}
+
+struct LimitedRun {
+  int exit_code = -1;
+  long max_rss_kb = 0;
+  double seconds = 0;
+  std::string output;
+};
+
+// Runs `argv` with at most `address_space` bytes of virtual memory; its peak resident
+// memory from the kernel's accounting of the child.
+LimitedRun run_limited(std::vector<std::string> argv, rlim_t address_space) {
+  std::string dir = testing::make_temp_dir(), out = dir + "/output";
+  auto start = std::chrono::steady_clock::now();
+  pid_t child = fork();
+  if (child == 0) {
+    int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    rlimit limit{address_space, address_space};
+    setrlimit(RLIMIT_AS, &limit);
+    alarm(60);  // never hang the test
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  int status = 0;
+  rusage usage{};
+  wait4(child, &status, 0, &usage);
+  LimitedRun r;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.max_rss_kb = usage.ru_maxrss;
+  r.output = testing::read_file(out);
+  return r;
+}
+
+// A 70 B-parameter GPT (d_model 8192, 87 blocks) planned at ZeRO stage 3 over 64 ranks,
+// under a 6 GB address-space limit: from shapes alone, so the estimate itself needs
+// almost nothing beyond what the program holds to start (LibTorch's libraries, about 160
+// MB resident, the same for the tiny job). Before, the estimate built the model, 4 bytes
+// per parameter, and died of a bad_alloc.
+TEST(Estimate, PlansA70BParameterGptFromShapesAlone) {
+  auto estimate_of = [](std::vector<const char*> settings) {
+    std::vector<std::string> argv{TROUPE_BINARY, "estimate", config(), "--json"};
+    for (const char* s : settings) {
+      argv.push_back("--set");
+      argv.push_back(s);
+    }
+    return run_limited(argv, rlim_t{6} << 30);
+  };
+  LimitedRun tiny = estimate_of({});
+  LimitedRun large = estimate_of({"model.d_model=8192", "model.n_heads=64", "model.n_layers=87",
+                                  "model.seq_len=4096", "model.vocab_size=50304", "zero.stage=3",
+                                  "cluster.world_size=64", "parallel.dp=64", "batch.micro_batch_size=1",
+                                  "batch.gradient_accumulation_steps=1", "batch.global_batch_size=64"});
+  ASSERT_EQ(tiny.exit_code, 0) << tiny.output;
+  ASSERT_EQ(large.exit_code, 0) << large.output;
+  auto j = nlohmann::json::parse(large.output, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << large.output;
+  int64_t params = j.at("params");
+  // Embeddings 50304 × 8192 + 4096 × 8192, 87 blocks of 12·d² + 13·d, the head's
+  // LayerNorm and its 50304 × 8192 projection.
+  const int64_t d = 8192;
+  EXPECT_EQ(params, 50304 * d + 4096 * d + 87 * (12 * d * d + 13 * d) + 2 * d + 50304 * d);
+  EXPECT_GT(params, int64_t{70} * 1000 * 1000 * 1000);
+  EXPECT_LT(large.max_rss_kb - tiny.max_rss_kb, 16 * 1024)
+      << "KB the 70 B estimate held beyond the tiny job's: " << large.max_rss_kb << " vs " << tiny.max_rss_kb;
+  std::printf("estimate: %" PRId64
+              " parameters planned in %.3f s, peak %.1f MB resident (the tiny job's "
+              "estimate: %.1f MB)\n",
+              params, large.seconds, static_cast<double>(large.max_rss_kb) / 1024.0,
+              static_cast<double>(tiny.max_rss_kb) / 1024.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Zero, Memory,

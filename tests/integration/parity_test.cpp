@@ -24,12 +24,14 @@ struct Job {
   int dp = 1;
   int accumulation = 1;
   double clip = 0;
-  std::string settings;  ///< more --set flags (optimizer, overlap), the reference's too
+  std::string settings;          ///< more --set flags (optimizer, overlap), the reference's too
+  std::string offload = "none";  ///< [offload] optimizer of the troupe run (stage 3 nvme: param too)
 };
 
 std::string describe(const Job& j) {
   return "stage " + std::to_string(j.stage) + ", dp " + std::to_string(j.dp) + ", accumulation " +
-         std::to_string(j.accumulation) + (j.clip > 0 ? ", clipping" : "") + j.settings;
+         std::to_string(j.accumulation) + (j.clip > 0 ? ", clipping" : "") +
+         (j.offload != "none" ? ", offload " + j.offload : "") + j.settings;
 }
 
 // Trains 20 steps of a small GPT with a global batch of 16 sequences. Stage 3 keeps
@@ -47,6 +49,9 @@ TrainedRun train(const std::string& how, const Job& j, int port) {
                         " --set zero.reduce_bucket_size=16384" +  // several gradient rows in flight
                         " --set zero.param_persistence_threshold=100 --set zero.prefetch_bucket_size=20000" +
                         " --set optimizer.gradient_clipping=" + std::to_string(j.clip) + j.settings +
+                        " --set offload.optimizer=" + j.offload +
+                        (j.offload == "nvme" ? " --set offload.nvme_path=" + dir : "") +
+                        (j.offload == "nvme" && j.stage == 3 ? " --set offload.param=nvme" : "") +
                         " --set cluster.coordinator=127.0.0.1:" + std::to_string(port) + " --metrics " + dir +
                         "/metrics.jsonl --parameters-out " + dir + "/parameters.bin";
   auto r = testing::run_command(command, 300);
@@ -54,7 +59,7 @@ TrainedRun train(const std::string& how, const Job& j, int port) {
   return testing::read_run(dir + "/metrics.jsonl", dir + "/parameters.bin");
 }
 
-// The reference of a job's optimizer settings; references use port 29899 (unused).
+// The reference of a job's model and optimizer settings; references use port 29899 (unused).
 const TrainedRun& reference(const Job& j) {
   static std::map<std::pair<double, std::string>, TrainedRun> cache;
   auto key = std::make_pair(j.clip, j.settings);
@@ -69,7 +74,7 @@ class Parity : public ::testing::TestWithParam<Job> {};
 TEST_P(Parity, LossesAndParametersMatchTheReference) {
   const Job j = GetParam();
   const TrainedRun& ref = reference(j);
-  static int next_port = 29900;  // 29900-29937: this test only
+  static int next_port = 30200;  // 30200-30261: this test only
   TrainedRun ranks = train("", j, next_port++);
   ASSERT_EQ(ref.losses.size(), 20u);
   ASSERT_EQ(ranks.losses.size(), 20u);
@@ -120,6 +125,12 @@ std::vector<Job> jobs() {
   }
   all.push_back(Job{2, 2, 4, 0, " --set zero.overlap_comm=false"});
   all.push_back(Job{3, 4, 1, 0, " --set zero.overlap_comm=false"});
+  // The GPT with its head tied to the token embedding: one tensor in two layers, at every
+  // stage and tier.
+  for (int stage : {0, 1, 2, 3})
+    for (const char* offload : {"none", "cpu", "nvme"})
+      for (int accumulation : {1, 4})
+        all.push_back(Job{stage, 2, accumulation, 0, " --set model.tie_embeddings=true", offload});
   return all;
 }
 
@@ -128,7 +139,9 @@ INSTANTIATE_TEST_SUITE_P(Zero, Parity, ::testing::ValuesIn(jobs()), [](const aut
   std::string variant = j.settings.find("adam") != std::string::npos      ? "Adam"
                         : j.settings.find("sgd") != std::string::npos     ? "SgdMomentum"
                         : j.settings.find("overlap") != std::string::npos ? "OneBucketSlot"
+                        : j.settings.find("tie_") != std::string::npos    ? "TiedEmbeddings"
                                                                           : "";
+  if (j.offload != "none") variant += j.offload == "cpu" ? "OffloadCpu" : "OffloadNvme";
   return "Stage" + std::to_string(j.stage) + "Dp" + std::to_string(j.dp) + "Accumulation" +
          std::to_string(j.accumulation) + (j.clip > 0 ? "Clipped" : "") + variant;
 });

@@ -955,16 +955,16 @@ TEST(ConfigOffload, LoadsEveryKey) {
       "[batch]\nmicro_batch_size = 2\n");
   ASSERT_TRUE(swapped.ok()) << swapped.error().message;
   EXPECT_EQ(swapped->offload.param, "nvme");
+  // Stage 0 offloads the whole model's optimizer state.
+  auto whole =
+      load("[offload]\noptimizer = \"nvme\"\nnvme_path = \"/tmp/x\"\n[batch]\nmicro_batch_size = 2\n");
+  ASSERT_TRUE(whole.ok()) << whole.error().message;
+  EXPECT_EQ(whole->zero.stage, 0);
 }
 
 TEST(ConfigOffload, BadValuesNameTheKeyAndWhatIsAllowed) {
   EXPECT_EQ(error_of(load("[zero]\nstage = 2\n[offload]\noptimizer = \"disk\"\n")),
             "job.toml:4:13: [offload] optimizer must be one of \"none\", \"cpu\" or \"nvme\", got \"disk\"");
-  EXPECT_EQ(
-      error_of(load("[offload]\noptimizer = \"cpu\"\n")),
-      "job.toml:2:13: [offload] optimizer = \"cpu\" needs [zero] stage 1, 2 or 3 (the optimizer state is "
-      "offloaded by the partition's shard owner), or [cluster] device = \"cuda\" (a GPU rank's whole state "
-      "goes to the host), got stage 0");
   EXPECT_EQ(
       error_of(load("[cluster]\ndevice = \"cuda\"\n[zero]\nstage = 2\n[batch]\nmicro_batch_size = 2\n")),
       "job.toml:4:9: [zero] stage = 2 with [cluster] device = \"cuda\": a GPU rank trains with stage 0 so "

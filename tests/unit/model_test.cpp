@@ -10,9 +10,11 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include "actors/model_parameters.hpp"
 #include "runtime/data/corpus.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/model/gpt.hpp"
+#include "runtime/model/gpt_shape.hpp"
 #include "runtime/model/linear.hpp"
 #include "runtime/model/optimizer.hpp"
 #include "runtime/reference.hpp"
@@ -97,6 +99,43 @@ TEST(Gpt, FlattenedParametersCoverEveryParameter) {
                            (128 * 32 + 32) + 2 * 32 + 32 * 256;
   EXPECT_EQ(count_parameters(*gpt), expected);
   EXPECT_EQ(flatten_parameters(*gpt).numel(), expected);
+}
+
+TEST(Gpt, TiedEmbeddingsMakeTheHeadUseTheTokenEmbeddingItself) {
+  ModelConfig model = tiny_model();
+  model.tie_embeddings = true;
+  torch::manual_seed(3);
+  auto gpt = make_gpt(model);
+  const int64_t untied = count_parameters(*make_gpt(tiny_model()));
+  EXPECT_EQ(count_parameters(*gpt), untied - 256 * 32);
+  auto parameters = model_parameters(gpt);
+  ASSERT_TRUE(parameters.ok()) << parameters.error().message;
+  EXPECT_EQ(parameters->borrowed.back(), (std::vector<std::size_t>{0}));
+  EXPECT_EQ(parameters->names.front(), "embedding.token.weight");
+  // Both uses add into the one gradient: the head's logits and the embedding's lookup.
+  auto tokens = random_tokens(2, 8);
+  lm_loss(gpt->forward(tokens), random_tokens(2, 8)).backward();
+  const torch::Tensor& weight = gpt[0]->as<GptEmbedding>()->token_weight();
+  auto rows_not_looked_up = torch::ones({256}, torch::kBool);
+  rows_not_looked_up.index_put_({tokens.reshape({-1})}, false);
+  EXPECT_GT(weight.grad().index({rows_not_looked_up}).abs().sum().item<double>(), 0)
+      << "rows no token looked up get their gradient from the head alone";
+}
+
+TEST(Gpt, ShapeAloneGivesEveryLayersParametersAsMakeGptRegistersThem) {
+  for (bool tied : {false, true}) {
+    ModelConfig model = tiny_model();
+    model.n_layers = 2;
+    model.d_ff = 48;
+    model.vocab_size = 300;
+    model.tie_embeddings = tied;
+    auto parameters = model_parameters(make_gpt(model));
+    ASSERT_TRUE(parameters.ok());
+    GptShape shape = gpt_shape(model);
+    EXPECT_EQ(shape.layers, parameters->owned_counts()) << "tied " << tied;
+    EXPECT_EQ(shape.borrowed, parameters->borrowed) << "tied " << tied;
+    EXPECT_EQ(shape.parameters, parameters->elements()) << "tied " << tied;
+  }
 }
 
 TEST(Gpt, ChangingAFutureTokenLeavesEarlierLogitsUnchanged) {

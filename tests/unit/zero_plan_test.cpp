@@ -35,10 +35,57 @@ TEST(ZeroPlan, StageThreeGivesEachLayerARowAndKeepsSmallParametersInAPersistentO
   ASSERT_TRUE(plan.ok());
   ASSERT_EQ(plan->layout.row_count(), 5u);  // persistent + 4 layers
   EXPECT_TRUE(plan->persistent_rows[0]);
-  EXPECT_EQ(plan->layer_row, (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(plan->layer_rows, (std::vector<std::vector<std::size_t>>{{1}, {2}, {3}, {4}}));
+  EXPECT_EQ(plan->row_layer, (std::vector<int64_t>{-1, 0, 1, 2, 3}));
   EXPECT_EQ(plan->layout.row(0).parameter_count, 7u);  // the six 64s and... none of the 200s
   EXPECT_EQ(plan->parameter_of[0], 2u);
   EXPECT_EQ(plan->layout.row(2).parameter_count, 1u);  // the 4000 of block 0
+}
+
+// The head borrows the embedding's 1000 (a tied weight): laid out once, in the embedding's
+// row, which the head needs gathered too.
+ZeroPlanInput tied(int64_t stage) {
+  ZeroPlanInput in = model(stage, 2);
+  in.layers.back() = {64};  // the head's own projection is gone
+  in.borrowed = {{}, {}, {}, {0}};
+  return in;
+}
+
+TEST(ZeroPlan, ABorrowedTensorIsLaidOutOnceAndGatheredForEveryLayerThatUsesIt) {
+  for (int64_t stage : {0, 1, 2, 3}) {
+    auto plan = plan_zero(tied(stage));
+    ASSERT_TRUE(plan.ok()) << plan.error().message;
+    EXPECT_EQ(plan->parameter_elements, 11648u - 2000u);
+    EXPECT_EQ(plan->layout.parameter_count(), 11u);
+  }
+  auto plan = plan_zero(tied(3));
+  EXPECT_EQ(plan->layer_rows, (std::vector<std::vector<std::size_t>>{{1}, {2}, {3}, {1}}));
+  // A borrowed parameter in the persistent row needs no gathering.
+  ZeroPlanInput small = tied(3);
+  small.borrowed = {{}, {}, {}, {2}};  // the first 64 of block 0
+  auto persistent = plan_zero(small);
+  ASSERT_TRUE(persistent.ok());
+  EXPECT_TRUE(persistent->layer_rows.back().empty());
+}
+
+TEST(ZeroPlan, BorrowingFromALaterLayerIsRefused) {
+  ZeroPlanInput in = tied(3);
+  in.borrowed = {{}, {7}, {}, {}};  // parameter 7 belongs to block 1 (layer 2)
+  auto plan = plan_zero(in);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.error().message, "layer 1 borrows parameter 7, which no earlier layer holds");
+}
+
+TEST(ZeroPlan, StageThreeHoldsABorrowedRowThroughBackwardUntilItsOwnLayer) {
+  // Rows of 1000+200 (embedding) and 4000 (blocks); the head re-gathers the embedding's
+  // row after the blocks, and backward keeps it from the head down to the embedding.
+  FetchPlanner::Limits none;
+  none.prefetch_bucket_size = 0;
+  none.max_reuse_distance = 0;
+  auto shared = plan_zero(tied(3));
+  ASSERT_TRUE(shared.ok());
+  std::size_t embedding = shared->layout.row_elements(1), block = shared->layout.row_elements(2);
+  EXPECT_EQ(stage3_peak_gathered(*shared, none), shared->layout.row_elements(0) + embedding + block);
 }
 
 TEST(ZeroPlan, EstimateFollowsTheZeroFormulas) {
