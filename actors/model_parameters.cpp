@@ -3,8 +3,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -86,8 +86,12 @@ int64_t ModelParameters::elements() const {
   return n;
 }
 
-bool ModelParameters::shared() const {
-  return std::any_of(borrowed.begin(), borrowed.end(), [](const auto& b) { return !b.empty(); });
+std::vector<torch::Tensor> unique_parameters(const torch::nn::Module& module) {
+  std::vector<torch::Tensor> unique;
+  std::unordered_set<const void*> seen;  // by TensorImpl, as model_parameters() finds sharing
+  for (const auto& parameter : module.parameters())
+    if (seen.insert(parameter.unsafeGetTensorImpl()).second) unique.push_back(parameter);
+  return unique;
 }
 
 Result<ModelParameters> model_parameters(const torch::nn::Sequential& model) {

@@ -14,6 +14,7 @@
 // Thread safety: a plain value; model_parameters() reads the model.
 #pragma once
 
+#include <torch/nn/module.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/types.h>
 
@@ -37,9 +38,11 @@ struct ModelParameters {
   std::vector<std::vector<std::size_t>> owned_counts() const;
   /// Elements of every tensor, each counted once.
   int64_t elements() const;
-  /// Whether any tensor is used by more than one layer.
-  bool shared() const;
 };
+
+/// The parameters of `module` and its children, each tensor once (module.parameters()
+/// lists a tensor registered twice twice), in the order they first appear.
+std::vector<torch::Tensor> unique_parameters(const torch::nn::Module& module);
 
 /// The trainable tensors of `model`'s layers (its children, in order), or an error that
 /// names the parameter troupe cannot train and why.

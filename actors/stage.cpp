@@ -484,7 +484,6 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
   // OpenMP's thread count is a per-thread setting: set it on the thread that computes.
   s.compute->enqueue(
       "", [threads = s.options.compute_threads] { torch::set_num_threads(static_cast<int>(threads)); });
-  s.loss = std::make_shared<HostBuffer>(sizeof(float));  // build() makes room for the marks too
   s.norm = std::make_shared<HostBuffer>(sizeof(float));
   s.memory =
       std::make_shared<HostBuffer>(kMemoryFields * sizeof(int64_t) * static_cast<std::size_t>(s.options.dp));
@@ -501,10 +500,8 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
           st.options.ledger->reset_peaks();
           if (st.options.zero.stage >= 2) self->send(st.owner, begin_accumulation{});
         }
-        micro_batch_done done{m.step, m.micro};
         st.compute->enqueue(fmt::format("forward+backward {}.{}", m.step, m.micro),
                             [&st, m = std::move(m), me] { forward_backward(st, m, me); });
-        st.compute->notify(st.compute->record(), st.driver, caf::make_message(done));
       },
       [=](collective_done& done) {
         Tracer::Scope span(self->state.options.tracer, "stage", "collective_done");

@@ -17,8 +17,8 @@
 // the device collectives actor as soon as the kernels that made them have run, and the
 // shard owner steps on the same stream (or through host memory, with [offload]).
 //
-// Protocol (actors/protocol/stage.hpp): run_micro_batch → micro_batch_done; after the
-// last micro-batch of a step → gradients_ready; apply_step → step_applied;
+// Protocol (actors/protocol/stage.hpp): run_micro_batch; after the last micro-batch of a
+// step → gradients_ready; apply_step → step_applied;
 // collect_parameters → parameters_collected; any failure → stage_failed. Replies go to
 // the actor that sent run_micro_batch.
 #pragma once

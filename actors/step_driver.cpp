@@ -21,7 +21,6 @@ struct CurrentStep {
   int64_t step = 0;
   Clock::time_point start;
   caf::response_promise reply;
-  int64_t micro_done = 0;
   int64_t tokens = 0;          // this rank's: counted as its micro-batches go to the stage
   std::optional<double> loss;  // set once gradients are reduced
 };
@@ -54,8 +53,8 @@ void fetch(StepDriver* self, int64_t micro) {
           [=](micro_batch_ready& ready) {
             auto& st = self->state;
             if (!st.current || st.current->step != step) return;
-            // Counted here, not when micro_batch_done comes back: the stage's reports of
-            // the step may overtake that one (it comes from the compute stream's completion).
+            // Counted as the micro-batch goes out: whatever the stage reports later, in
+            // whichever order, the step's tokens are known.
             st.current->tokens += ready.tokens;
             self->send(st.options.stage, run_micro_batch{step, micro, st.options.micro_count, ready.batch});
             if (micro + 1 < st.options.micro_count) fetch(self, micro + 1);
@@ -73,14 +72,8 @@ caf::behavior step_driver_behavior(StepDriver* self, StepDriverOptions options) 
       [=](train_step& t) {
         Tracer::Scope span(tracer, "step_driver", "train_step");
         auto& s = self->state;
-        s.current = CurrentStep{t.step, Clock::now(), self->make_response_promise(), 0, 0, std::nullopt};
+        s.current = CurrentStep{t.step, Clock::now(), self->make_response_promise(), 0, std::nullopt};
         fetch(self, 0);
-      },
-      [=](micro_batch_done& d) {
-        Tracer::Scope span(tracer, "step_driver", "micro_batch_done");
-        auto& s = self->state;
-        if (!s.current || s.current->step != d.step) return;
-        s.current->micro_done++;
       },
       [=](gradients_ready& g) {
         Tracer::Scope span(tracer, "step_driver", "gradients_ready");

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "actors/model_parameters.hpp"
 #include "runtime/data/corpus.hpp"
 #include "runtime/model/gpt.hpp"
 #include "runtime/model/optimizer.hpp"

@@ -22,16 +22,6 @@ struct run_micro_batch {
   MicroBatchPtr batch;
 };
 
-/// The stage finished a micro-batch's backward.
-struct micro_batch_done {
-  int64_t step = 0;
-  int64_t micro = 0;
-};
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, micro_batch_done& x) {
-  return f(caf::meta::type_name("micro_batch_done"), x.step, x.micro);
-}
-
 /// Every gradient bucket of `step` is averaged across ranks; loss is the global mean.
 struct gradients_ready {
   int64_t step = 0;

@@ -3,11 +3,11 @@
 #include <cmath>
 #include <limits>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include <torch/torch.h>
 
+#include "actors/model_parameters.hpp"
 #include "base/check.hpp"
 #include "runtime/model/linear.hpp"
 
@@ -147,14 +147,6 @@ torch::nn::Sequential make_gpt(const ModelConfig& model) {
 
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
   return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
-}
-
-std::vector<torch::Tensor> unique_parameters(const torch::nn::Module& module) {
-  std::vector<torch::Tensor> unique;
-  std::unordered_set<const void*> seen;
-  for (const auto& parameter : module.parameters())
-    if (seen.insert(parameter.unsafeGetTensorImpl()).second) unique.push_back(parameter);
-  return unique;
 }
 
 int64_t count_parameters(const torch::nn::Module& module) {

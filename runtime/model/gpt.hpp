@@ -93,14 +93,10 @@ torch::nn::Sequential make_gpt(const ModelConfig& model);
 /// Mean cross-entropy over every token: logits [B,T,V], targets int64 [B,T] -> scalar.
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets);
 
-/// The parameters of `module` and its children, each tensor once (a tied weight is
-/// registered twice), in module.parameters() order of first appearance.
-std::vector<torch::Tensor> unique_parameters(const torch::nn::Module& module);
-
 /// Number of scalar parameters in `module` and its children, each tensor counted once.
 int64_t count_parameters(const torch::nn::Module& module);
 
-/// All parameters of `module` (unique_parameters), detached, flattened and concatenated
+/// All parameters of `module`, each tensor once (unique_parameters), detached, flattened and concatenated
 /// into one fp32 tensor (for parity checks between trainers).
 torch::Tensor flatten_parameters(const torch::nn::Module& module);
 

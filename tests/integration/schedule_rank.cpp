@@ -12,18 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/sample_features.hpp"
+
 namespace {
 
 constexpr int64_t kFeatures = 8;
 constexpr int64_t kWidth = 16;
 
 troupe::MicroBatch samples(int64_t first, int64_t count) {
-  std::vector<torch::Tensor> xs;
-  for (int64_t i = first; i < first + count; ++i) {
-    auto g = at::detail::createCPUGenerator(static_cast<uint64_t>(i) + 1);
-    xs.push_back(torch::rand({kFeatures}, g) * 2 - 1);
-  }
-  torch::Tensor x = torch::stack(xs);
+  torch::Tensor x = troupe::testing::sample_features(first, count, kFeatures);
   torch::Tensor y = torch::sin(2 * x.sum(1, true));
   return troupe::MicroBatch{x, y};
 }

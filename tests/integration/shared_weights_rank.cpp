@@ -20,6 +20,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "tests/support/sample_features.hpp"
+
 namespace {
 
 constexpr int64_t kFeatures = 8;
@@ -60,12 +62,7 @@ torch::nn::Sequential make_model() {
 }
 
 troupe::MicroBatch samples(int64_t first, int64_t count) {
-  std::vector<torch::Tensor> xs;
-  for (int64_t i = first; i < first + count; ++i) {
-    auto g = at::detail::createCPUGenerator(static_cast<uint64_t>(i) + 1);
-    xs.push_back(torch::rand({kFeatures}, g) * 2 - 1);
-  }
-  torch::Tensor x = torch::stack(xs);
+  torch::Tensor x = troupe::testing::sample_features(first, count, kFeatures);
   torch::Tensor scale = torch::arange(1, kOutputs + 1, torch::kFloat32);
   return troupe::MicroBatch{x, torch::sin(x.sum(1, true) * scale)};
 }
