@@ -3,7 +3,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(TROUPE_LIBRARIES troupe_base troupe_kernels troupe_memory troupe_transport troupe_actors troupe_runtime)
+set(TROUPE_LIBRARIES troupe_base troupe_kernels troupe_memory troupe_transport troupe_actors troupe_front troupe_runtime)
 if(TROUPE_HAVE_CUDA)
   list(APPEND TROUPE_LIBRARIES troupe_kernels_cuda)
 endif()
@@ -11,6 +11,8 @@ install(TARGETS ${TROUPE_LIBRARIES} EXPORT troupeTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS troupe RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# troupe finds troupe-core at ../libexec/troupe from its own directory (cli/core_program.hpp).
+install(TARGETS troupe-core RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/troupe)
 
 # The public header is include/troupe/troupe.hpp; the layer headers it includes go
 # under include/troupe/internal, keeping their folder names.

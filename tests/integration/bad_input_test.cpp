@@ -171,5 +171,20 @@ TEST(BadInput, RankWithTheWrongTokenIsRefusedAndRankZeroNamesTheMissingRank) {
       << rank0.output;
 }
 
+// A troupe copied away from its troupe-core still checks a job, and for a rank says where
+// it looked for troupe-core instead of failing obscurely.
+TEST(BadInput, TroupeWithoutItsCoreProgramNamesWhereItLooked) {
+  std::string dir = testing::make_temp_dir();
+  std::string alone = dir + "/troupe";
+  ASSERT_EQ(testing::run_command(std::string("cp ") + TROUPE_BINARY + " " + alone).exit_code, 0);
+  std::string config = std::string(TROUPE_SOURCE_DIR) + "/configs/tiny-gpt.toml";
+  EXPECT_EQ(testing::run_command(alone + " check " + config).exit_code, 0);
+  auto r = testing::run_command("TROUPE_RANK=0 TROUPE_WORLD_SIZE=1 " + alone + " rank " + config);
+  expect_refused(r, "cannot find troupe-core");
+  EXPECT_NE(r.output.find(dir + "/troupe-core"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(dir + "/../libexec/troupe/troupe-core"), std::string::npos) << r.output;
+  expect_refused(testing::run_command(alone + " run " + config), "cannot find troupe-core");
+}
+
 }  // namespace
 }  // namespace troupe

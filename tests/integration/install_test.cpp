@@ -1,6 +1,6 @@
 // `make install` gives an outside project everything it needs: examples/embed is
 // configured and built against a temporary prefix with find_package(troupe), and
-// trains its own model on 2 ranks to a falling loss.
+// trains its own model on 2 ranks to a falling loss; the installed troupe finds troupe-core.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -34,6 +34,11 @@ TEST(Install, OutsideProjectBuildsAgainstTheInstalledPackageAndTrainsOnTwoRanks)
   ASSERT_TRUE(std::regex_search(trained.output, m, std::regex(R"(rank 0 of 2: loss ([0-9.]+) -> ([0-9.]+))")))
       << trained.output;
   EXPECT_LT(std::stod(m[2]), 0.5 * std::stod(m[1])) << trained.output;
+
+  // The installed troupe finds its troupe-core (libexec/troupe) for what needs LibTorch.
+  auto bench = testing::run_command(prefix + "/bin/troupe bench adam --params 4096 --iters 1 --json", 60);
+  ASSERT_EQ(bench.exit_code, 0) << bench.output;
+  EXPECT_NE(bench.output.find("\"params\":4096"), std::string::npos) << bench.output;
 }
 
 }  // namespace

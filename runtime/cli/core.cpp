@@ -1,12 +1,8 @@
-// `troupe`: the command line. Every subcommand is a thin client of the runtime:
-//   troupe run FILE      start world_size ranks of the job on this machine
-//   troupe rank FILE     run one rank (under any launcher)
-//   troupe check FILE    validate the job and print it resolved
-//   troupe estimate FILE predict the model-state bytes each rank will hold
-//   troupe launch --ranks N -- PROGRAM ARGS...   start N ranks of any program
-#include <unistd.h>
-
-#include <climits>
+// `troupe-core`: the part of the `troupe` command line that needs LibTorch and the actors.
+// `troupe` (cli/front.cpp) execs it with its own arguments for
+//   troupe rank FILE              one rank of the job (what `troupe run` starts)
+//   troupe run FILE --reference   the job trained by plain LibTorch in this process
+//   troupe bench ...              the benchmarks (and bench-rank, one rank of one)
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -17,66 +13,25 @@
 #include "runtime/bench_adam.hpp"
 #include "runtime/bench_nvme.hpp"
 #include "runtime/bench_offload.hpp"
+#include "runtime/cli/core_program.hpp"
+#include "runtime/cli/job_arguments.hpp"
 #include "runtime/config/load.hpp"
-#include "runtime/config/render.hpp"
-#include "runtime/coordinator.hpp"
-#include "runtime/estimate.hpp"
 #include "runtime/gpt_job.hpp"
-#include "runtime/launch/launcher.hpp"
 
 namespace troupe {
 namespace {
 
-constexpr int usage_exit_code = 2;
-
-struct JobArguments {
-  std::string file;
-  std::vector<std::string> overrides;
-  JobOutputs outputs;
-  bool reference = false;
-};
-
-void add_job_arguments(CLI::App* command, JobArguments& a) {
-  command->add_option("FILE", a.file, "job configuration (TOML)")->required();
-  command->add_option("--set", a.overrides, "override a key: section.key=value (repeatable)");
-  command->add_option("--metrics", a.outputs.metrics_path, "write one JSON line per step to PATH");
-  command->add_option("--parameters-out", a.outputs.parameters_path,
-                      "write the final parameters to PATH as raw float32");
+JobOutputs outputs_of(const JobArguments& a) {
+  return JobOutputs{a.metrics_path, a.parameters_path};
 }
 
-std::string self_path() {
-  char buffer[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", buffer, sizeof buffer - 1);
-  return n > 0 ? std::string(buffer, static_cast<std::size_t>(n)) : "troupe";
-}
-
-Result<JobConfig> load(const JobArguments& a) {
-  return load_config_file(a.file, a.overrides);
-}
-
-int report_config_error(const Error& e) {
-  std::fprintf(stderr, "troupe: %s\n", e.message.c_str());
-  return usage_exit_code;
-}
-
-// Starts world_size copies of `troupe rank` with the same arguments.
-int run_cluster(const JobConfig& job, const JobArguments& a) {
-  if (job.cluster.world_size > 1) {
-    auto address = parse_host_port(job.cluster.coordinator, "[cluster] coordinator");
-    if (!address) return report_config_error(address.error());
-    auto free = check_port_free(*address);
-    if (!free) return report_config_error(free.error());
+int train(const JobArguments& a, bool reference) {
+  auto job = load_config_file(a.file, a.overrides);
+  if (!job) {
+    std::fprintf(stderr, "troupe: %s\n", job.error().message.c_str());
+    return kUsageExitCode;
   }
-  LaunchOptions launch;
-  launch.ranks = job.cluster.world_size;
-  launch.argv = {self_path(), "rank", a.file};
-  for (const auto& o : a.overrides) launch.argv.insert(launch.argv.end(), {"--set", o});
-  if (!a.outputs.metrics_path.empty())
-    launch.argv.insert(launch.argv.end(), {"--metrics", a.outputs.metrics_path});
-  if (!a.outputs.parameters_path.empty())
-    launch.argv.insert(launch.argv.end(), {"--parameters-out", a.outputs.parameters_path});
-  launch.extra_env = {{"TROUPE_PROGRESS", "relay"}};
-  return launch_ranks(launch);
+  return reference ? run_gpt_reference(*job, outputs_of(a)) : run_gpt_rank(*job, outputs_of(a));
 }
 
 }  // namespace
@@ -84,40 +39,19 @@ int run_cluster(const JobConfig& job, const JobArguments& a) {
 
 int main(int argc, char** argv) {
   using namespace troupe;
-  CLI::App app{"troupe: DeepSpeed-style training as an actor system over UCX"};
+  CLI::App app{"troupe: DeepSpeed-style training as an actor system over UCX", "troupe"};
   app.require_subcommand(1);
 
   JobArguments run_args;
-  auto* run = app.add_subcommand("run", "train the job: start its ranks on this machine");
+  auto* run = app.add_subcommand("run", "train the job in this process with plain LibTorch (--reference)");
   add_job_arguments(run, run_args);
-  run->add_flag("--reference", run_args.reference, "train in one process with plain LibTorch (no actors)");
+  run->add_flag("--reference", run_args.reference, "train in one process with plain LibTorch (no actors)")
+      ->required();
 
   JobArguments rank_args;
   auto* rank =
       app.add_subcommand("rank", "run one rank of the job (rank and world size from the environment)");
   add_job_arguments(rank, rank_args);
-
-  JobArguments check_args;
-  auto* check = app.add_subcommand("check", "validate the job and print the resolved configuration");
-  check->add_option("FILE", check_args.file, "job configuration (TOML)")->required();
-  check->add_option("--set", check_args.overrides, "override a key: section.key=value (repeatable)");
-
-  JobArguments estimate_args;
-  bool estimate_as_json = false;
-  auto* estimate = app.add_subcommand(
-      "estimate", "predict the bytes each rank will hold: parameters, gradients, optimizer state, buffers");
-  estimate->add_option("FILE", estimate_args.file, "job configuration (TOML)")->required();
-  estimate->add_option("--set", estimate_args.overrides, "override a key: section.key=value (repeatable)");
-  estimate->add_flag("--json", estimate_as_json, "one JSON object instead of the table");
-
-  int64_t launch_ranks_count = 1;
-  std::vector<std::string> program;
-  auto* launch =
-      app.add_subcommand("launch", "start N ranks of any program (e.g. a trainer embedding troupe)");
-  launch->add_option("--ranks,-n", launch_ranks_count, "number of ranks")
-      ->required()
-      ->check(CLI::Range(1, 1024));
-  launch->add_option("PROGRAM", program, "program and its arguments (after --)")->required();
 
   BenchOptions bench_options;
   auto* bench =
@@ -194,37 +128,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "troupe: bench needs a KIND (transport, allreduce, reduce_scatter, allgather, rtt) or one "
                  "of adam, nvme, offload (see troupe bench --help)\n");
-    return usage_exit_code;
+    return kUsageExitCode;
   }
-  if (*bench) return run_bench(bench_options, self_path());
+  if (*bench) return run_bench(bench_options, self_program_path());
   if (*bench_rank) return run_bench_rank(bench_options);
-
-  if (*check) {
-    auto job = load(check_args);
-    if (!job) return report_config_error(job.error());
-    std::printf("%s", render_config(*job).c_str());
-    return 0;
-  }
-  if (*estimate) {
-    auto job = load(estimate_args);
-    if (!job) return report_config_error(job.error());
-    auto predicted = estimate_job(*job);
-    if (!predicted) return report_config_error(predicted.error());
-    std::string text = estimate_as_json ? estimate_json(*predicted) + "\n" : render_estimate(*predicted);
-    std::printf("%s", text.c_str());
-    return 0;
-  }
-  if (*launch) {
-    LaunchOptions options;
-    options.ranks = launch_ranks_count;
-    options.argv = program;
-    options.extra_env = {{"TROUPE_PROGRESS", "relay"}};
-    return launch_ranks(options);
-  }
-  JobArguments& a = *run ? run_args : rank_args;
-  auto job = load(a);
-  if (!job) return report_config_error(job.error());
-  if (*rank) return run_gpt_rank(*job, a.outputs);
-  if (a.reference) return run_gpt_reference(*job, a.outputs);
-  return run_cluster(*job, a);
+  if (*rank) return train(rank_args, false);
+  if (*run) return train(run_args, true);
+  return kUsageExitCode;
 }

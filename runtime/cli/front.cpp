@@ -1,0 +1,137 @@
+// `troupe`: the command line.
+//   troupe run FILE      start world_size ranks of the job on this machine
+//   troupe rank FILE     run one rank (under any launcher)
+//   troupe check FILE    validate the job and print it resolved
+//   troupe estimate FILE predict the model-state bytes each rank will hold
+//   troupe launch --ranks N -- PROGRAM ARGS...   start N ranks of any program
+//   troupe bench ...     measure the transport, the collectives, the optimizer, the disk
+// This program links no LibTorch and no actors: it checks, estimates and launches in a few
+// MB. What trains or measures (rank, bench, run --reference) is troupe-core, which this
+// program becomes by exec with the same arguments, and which `run` starts as each rank.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "runtime/cli/core_program.hpp"
+#include "runtime/cli/job_arguments.hpp"
+#include "runtime/config/load.hpp"
+#include "runtime/config/render.hpp"
+#include "runtime/coordinator.hpp"
+#include "runtime/estimate.hpp"
+#include "runtime/launch/launcher.hpp"
+
+namespace troupe {
+namespace {
+
+/// Subcommands troupe-core parses and runs; the front only lists them in --help.
+constexpr const char* kCoreCommands[] = {"rank", "bench", "bench-rank"};
+
+bool is_core_command(const char* name) {
+  for (const char* c : kCoreCommands)
+    if (std::strcmp(c, name) == 0) return true;
+  return false;
+}
+
+int report_config_error(const Error& e) {
+  std::fprintf(stderr, "troupe: %s\n", e.message.c_str());
+  return kUsageExitCode;
+}
+
+// Starts world_size copies of `troupe-core rank` with the same arguments.
+int run_cluster(const JobConfig& job, const JobArguments& a) {
+  if (job.cluster.world_size > 1) {
+    auto address = parse_host_port(job.cluster.coordinator, "[cluster] coordinator");
+    if (!address) return report_config_error(address.error());
+    auto free = check_port_free(*address);
+    if (!free) return report_config_error(free.error());
+  }
+  auto core = core_program_path();
+  if (!core) {
+    std::fprintf(stderr, "troupe: %s\n", core.error().message.c_str());
+    return kCannotStartExitCode;
+  }
+  LaunchOptions launch;
+  launch.ranks = job.cluster.world_size;
+  launch.argv = {*core, "rank"};
+  for (auto& arg : job_argv(a)) launch.argv.push_back(std::move(arg));
+  launch.extra_env = {{"TROUPE_PROGRESS", "relay"}};
+  return launch_ranks(launch);
+}
+
+int check_job(const JobArguments& a) {
+  auto job = load_config_file(a.file, a.overrides);
+  if (!job) return report_config_error(job.error());
+  std::printf("%s", render_config(*job).c_str());
+  return 0;
+}
+
+int estimate_job(const JobArguments& a, bool as_json) {
+  auto job = load_config_file(a.file, a.overrides);
+  if (!job) return report_config_error(job.error());
+  auto predicted = estimate_job(*job);
+  if (!predicted) return report_config_error(predicted.error());
+  std::string text = as_json ? estimate_json(*predicted) + "\n" : render_estimate(*predicted);
+  std::printf("%s", text.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace troupe
+
+int main(int argc, char** argv) {
+  using namespace troupe;
+  if (argc > 1 && is_core_command(argv[1]))
+    return exec_core_program(std::vector<std::string>(argv + 1, argv + argc));
+
+  CLI::App app{"troupe: DeepSpeed-style training as an actor system over UCX"};
+  app.require_subcommand(1);
+
+  JobArguments run_args;
+  auto* run = app.add_subcommand("run", "train the job: start its ranks on this machine");
+  add_job_arguments(run, run_args);
+  run->add_flag("--reference", run_args.reference, "train in one process with plain LibTorch (no actors)");
+
+  app.add_subcommand("rank", "run one rank of the job (rank and world size from the environment)");
+
+  JobArguments check_args;
+  auto* check = app.add_subcommand("check", "validate the job and print the resolved configuration");
+  add_config_arguments(check, check_args);
+
+  JobArguments estimate_args;
+  bool estimate_as_json = false;
+  auto* estimate = app.add_subcommand(
+      "estimate", "predict the bytes each rank will hold: parameters, gradients, optimizer state, buffers");
+  add_config_arguments(estimate, estimate_args);
+  estimate->add_flag("--json", estimate_as_json, "one JSON object instead of the table");
+
+  int64_t launch_ranks_count = 1;
+  std::vector<std::string> program;
+  auto* launch =
+      app.add_subcommand("launch", "start N ranks of any program (e.g. a trainer embedding troupe)");
+  launch->add_option("--ranks,-n", launch_ranks_count, "number of ranks")
+      ->required()
+      ->check(CLI::Range(int64_t{1}, kLaunchRanksMax));
+  launch->add_option("PROGRAM", program, "program and its arguments (after --)")->required();
+
+  app.add_subcommand("bench",
+                     "measure the transport, a collective, the CPU optimizer, the disk or an offloaded step");
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (*check) return check_job(check_args);
+  if (*estimate) return estimate_job(estimate_args, estimate_as_json);
+  if (*launch) {
+    LaunchOptions options;
+    options.ranks = launch_ranks_count;
+    options.argv = program;
+    options.extra_env = {{"TROUPE_PROGRESS", "relay"}};
+    return launch_ranks(options);
+  }
+  if (run_args.reference) return exec_core_program(std::vector<std::string>(argv + 1, argv + argc));
+  auto job = load_config_file(run_args.file, run_args.overrides);
+  if (!job) return report_config_error(job.error());
+  return run_cluster(*job, run_args);
+}
