@@ -21,6 +21,7 @@
 #include "runtime/devices.hpp"
 #include "runtime/gpu_rank.hpp"
 #include "runtime/model/optimizer.hpp"
+#include "runtime/config/token.hpp"
 #include "runtime/trace_merge.hpp"
 #include "troupe/troupe.hpp"
 
@@ -59,7 +60,9 @@ Result<TransportOptions> transport_options(const JobConfig& config, const RankEn
   o.world_size = rank.world_size;
   o.coordinator_host = address->host;
   o.coordinator_port = address->port;
-  o.token = config.cluster.token;
+  auto token = rank_token(config.cluster, address->host);
+  if (!token) return token.error();
+  o.token = std::move(token).value();
   o.bootstrap_timeout_s = config.cluster.bootstrap_timeout_s;
   o.peer_timeout_s = config.cluster.peer_timeout_s;
   o.collective_timeout_s = config.cluster.collective_timeout_s;

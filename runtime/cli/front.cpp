@@ -9,6 +9,7 @@
 // MB. What trains or measures (rank, bench, run --reference) is troupe-core, which this
 // program becomes by exec with the same arguments, and which `run` starts as each rank.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "runtime/cli/job_arguments.hpp"
 #include "runtime/config/load.hpp"
 #include "runtime/config/render.hpp"
+#include "runtime/config/token.hpp"
 #include "runtime/coordinator.hpp"
 #include "runtime/estimate.hpp"
 #include "runtime/launch/launcher.hpp"
@@ -58,6 +60,11 @@ int run_cluster(const JobConfig& job, const JobArguments& a) {
   launch.argv = {*core, "rank"};
   for (auto& arg : job_argv(a)) launch.argv.push_back(std::move(arg));
   launch.extra_env = {{"TROUPE_PROGRESS", "relay"}};
+  if (job.cluster.secret.empty()) {  // this job's own secret, in the ranks' environment only
+    auto token = random_token();
+    if (!token) return report_config_error(token.error());
+    launch.extra_env.emplace_back(kTokenVariable, *token);
+  }
   return launch_ranks(launch);
 }
 
@@ -128,6 +135,11 @@ int main(int argc, char** argv) {
     options.ranks = launch_ranks_count;
     options.argv = program;
     options.extra_env = {{"TROUPE_PROGRESS", "relay"}};
+    if (const char* given = std::getenv(kTokenVariable); !given || !*given) {
+      auto token = random_token();
+      if (!token) return report_config_error(token.error());
+      options.extra_env.emplace_back(kTokenVariable, *token);
+    }
     return launch_ranks(options);
   }
   if (run_args.reference) return exec_core_program(std::vector<std::string>(argv + 1, argv + argc));

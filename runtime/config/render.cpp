@@ -63,6 +63,10 @@ std::string render_config(const JobConfig& config) {
       out += fmt::format("\n[{}]\n", section);
     }
     if (auto note = derived_note(copy, spec)) out += fmt::format("# derived: {}\n", *note);
+    if (spec.section == "cluster" && spec.key == "token" && !config.cluster.token.empty()) {
+      out += fmt::format("# token = (set, {} bytes; a secret, not shown)\n", config.cluster.token.size());
+      continue;
+    }
     out += fmt::format("{} = {}\n", spec.key, std::visit(ValueText{}, spec.field(copy)));
   }
   return out;

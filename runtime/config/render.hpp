@@ -14,8 +14,8 @@
 namespace troupe {
 
 /// The config as TOML text. Meant for resolved configs; an unresolved one is printed as
-/// it is (its derived comments may then not add up). Note that cluster.token is printed
-/// too, since a rendered config must be loadable.
+/// it is (its derived comments may then not add up). cluster.token is a secret: a set
+/// token is shown as a comment with its length only, so the text loads without it.
 std::string render_config(const JobConfig& config);
 
 }  // namespace troupe

@@ -11,6 +11,7 @@
 #include "runtime/config/schema.hpp"
 #include "runtime/config/suggest.hpp"
 #include "runtime/config/toml_text.hpp"
+#include "runtime/config/token.hpp"
 
 namespace troupe {
 namespace {
@@ -74,10 +75,12 @@ bool is_host_port(const std::string& text) {
   return number >= 1 && number <= kPortMax;
 }
 
-Status resolve_cluster(const ClusterConfig& cluster, const ConfigOrigins& origins) {
+Status resolve_cluster(ClusterConfig& cluster, const ConfigOrigins& origins) {
   TROUPE_TRY(
       require(is_host_port(cluster.coordinator), origins, "cluster", "coordinator", cluster.coordinator));
-  TROUPE_TRY(require(!cluster.token.empty(), origins, "cluster", "token", cluster.token));
+  auto secret = resolve_token(cluster, origins);
+  if (!secret) return secret.error();
+  cluster.secret = std::move(secret).value();
   TROUPE_TRY(
       require(cluster.topology == "auto" || cluster.topology == "flat" || cluster.topology == "two_level",
               origins, "cluster", "topology", cluster.topology));

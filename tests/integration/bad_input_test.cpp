@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <regex>
 #include <string>
 #include <thread>
 
@@ -184,6 +185,42 @@ TEST(BadInput, TroupeWithoutItsCoreProgramNamesWhereItLooked) {
   EXPECT_NE(r.output.find(dir + "/troupe-core"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(dir + "/../libexec/troupe/troupe-core"), std::string::npos) << r.output;
   expect_refused(testing::run_command(alone + " run " + config), "cannot find troupe-core");
+}
+
+// A rank whose coordinator any other machine could reach needs a token of the user's.
+TEST(BadInput, ANonLoopbackCoordinatorWithoutATokenIsRefused) {
+  auto r = testing::run_command(
+      "env -u TROUPE_TOKEN TROUPE_RANK=0 TROUPE_WORLD_SIZE=2 " +
+      troupe_command(std::string("rank ") + TROUPE_SOURCE_DIR +
+                     "/configs/tiny-gpt.toml --set cluster.coordinator=192.0.2.1:29724"));
+  expect_refused(r,
+                 "this rank refuses to start: [cluster] coordinator 192.0.2.1:29724 is not a loopback "
+                 "address and the job has no token");
+}
+
+// The token reaches every rank and no line of output, metrics or trace: given in a file,
+// with --set, and made by troupe run itself (its 64 hex digits appear nowhere either).
+TEST(BadInput, NoOutputOfARunShowsItsToken) {
+  std::string dir = testing::make_temp_dir();
+  const std::string secret = "correct-horse-battery-staple-7d41";
+  testing::write_file(dir + "/token", secret + "\n");
+  const std::string common =
+      std::string(TROUPE_SOURCE_DIR) +
+      "/configs/tiny-gpt.toml --set train.steps=2 --set cluster.coordinator=127.0.0.1:29725" + " --metrics " +
+      dir + "/metrics.jsonl --set trace.path=" + dir + "/trace.json";
+  for (const std::string& how :
+       {" --set cluster.token_file=" + dir + "/token", " --set cluster.token=" + secret, std::string()}) {
+    auto r = testing::run_command("env -u TROUPE_TOKEN " + troupe_command("run " + common + how), 120);
+    ASSERT_EQ(r.exit_code, 0) << how << "\n" << r.output;
+    const std::string everything =
+        r.output + testing::read_file(dir + "/metrics.jsonl") + testing::read_file(dir + "/trace.json");
+    EXPECT_EQ(everything.find(secret), std::string::npos) << how;
+    EXPECT_FALSE(std::regex_search(everything, std::regex("[0-9a-f]{64}"))) << how;
+  }
+  auto checked = testing::run_command(troupe_command(std::string("check ") + TROUPE_SOURCE_DIR +
+                                                     "/configs/tiny-gpt.toml --set cluster.token=" + secret));
+  ASSERT_EQ(checked.exit_code, 0) << checked.output;
+  EXPECT_EQ(checked.output.find(secret), std::string::npos) << checked.output;
 }
 
 }  // namespace

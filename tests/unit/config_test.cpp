@@ -1,18 +1,22 @@
 // Specifications of the TOML job configuration: loading, --set overrides, resolution
 // (derivations and validation), rendering and did-you-mean suggestions.
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "base/constant_time.hpp"
 #include "runtime/config/load.hpp"
 #include "runtime/config/render.hpp"
 #include "runtime/config/resolve.hpp"
 #include "runtime/config/suggest.hpp"
+#include "runtime/config/token.hpp"
 #include "runtime/devices.hpp"
 
 namespace troupe {
@@ -618,9 +622,107 @@ TEST(ConfigResolve, CoordinatorAcceptsBracketedIpv6) {
   EXPECT_TRUE(resolve_config(raw).ok());
 }
 
-TEST(ConfigResolve, EmptyTokenIsAnError) {
-  EXPECT_EQ(error_of(load(kMinimal, {"cluster.token="})),
-            "--set cluster.token=: [cluster] token must be a non-empty string, got \"\"");
+// ---- The job token ----
+
+// Sets TROUPE_TOKEN (or unsets it, for nullptr) for one test, and restores it.
+class TokenVariable {
+ public:
+  explicit TokenVariable(const char* value) {
+    if (const char* old = std::getenv(kTokenVariable)) saved_ = old;
+    value ? setenv(kTokenVariable, value, 1) : unsetenv(kTokenVariable);
+  }
+  ~TokenVariable() { saved_ ? setenv(kTokenVariable, saved_->c_str(), 1) : unsetenv(kTokenVariable); }
+
+ private:
+  std::optional<std::string> saved_;
+};
+
+TEST(ConfigToken, NoneSetMeansNoSecret) {
+  TokenVariable unset(nullptr);
+  Result<JobConfig> config = load(kMinimal, {"cluster.token="});
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  EXPECT_EQ(config->cluster.secret, "");
+}
+
+TEST(ConfigToken, ComesFromTheKeyTheFileOrTheEnvironmentInThatOrder) {
+  TokenVariable from_environment("from-the-environment");
+  EXPECT_EQ(load(kMinimal)->cluster.secret, "from-the-environment");
+  const std::string file = write_temp_file("token_file", "from-the-file  \nsecond line\n");
+  EXPECT_EQ(load(kMinimal, {"cluster.token_file=" + file})->cluster.secret, "from-the-file");
+  EXPECT_EQ(load(kMinimal, {"cluster.token=from-the-key"})->cluster.secret, "from-the-key");
+}
+
+TEST(ConfigToken, TokenAndTokenFileTogetherAreRefused) {
+  const std::string file = write_temp_file("token_file_both", "x\n");
+  EXPECT_EQ(
+      error_of(load(kMinimal, {"cluster.token=abc", "cluster.token_file=" + file})),
+      "--set cluster.token_file=" + file + ": [cluster] token and token_file are both set; set one of them");
+}
+
+TEST(ConfigToken, ErrorsNeverShowTheToken) {
+  const std::string long_token(1025, 'q');
+  const std::string error = error_of(load(kMinimal, {"cluster.token=" + long_token}));
+  EXPECT_EQ(error.find("qqqq"), std::string::npos) << error;
+  EXPECT_EQ(error.find("--set cluster.token=(not shown)"), 0u) << error;
+  EXPECT_NE(error.find("[cluster] token is 1025 bytes; a token may have at most 1024"), std::string::npos)
+      << error;
+  EXPECT_EQ(
+      error_of(load(kMinimal, {"cluster.token=987654321"})),
+      "--set cluster.token=(not shown): [cluster] token must be a string of at most 1024 bytes (empty = "
+      "token_file, or $TROUPE_TOKEN), got a value not shown (an integer)");
+  const std::string empty_file = write_temp_file("token_file_empty", "\n");
+  EXPECT_NE(error_of(load(kMinimal, {"cluster.token_file=" + empty_file}))
+                .find("the first line of [cluster] token_file " + empty_file + " is empty"),
+            std::string::npos);
+  EXPECT_NE(error_of(load(kMinimal, {"cluster.token_file=/nonexistent/token"}))
+                .find("[cluster] token_file /nonexistent/token cannot be read: No such file or directory"),
+            std::string::npos);
+}
+
+TEST(ConfigToken, RenderingShowsTheTokensLengthOnly) {
+  Result<JobConfig> config = load(kMinimal, {"cluster.token=hunter2-very-secret"});
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  const std::string text = render_config(*config);
+  EXPECT_EQ(text.find("hunter2"), std::string::npos) << text;
+  EXPECT_NE(text.find("# token = (set, 19 bytes; a secret, not shown)\n"), std::string::npos) << text;
+}
+
+TEST(ConfigToken, RanksOnALoopbackCoordinatorMayGoWithoutOne) {
+  ClusterConfig cluster;
+  for (const char* host : {"127.0.0.1", "127.3.2.1", "localhost", "[::1]", "::1"}) {
+    auto token = rank_token(cluster, host);
+    ASSERT_TRUE(token.ok()) << host;
+    EXPECT_EQ(*token, kLoopbackToken);
+  }
+  cluster.coordinator = "10.0.0.7:29500";
+  for (const char* host : {"10.0.0.7", "node7", "128.0.0.1", "[::2]"}) {
+    auto token = rank_token(cluster, host);
+    ASSERT_FALSE(token.ok()) << host;
+    EXPECT_NE(
+        token.error().message.find("this rank refuses to start: [cluster] coordinator 10.0.0.7:29500 is "
+                                   "not a loopback address and the job has no token"),
+        std::string::npos)
+        << token.error().message;
+  }
+  cluster.secret = "given";
+  EXPECT_EQ(*rank_token(cluster, "10.0.0.7"), "given");
+}
+
+TEST(ConfigToken, RandomTokensAre64HexDigitsAndDiffer) {
+  auto a = random_token(), b = random_token();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->size(), 64u);
+  EXPECT_EQ(a->find_first_not_of("0123456789abcdef"), std::string::npos) << *a;
+  EXPECT_NE(*a, *b);
+}
+
+TEST(ConfigToken, ConstantTimeEqualityIsEquality) {
+  EXPECT_TRUE(constant_time_equal("secret", "secret"));
+  EXPECT_TRUE(constant_time_equal("", ""));
+  EXPECT_FALSE(constant_time_equal("secret", "secreT"));
+  EXPECT_FALSE(constant_time_equal("secret", "secret2"));
+  EXPECT_FALSE(constant_time_equal("", "x"));
+  EXPECT_FALSE(constant_time_equal(std::string_view("a\0b", 3), std::string_view("a\0c", 3)));
 }
 
 TEST(ConfigResolve, TimeoutsMustBePositive) {
@@ -831,7 +933,17 @@ TEST(ConfigZero, RenderedConfigWithNonDefaultValuesRoundTrips) {
 TEST(ConfigRender, RoundTripGivesAnEqualConfig) {
   JobConfig raw;
   raw.source = "job.toml";
-  raw.cluster = {0, "node3:7000", "tok\"en\\with\nescapes\t", 1.5, 0.25, 7, "two_level", "rack-2/node-3"};
+  raw.cluster = {0,
+                 "node3:7000",
+                 "",
+                 write_temp_file("token \"with\\ escapes", "s3cret\n"),
+                 1.5,
+                 0.25,
+                 7,
+                 "two_level",
+                 "rack-2/node-3",
+                 "cpu",
+                 ""};
   raw.parallel = {2, 1, 1};
   raw.zero = {1, 12345, false, 6, 7, 8, 9};
   raw.batch = {3, 0, 12};
