@@ -354,6 +354,7 @@ Result<std::unique_ptr<NvmeStore>> open_nvme_store(const OffloadOptions& o, doub
   NvmeStoreOptions options;
   options.block_size = static_cast<std::size_t>(o.block_size);
   options.queue_depth = static_cast<unsigned>(o.queue_depth);
+  options.direct_io = o.direct_io;
   options.io_timeout = std::chrono::milliseconds(static_cast<int64_t>(io_timeout_s * 1000));
   options.ledger = std::move(ledger);
   auto store = NvmeStore::open(o.nvme_dir, options);

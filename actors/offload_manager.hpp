@@ -76,6 +76,7 @@ struct OffloadOptions {
   int64_t buffer_count = 4;
   int64_t block_size = 1048576;
   int64_t queue_depth = 8;
+  DirectIo direct_io = DirectIo::prefer;
 };
 
 struct OffloadManagerOptions {

@@ -88,14 +88,28 @@ Result<std::unique_ptr<NvmeStore>> NvmeStore::open(const std::string& dir, NvmeS
   std::string root = dir;
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   TROUPE_TRY(check_directory(root));
-  auto direct = probe_directory(root, options.direct_io == DirectIo::prefer);
+  auto direct = probe_directory(root, options.direct_io != DirectIo::never);
   if (!direct) return direct.error();
+  std::string buffered_reason;
+  if (options.direct_io == DirectIo::never) {
+    buffered_reason = fmt::format("{}: direct I/O is turned off, so I/O goes through the page cache", root);
+  } else if (!*direct) {
+    buffered_reason = fmt::format(
+        "{}: the file system there refuses O_DIRECT (EINVAL), so I/O goes through the page cache", root);
+    if (options.direct_io == DirectIo::require)
+      return make_error(fmt::format("direct I/O is required, but {}", buffered_reason));
+  }
   auto engine = Engine::make(root, std::move(options), *direct);
   if (!engine) return engine.error();
-  return std::unique_ptr<NvmeStore>(new NvmeStore(std::move(*engine)));
+  return std::unique_ptr<NvmeStore>(new NvmeStore(std::move(*engine), std::move(buffered_reason)));
 }
 
-NvmeStore::NvmeStore(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {}
+NvmeStore::NvmeStore(std::unique_ptr<Engine> engine, std::string buffered_reason)
+    : engine_(std::move(engine)), buffered_reason_(std::move(buffered_reason)) {}
+
+const std::string& NvmeStore::buffered_reason() const {
+  return buffered_reason_;
+}
 
 NvmeStore::~NvmeStore() = default;
 

@@ -45,8 +45,9 @@ namespace troupe {
 /// Called once when a write or read has finished, with its outcome.
 using IoCallback = std::function<void(Status)>;
 
-/// Whether to try O_DIRECT (falling back to buffered I/O where it is refused) or not at all.
-enum class DirectIo { prefer, never };
+/// O_DIRECT where the file system allows it, else buffered I/O (prefer); O_DIRECT or an
+/// error naming the directory (require); buffered I/O through the page cache (never).
+enum class DirectIo { prefer, require, never };
 
 struct NvmeStoreOptions {
   /// Bytes per request and per checksum: DeepSpeed's aio block_size. A multiple of 4 KiB.
@@ -83,8 +84,11 @@ class NvmeStore {
   /// Reads the whole content of `key`, which must be exactly `bytes`, into `data`, checking every block.
   void read(const std::string& key, void* data, std::size_t bytes, IoCallback done);
 
-  /// False where the file system refused O_DIRECT and I/O goes through the page cache.
+  /// False where I/O goes through the page cache: the file system refused O_DIRECT, or
+  /// direct_io was never.
   bool direct() const;
+  /// Why I/O is buffered, naming the directory ("" when it is direct).
+  const std::string& buffered_reason() const;
   const std::string& dir() const;
   const NvmeStoreOptions& options() const;
   /// The data file of `key`; its checksums are in index_path(path_of(key)).
@@ -93,8 +97,9 @@ class NvmeStore {
   class Engine;  // the completion thread and its ring (nvme_store.cpp)
 
  private:
-  explicit NvmeStore(std::unique_ptr<Engine> engine);
+  NvmeStore(std::unique_ptr<Engine> engine, std::string buffered_reason);
   std::unique_ptr<Engine> engine_;
+  std::string buffered_reason_;
 };
 
 }  // namespace troupe

@@ -49,14 +49,20 @@ namespace {
 void report(const NvmeBenchOptions& o, const char* rw, double seconds, bool direct) {
   double mbps = static_cast<double>(o.bytes) / seconds / (1 << 20);
   if (o.json) {
-    nlohmann::ordered_json line{
-        {"bench", "nvme"},     {"rw", rw},     {"bytes", o.bytes},   {"block", o.block_size},
-        {"qd", o.queue_depth}, {"MBps", mbps}, {"seconds", seconds}, {"direct", direct ? 1 : 0}};
+    nlohmann::ordered_json line{{"bench", "nvme"},
+                                {"rw", rw},
+                                {"bytes", o.bytes},
+                                {"block", o.block_size},
+                                {"qd", o.queue_depth},
+                                {"MBps", mbps},
+                                {"seconds", seconds},
+                                {"direct", direct ? 1 : 0},
+                                {"io", direct ? "direct" : "buffered (page cache)"}};
     std::printf("%s\n", line.dump().c_str());
   } else {
-    std::printf("bench=nvme rw=%s bytes=%lld block=%lld qd=%lld MBps=%.1f direct=%d\n", rw,
+    std::printf("bench=nvme rw=%s bytes=%lld block=%lld qd=%lld MBps=%.1f direct=%d io=%s\n", rw,
                 static_cast<long long>(o.bytes), static_cast<long long>(o.block_size),
-                static_cast<long long>(o.queue_depth), mbps, direct ? 1 : 0);
+                static_cast<long long>(o.queue_depth), mbps, direct ? 1 : 0, direct ? "direct" : "buffered");
   }
   std::fflush(stdout);
 }
@@ -65,8 +71,13 @@ Status bench(const NvmeBenchOptions& o) {
   NvmeStoreOptions store_options;
   store_options.block_size = static_cast<std::size_t>(o.block_size);
   store_options.queue_depth = static_cast<unsigned>(o.queue_depth);
+  store_options.direct_io = o.buffered ? DirectIo::never : DirectIo::require;
   auto store = NvmeStore::open(o.dir, store_options);
-  if (!store) return store.error();
+  if (!store)
+    return o.buffered ? store.error()
+                      : make_error(store.error().message +
+                                   "; its figures would be the page cache's, not the device's (pass "
+                                   "--buffered to measure buffered I/O, reported as such)");
   auto pool = AlignedPool::make(
       {static_cast<std::size_t>(o.bytes), 1, nullptr, MemoryKind::communication, "NVMe benchmark buffer"});
   if (!pool) return pool.error();

@@ -2,7 +2,7 @@
 // peer script does (one file, O_DIRECT, io_uring, `block_size` requests, `queue_depth` in
 // flight): write `bytes` from one aligned buffer through NvmeStore, then read them back,
 // checksums included. Prints one line per direction —
-//   bench=nvme rw=write bytes=N block=B qd=Q MBps=X direct=1
+//   bench=nvme rw=write bytes=N block=B qd=Q MBps=X direct=1 io=direct
 // — or with --json one object per line with the same keys. MBps is 2^20 bytes per second,
 // fio's unit. The file is removed afterwards.
 #pragma once
@@ -20,6 +20,10 @@ struct NvmeBenchOptions {
   int64_t bytes = int64_t{1} << 30;       ///< moved each way, from one buffer of this size
   int64_t block_size = int64_t{1} << 20;  ///< bytes per request
   int64_t queue_depth = 32;               ///< requests in flight
+  /// Measure buffered I/O (the page cache) on purpose. Without it the benchmark uses
+  /// O_DIRECT or refuses, naming the directory and why: it never reports the page cache
+  /// as the device.
+  bool buffered = false;
   bool json = false;
 };
 

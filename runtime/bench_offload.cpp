@@ -34,6 +34,7 @@ Result<std::vector<double>> time_passes(caf::actor_system& system, const Offload
   OffloadManagerOptions m;
   m.offload.tier = tier;
   m.offload.nvme_dir = o.dir;
+  m.offload.direct_io = DirectIo::require;  // figures of the device, never of the page cache
   m.offload.sub_group_size = o.sub_group_size;
   m.offload.buffer_count = o.buffer_count;
   m.offload.block_size = o.block_size;

@@ -2,6 +2,7 @@
 // embedding API of include/troupe/troupe.hpp.
 #include <torch/torch.h>
 #include <caf/all.hpp>
+#include <cstdio>
 
 #include <thread>
 
@@ -17,11 +18,11 @@
 #include "actors/stage.hpp"
 #include "actors/step_driver.hpp"
 #include "memory/nvme_store.hpp"
+#include "runtime/config/token.hpp"
 #include "runtime/coordinator.hpp"
 #include "runtime/devices.hpp"
 #include "runtime/gpu_rank.hpp"
 #include "runtime/model/optimizer.hpp"
-#include "runtime/config/token.hpp"
 #include "runtime/trace_merge.hpp"
 #include "troupe/troupe.hpp"
 
@@ -106,6 +107,9 @@ std::optional<OffloadOptions> offload_options(const JobConfig& config, int64_t r
   o.buffer_count = c.buffer_count;
   o.block_size = c.block_size;
   o.queue_depth = c.queue_depth;
+  o.direct_io = c.direct_io == "require" ? DirectIo::require
+                : c.direct_io == "off"   ? DirectIo::never
+                                         : DirectIo::prefer;
   return o;
 }
 
@@ -125,11 +129,16 @@ OptimizerRule optimizer_rule(const OptimizerConfig& c) {
 }
 
 // The nvme tier's folder must be usable before any step: checked when the engine starts,
-// so a bad nvme_path stops the job at once with the path and the reason.
-Status check_nvme_tier(const std::optional<OffloadOptions>& offload) {
+// so a bad nvme_path stops the job at once with the path and the reason. When its I/O
+// will be buffered, the first rank of each host says so once: figures of such a run are
+// the page cache's, not the device's.
+Status check_nvme_tier(const std::optional<OffloadOptions>& offload, const RankEnvironment& rank) {
   if (!offload || (offload->tier != "nvme" && offload->param_tier != "nvme")) return {};
   auto probe = open_nvme_store(*offload, 1);
   if (!probe) return probe.error();
+  if (!(*probe)->direct() && rank.local_rank == 0)
+    std::fprintf(stderr, "troupe: the nvme tier uses buffered I/O, not direct: %s\n",
+                 (*probe)->buffered_reason().c_str());
   return {};
 }
 
@@ -277,7 +286,7 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   torch::set_num_threads(static_cast<int>(impl->compute_threads));
   if (!impl->config.trace.path.empty()) impl->tracer = std::make_unique<Tracer>(impl->rank.rank);
 
-  if (auto usable = check_nvme_tier(offload_options(impl->config, impl->rank.rank)); !usable)
+  if (auto usable = check_nvme_tier(offload_options(impl->config, impl->rank.rank), impl->rank); !usable)
     return make_error(fmt::format("rank {}: {}", impl->rank.rank, usable.error().message));
   auto options = transport_options(impl->config, impl->rank);
   if (!options) return options.error();

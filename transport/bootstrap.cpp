@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "base/constant_time.hpp"
 #include "transport/wire.hpp"
 
 namespace troupe {
@@ -96,7 +97,7 @@ void on_accepted_ep_error(void* arg, ucp_ep_h, ucs_status_t status) {
 }
 
 std::string check_hello(const Coordinator& c, const wire::Hello& hello) {
-  if (hello.token != c.options->token) return "wrong cluster token";
+  if (!constant_time_equal(hello.token, c.options->token)) return "wrong cluster token";
   if (hello.world_size != c.options->world_size)
     return fmt::format("world size {} differs from the coordinator's {}", hello.world_size,
                        c.options->world_size);

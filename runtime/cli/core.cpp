@@ -89,6 +89,8 @@ int main(int argc, char** argv) {
   bench_nvme->add_option("--queue-depth", nvme_bench.queue_depth, "requests in flight (default 32)")
       ->check(CLI::Range(1, 1024));
   bench_nvme->add_flag("--json", nvme_bench.json, "one JSON object per direction");
+  bench_nvme->add_flag("--buffered", nvme_bench.buffered,
+                       "measure buffered I/O through the page cache (default: O_DIRECT, or refuse)");
   // `troupe bench offload`: an optimizer step with its state on NVMe against its bounds.
   OffloadBenchOptions offload_bench;
   auto* bench_offload = bench->add_subcommand(

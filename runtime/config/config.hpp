@@ -76,6 +76,9 @@ struct OffloadConfig {
   int64_t block_size = 1048576;
   /// I/O requests in flight per file operation (DeepSpeed's aio queue_depth).
   int64_t queue_depth = 8;
+  /// "prefer": O_DIRECT where the file system allows it, else buffered, said once;
+  /// "require": O_DIRECT or the rank stops; "off": buffered through the page cache.
+  std::string direct_io = "prefer";
 };
 
 /// [batch]: DeepSpeed's rule global = micro × accumulation × dp; 0 = derive.

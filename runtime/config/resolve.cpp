@@ -185,6 +185,8 @@ Status resolve_offload(const OffloadConfig& o, int64_t stage, const ConfigOrigin
       require(o.block_size > 0 && o.block_size % 4096 == 0, origins, "offload", "block_size", o.block_size));
   TROUPE_TRY(
       require(o.queue_depth >= 1 && o.queue_depth <= 1024, origins, "offload", "queue_depth", o.queue_depth));
+  TROUPE_TRY(require(o.direct_io == "prefer" || o.direct_io == "require" || o.direct_io == "off", origins,
+                     "offload", "direct_io", o.direct_io));
   return {};
 }
 

@@ -67,6 +67,8 @@ std::vector<KeySpec> make_key_specs() {
        [](C& c) -> FieldRef { return &c.offload.block_size; }},
       {"offload", "queue_depth", "an integer from 1 to 1024",
        [](C& c) -> FieldRef { return &c.offload.queue_depth; }},
+      {"offload", "direct_io", R"(one of "prefer", "require" or "off")",
+       [](C& c) -> FieldRef { return &c.offload.direct_io; }},
 
       {"batch", "micro_batch_size", "a positive integer",
        [](C& c) -> FieldRef { return &c.batch.micro_batch_size; }},

@@ -310,5 +310,62 @@ TEST(Offload, AFullDiskStopsTheRunNamingThePath) {
   EXPECT_NE(run.result.output.find(dir + "/rank"), std::string::npos) << run.result.output;
 }
 
+constexpr const char* kBufferedLine = "troupe: the nvme tier uses buffered I/O, not direct: ";
+
+std::size_t count_of(const std::string& text, const std::string& needle) {
+  std::size_t n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+// On a file system that refuses O_DIRECT (ramfs) the run trains, saying once (one host)
+// that its nvme I/O is buffered, with the path and the reason; with direct_io = "require"
+// it stops naming them; `troupe bench nvme` refuses to report the page cache as the device
+// unless asked with --buffered, and then says so. On a directory where the benchmark gets
+// O_DIRECT, the run does not say it is buffered.
+TEST(Offload, BufferedIoIsSaidOnceAndNeverReportedAsNvme) {
+  std::string dir = testing::make_temp_dir();
+  if (::geteuid() != 0 || ::mount("ramfs", dir.c_str(), "ramfs", 0, "") != 0)
+    GTEST_SKIP() << "needs a file system that refuses O_DIRECT: mounting a ramfs on " << dir
+                 << " takes root (euid " << ::geteuid() << ")";
+  Trained buffered = train(nvme(dir), 29949, 2, 90);
+  Trained required = train(nvme(dir) + " --set offload.direct_io=require", 29951, 2, 90);
+  auto refused =
+      testing::run_command(std::string(TROUPE_BINARY) + " bench nvme --bytes 1048576 --dir " + dir, 60);
+  auto measured = testing::run_command(
+      std::string(TROUPE_BINARY) + " bench nvme --bytes 1048576 --json --buffered --dir " + dir, 60);
+  ::umount2(dir.c_str(), MNT_DETACH);
+
+  ASSERT_EQ(buffered.result.exit_code, 0) << buffered.result.output;
+  EXPECT_EQ(count_of(buffered.result.output, kBufferedLine), 1u) << buffered.result.output;
+  const std::string reason =
+      "/rank0: the file system there refuses O_DIRECT (EINVAL), so I/O goes through the page cache";
+  EXPECT_NE(buffered.result.output.find(kBufferedLine + dir + reason), std::string::npos)
+      << buffered.result.output;
+
+  EXPECT_NE(required.result.exit_code, 0) << required.result.output;
+  EXPECT_LT(required.result.exit_code, 128) << "crashed: " << required.result.output;
+  EXPECT_NE(required.result.output.find("direct I/O is required, but " + dir + "/rank"), std::string::npos)
+      << required.result.output;
+
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_NE(refused.output.find("refuses O_DIRECT"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("pass --buffered"), std::string::npos) << refused.output;
+  EXPECT_EQ(refused.output.find("MBps"), std::string::npos) << refused.output;
+  ASSERT_EQ(measured.exit_code, 0) << measured.output;
+  EXPECT_NE(measured.output.find("\"direct\":0,\"io\":\"buffered (page cache)\""), std::string::npos)
+      << measured.output;
+
+  std::string disk = testing::make_temp_dir();
+  auto direct =
+      testing::run_command(std::string(TROUPE_BINARY) + " bench nvme --bytes 1048576 --dir " + disk, 60);
+  if (direct.exit_code == 0) {
+    EXPECT_NE(direct.output.find("direct=1 io=direct"), std::string::npos) << direct.output;
+    Trained run = train(nvme(disk), 29952, 2, 90);
+    ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+    EXPECT_EQ(count_of(run.result.output, kBufferedLine), 0u) << run.result.output;
+  }
+}
+
 }  // namespace
 }  // namespace troupe

@@ -53,11 +53,14 @@ class TempDir {
   std::string path_;
 };
 
-// A tmpfs of `size` mounted on `dir` (root only), unmounted when destroyed.
+// A tmpfs (or another memory file system, `type`) mounted on `dir` (root only), unmounted
+// when destroyed.
 class TmpfsMount {
  public:
-  TmpfsMount(const std::string& dir, const std::string& options, unsigned long flags = 0) : dir_(dir) {
-    mounted_ = ::mount("tmpfs", dir.c_str(), "tmpfs", flags, options.c_str()) == 0;
+  TmpfsMount(const std::string& dir, const std::string& options, unsigned long flags = 0,
+             const char* type = "tmpfs")
+      : dir_(dir) {
+    mounted_ = ::mount(type, dir.c_str(), type, flags, options.c_str()) == 0;
     error_ = mounted_ ? "" : std::strerror(errno);
   }
   ~TmpfsMount() {
@@ -592,6 +595,8 @@ TEST(NvmeStore, BufferedIoWorksTheSameWhenDirectIoIsOff) {
   auto store = open_store(dir.path(), options);
   ASSERT_TRUE(store);
   EXPECT_FALSE(store->direct());
+  EXPECT_EQ(store->buffered_reason(),
+            dir.path() + ": direct I/O is turned off, so I/O goes through the page cache");
   auto pool = pool_of(2 * block, 2);
   std::byte* in = pool->try_acquire();
   std::byte* out = pool->try_acquire();
@@ -601,6 +606,46 @@ TEST(NvmeStore, BufferedIoWorksTheSameWhenDirectIoIsOff) {
   EXPECT_EQ(std::memcmp(in, out, 2 * block - 3), 0);
   pool->release(in);
   pool->release(out);
+}
+
+// Where O_DIRECT works the store uses it and gives no reason; where not, it says why.
+TEST(NvmeStore, DirectOrNotTheStoreSaysWhichAndWhy) {
+  TempDir dir;
+  auto store = open_store(dir.path());
+  ASSERT_TRUE(store);
+  EXPECT_EQ(store->direct(), store->buffered_reason().empty()) << store->buffered_reason();
+}
+
+// ramfs refuses O_DIRECT (EINVAL at open): the store falls back and names the directory
+// and the reason, or, when direct I/O is required, refuses to open.
+TEST(NvmeStore, AFileSystemThatRefusesDirectIoIsNamedOrRefusedWhenDirectIoIsRequired) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a ramfs needs root; not running as root";
+  TempDir dir;
+  TmpfsMount mount(dir.path(), "", 0, "ramfs");
+  if (!mount.mounted()) GTEST_SKIP() << "cannot mount a ramfs on " << dir.path() << ": " << mount.error();
+  auto store = open_store(dir.path(), small_blocks());
+  ASSERT_TRUE(store);
+  EXPECT_FALSE(store->direct());
+  EXPECT_EQ(store->buffered_reason(), dir.path() +
+                                          ": the file system there refuses O_DIRECT (EINVAL), so I/O goes "
+                                          "through the page cache");
+  auto pool = pool_of(block, 2);
+  std::byte* in = pool->try_acquire();
+  std::byte* out = pool->try_acquire();
+  fill(in, block, 3);
+  ASSERT_TRUE(write_sync(*store, "on-ramfs", in, block).ok());
+  ASSERT_TRUE(read_sync(*store, "on-ramfs", out, block).ok());
+  EXPECT_EQ(std::memcmp(in, out, block), 0);
+  pool->release(in);
+  pool->release(out);
+
+  auto required = small_blocks();
+  required.direct_io = DirectIo::require;
+  auto refused = NvmeStore::open(dir.path(), required);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().message, "direct I/O is required, but " + dir.path() +
+                                         ": the file system there refuses O_DIRECT (EINVAL), so I/O goes "
+                                         "through the page cache");
 }
 
 TEST(NvmeStore, AFullDiskGivesAClearErrorAndNothingHangs) {
