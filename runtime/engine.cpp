@@ -2,6 +2,7 @@
 // embedding API of include/troupe/troupe.hpp.
 #include <torch/torch.h>
 #include <caf/all.hpp>
+#include <cmath>
 #include <cstdio>
 
 #include <thread>
@@ -348,6 +349,12 @@ Result<StepResult> Engine::train_batch() {
   if (error.empty()) error = report.error;
   if (!error.empty()) return m.fail(fmt::format("step {} failed: {}", m.steps_done + 1, error));
   ++m.steps_done;
+  // The loss is the all-reduced one, so every rank stops at the same step.
+  if (!std::isfinite(report.loss) || !std::isfinite(report.stats.grad_norm))
+    return m.fail(fmt::format(
+        "rank {}: step {} has a loss of {} and a gradient norm of {}: training diverged (a learning rate "
+        "too high, or data or a model that overflows float32); stopping",
+        m.rank.rank, m.steps_done, report.loss, report.stats.grad_norm));
   StepResult result;
   result.step = m.steps_done;
   result.loss = report.loss;

@@ -11,6 +11,7 @@
 
 #include "runtime/console.hpp"
 #include "runtime/data/corpus.hpp"
+#include "runtime/host_check.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/model/gpt.hpp"
 #include "runtime/reference.hpp"
@@ -79,11 +80,18 @@ int fail(const std::string& message) {
 
 }  // namespace
 
-int run_gpt_rank(const JobConfig& job, const JobOutputs& outputs) {
+namespace {
+
+int train_rank(const JobConfig& job, const JobOutputs& outputs, std::string& phase) {
+  // Under any launcher: this rank alone must fit in what the host has left.
+  phase = "checking this machine's memory";
+  if (auto fits = check_host_memory(job, 1, "this rank"); !fits) return fail(fits.error().message);
+  phase = fmt::format("making the corpus ({} bytes)", job.data.path.empty() ? job.data.synthetic_bytes : 0);
   auto corpus = TextCorpus::make(job.data, job.train.seed, job.model.seq_len);
   if (!corpus) return fail(corpus.error().message);
   torch::manual_seed(static_cast<uint64_t>(job.train.seed));
   Trainable trainable;
+  phase = "building the model";
   trainable.layers = make_gpt(job.model);
   const int64_t parameter_count = count_parameters(*trainable.layers);
   trainable.loss = lm_loss;
@@ -92,12 +100,14 @@ int run_gpt_rank(const JobConfig& job, const JobOutputs& outputs) {
     TokenBatch b = sample_sequences(corpus, seq, static_cast<uint64_t>(seed), first, count);
     return MicroBatch{b.input, b.target};
   };
+  phase = fmt::format("starting the engine for {} parameters", parameter_count);
   auto engine = Engine::make(job, std::move(trainable));
   if (!engine) return fail(engine.error().message);
   Engine& e = **engine;
   auto report = Report::make(job, outputs, e.rank() == 0);
   if (!report) return fail(report.error().message);
   for (int64_t s = 0; s < job.train.steps; ++s) {
+    phase = fmt::format("training step {}", s + 1);
     auto r = e.train_batch();
     if (!r) return fail(r.error().message);
     StepMetrics m{r->step, job.train.steps, r->loss, r->tokens_per_s, r->step_ms, r->tokens};
@@ -111,6 +121,7 @@ int run_gpt_rank(const JobConfig& job, const JobOutputs& outputs) {
     auto written = report->step(m);
     if (!written) return fail(written.error().message);
   }
+  phase = "finishing";
   auto finished = e.finish();
   if (!finished) return fail(finished.error().message);
   report->summary();
@@ -123,6 +134,21 @@ int run_gpt_rank(const JobConfig& job, const JobOutputs& outputs) {
     }
   }
   return 0;
+}
+
+}  // namespace
+
+int run_gpt_rank(const JobConfig& job, const JobOutputs& outputs) {
+  // Memory that runs out is reported with what was being done, never as an abort.
+  std::string phase = "starting";
+  try {
+    return train_rank(job, outputs, phase);
+  } catch (const std::bad_alloc&) {
+    return fail(fmt::format("out of memory while {}", phase));
+  } catch (const c10::Error& e) {
+    std::string what = e.what_without_backtrace();
+    return fail(fmt::format("while {}: {}", phase, what.substr(0, what.find('\n'))));
+  }
 }
 
 int run_gpt_reference(const JobConfig& job, const JobOutputs& outputs) {

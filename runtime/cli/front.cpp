@@ -8,12 +8,14 @@
 // This program links no LibTorch and no actors: it checks, estimates and launches in a few
 // MB. What trains or measures (rank, bench, run --reference) is troupe-core, which this
 // program becomes by exec with the same arguments, and which `run` starts as each rank.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
 #include "runtime/cli/core_program.hpp"
@@ -23,6 +25,7 @@
 #include "runtime/config/token.hpp"
 #include "runtime/coordinator.hpp"
 #include "runtime/estimate.hpp"
+#include "runtime/host_check.hpp"
 #include "runtime/launch/launcher.hpp"
 
 namespace troupe {
@@ -42,8 +45,26 @@ int report_config_error(const Error& e) {
   return kUsageExitCode;
 }
 
+// What a run of `job` on this machine would fail on, before anything starts: the paths it
+// writes, and the memory of the ranks `troupe run` starts here (world_size of them, or
+// TROUPE_LOCAL_WORLD_SIZE when a launcher says how many share this machine).
+Status check_this_machine(const JobConfig& job, const std::string& metrics_path) {
+  TROUPE_TRY(check_output_paths(job, metrics_path));
+  int64_t local = job.cluster.world_size;
+  if (const char* given = std::getenv("TROUPE_LOCAL_WORLD_SIZE"))
+    local = std::max<int64_t>(1, std::atoll(given));
+  if (local > kLaunchRanksMax)
+    return make_error(
+        fmt::format("{}: [cluster] world_size = {}: troupe run starts at most {} ranks on one "
+                    "machine; start the ranks of each machine with its own launcher",
+                    job.source, local, kLaunchRanksMax));
+  return check_host_memory(job, local,
+                           fmt::format("the {} rank{} on this machine", local, local == 1 ? "" : "s"));
+}
+
 // Starts world_size copies of `troupe-core rank` with the same arguments.
 int run_cluster(const JobConfig& job, const JobArguments& a) {
+  if (auto fits = check_this_machine(job, a.metrics_path); !fits) return report_config_error(fits.error());
   if (job.cluster.world_size > 1) {
     auto address = parse_host_port(job.cluster.coordinator, "[cluster] coordinator");
     if (!address) return report_config_error(address.error());
@@ -71,6 +92,7 @@ int run_cluster(const JobConfig& job, const JobArguments& a) {
 int check_job(const JobArguments& a) {
   auto job = load_config_file(a.file, a.overrides);
   if (!job) return report_config_error(job.error());
+  if (auto fits = check_this_machine(*job, ""); !fits) return report_config_error(fits.error());
   std::printf("%s", render_config(*job).c_str());
   return 0;
 }

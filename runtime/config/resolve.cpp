@@ -6,12 +6,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <tuple>
 #include <utility>
 
 #include "runtime/config/schema.hpp"
 #include "runtime/config/suggest.hpp"
-#include "runtime/config/toml_text.hpp"
 #include "runtime/config/token.hpp"
+#include "runtime/config/toml_text.hpp"
 
 namespace troupe {
 namespace {
@@ -57,6 +59,18 @@ bool positive(double value) {
 bool non_negative(double value) {
   return std::isfinite(value) && value >= 0;
 }
+// Upper bounds: each keeps the arithmetic derived from a key (bytes = elements × 4, the
+// model's shapes multiplied) inside 64 bits and every wait, thread count and buffer count
+// finite; the memory a job may take is checked against the host separately (host_check).
+constexpr int64_t kRanksMax = int64_t{1} << 16;
+constexpr double kSecondsMax = 86400;
+constexpr int64_t kElementsMax = int64_t{1} << 40;
+bool in_range(int64_t value, int64_t low, int64_t high) {
+  return value >= low && value <= high;
+}
+bool positive_seconds(double value) {
+  return positive(value) && value <= kSecondsMax;
+}
 bool unit_interval(double value) {
   return value >= 0 && value < 1;
 }  // false for NaN
@@ -90,7 +104,7 @@ Status resolve_cluster(ClusterConfig& cluster, const ConfigOrigins& origins) {
                                                      {"peer_timeout_s", cluster.peer_timeout_s},
                                                      {"collective_timeout_s", cluster.collective_timeout_s}};
   for (const auto& [key, seconds] : timeouts) {
-    TROUPE_TRY(require(positive(seconds), origins, "cluster", key, seconds));
+    TROUPE_TRY(require(positive_seconds(seconds), origins, "cluster", key, seconds));
   }
   return {};
 }
@@ -110,8 +124,8 @@ Status resolve_parallel(JobConfig& config, const ConfigOrigins& origins) {
                                  "tp must be 1",
                                  parallel.tp));
   }
-  TROUPE_TRY(require(world_size >= 0, origins, "cluster", "world_size", world_size));
-  TROUPE_TRY(require(parallel.dp >= 0, origins, "parallel", "dp", parallel.dp));
+  TROUPE_TRY(require(in_range(world_size, 0, kRanksMax), origins, "cluster", "world_size", world_size));
+  TROUPE_TRY(require(in_range(parallel.dp, 0, kRanksMax), origins, "parallel", "dp", parallel.dp));
   const int64_t model_ranks = parallel.pp * parallel.tp;  // both 1 for now: no overflow
   if (world_size == 0 && parallel.dp == 0) parallel.dp = 1;
   if (world_size == 0) {
@@ -140,13 +154,13 @@ Status resolve_zero(const ZeroConfig& zero, const ConfigOrigins& origins) {
       {"prefetch_bucket_size", zero.prefetch_bucket_size},
       {"max_live_parameters", zero.max_live_parameters}};
   for (const auto& [key, value] : positive_sizes) {
-    TROUPE_TRY(require(value > 0, origins, "zero", key, value));
+    TROUPE_TRY(require(in_range(value, 1, kElementsMax), origins, "zero", key, value));
   }
   const std::pair<const char*, int64_t> non_negative_sizes[] = {
       {"max_reuse_distance", zero.max_reuse_distance},
       {"param_persistence_threshold", zero.param_persistence_threshold}};
   for (const auto& [key, value] : non_negative_sizes) {
-    TROUPE_TRY(require(value >= 0, origins, "zero", key, value));
+    TROUPE_TRY(require(in_range(value, 0, kElementsMax), origins, "zero", key, value));
   }
   return {};
 }
@@ -178,11 +192,13 @@ Status resolve_offload(const OffloadConfig& o, int64_t stage, const ConfigOrigin
                                    "nvme_path is not set",
                                    key));
   }
-  TROUPE_TRY(require(o.host_budget_bytes >= 0, origins, "offload", "host_budget_bytes", o.host_budget_bytes));
-  TROUPE_TRY(require(o.sub_group_size > 0, origins, "offload", "sub_group_size", o.sub_group_size));
-  TROUPE_TRY(require(o.buffer_count >= 2, origins, "offload", "buffer_count", o.buffer_count));
-  TROUPE_TRY(
-      require(o.block_size > 0 && o.block_size % 4096 == 0, origins, "offload", "block_size", o.block_size));
+  TROUPE_TRY(require(in_range(o.host_budget_bytes, 0, int64_t{1} << 50), origins, "offload",
+                     "host_budget_bytes", o.host_budget_bytes));
+  TROUPE_TRY(require(in_range(o.sub_group_size, 1, kElementsMax), origins, "offload", "sub_group_size",
+                     o.sub_group_size));
+  TROUPE_TRY(require(in_range(o.buffer_count, 2, 64), origins, "offload", "buffer_count", o.buffer_count));
+  TROUPE_TRY(require(in_range(o.block_size, 1, int64_t{1} << 30) && o.block_size % 4096 == 0, origins,
+                     "offload", "block_size", o.block_size));
   TROUPE_TRY(
       require(o.queue_depth >= 1 && o.queue_depth <= 1024, origins, "offload", "queue_depth", o.queue_depth));
   TROUPE_TRY(require(o.direct_io == "prefer" || o.direct_io == "require" || o.direct_io == "off", origins,
@@ -242,8 +258,10 @@ Status resolve_batch(JobConfig& config, const ConfigOrigins& origins) {
       {"micro_batch_size", batch.micro_batch_size},
       {"gradient_accumulation_steps", batch.gradient_accumulation_steps},
       {"global_batch_size", batch.global_batch_size}};
-  for (const auto& [key, value] : given) {
-    TROUPE_TRY(require(value >= 0, origins, "batch", key, value));
+  const int64_t most[] = {int64_t{1} << 20, int64_t{1} << 20, int64_t{1} << 40};
+  for (std::size_t i = 0; i < std::size(given); ++i) {
+    TROUPE_TRY(
+        require(in_range(given[i].second, 0, most[i]), origins, "batch", given[i].first, given[i].second));
   }
   const bool has_micro = batch.micro_batch_size > 0;
   const bool has_global = batch.global_batch_size > 0;
@@ -298,20 +316,21 @@ Status resolve_model(ModelConfig& model, const ConfigOrigins& origins) {
                      fmt::format("type must be \"gpt\", got {}{}", toml_string(model.type),
                                  close ? "; did you mean \"gpt\"?" : ""));
   }
-  TROUPE_TRY(require(model.vocab_size >= kByteVocabSize, origins, "model", "vocab_size", model.vocab_size));
-  const std::pair<const char*, int64_t> sizes[] = {{"seq_len", model.seq_len},
-                                                   {"d_model", model.d_model},
-                                                   {"n_layers", model.n_layers},
-                                                   {"n_heads", model.n_heads}};
-  for (const auto& [key, value] : sizes) {
-    TROUPE_TRY(require(value > 0, origins, "model", key, value));
+  TROUPE_TRY(require(in_range(model.vocab_size, kByteVocabSize, int64_t{1} << 24), origins, "model",
+                     "vocab_size", model.vocab_size));
+  const std::tuple<const char*, int64_t, int> sizes[] = {{"seq_len", model.seq_len, 20},
+                                                         {"d_model", model.d_model, 17},
+                                                         {"n_layers", model.n_layers, 14},
+                                                         {"n_heads", model.n_heads, 12}};
+  for (const auto& [key, value, bits] : sizes) {
+    TROUPE_TRY(require(in_range(value, 1, int64_t{1} << bits), origins, "model", key, value));
   }
   if (model.d_model % model.n_heads != 0) {
     return key_error(
         origins, "model", "n_heads",
         fmt::format("d_model = {} is not divisible by n_heads = {}", model.d_model, model.n_heads));
   }
-  TROUPE_TRY(require(model.d_ff >= 0, origins, "model", "d_ff", model.d_ff));
+  TROUPE_TRY(require(in_range(model.d_ff, 0, int64_t{1} << 20), origins, "model", "d_ff", model.d_ff));
   if (model.d_ff == 0 && __builtin_mul_overflow(model.d_model, 4, &model.d_ff)) {
     return key_error(origins, "model", "d_model",
                      fmt::format("d_model = {} is too large: d_ff = 4 × d_model does not fit "
@@ -345,8 +364,10 @@ Status check_data_file(const DataConfig& data, int64_t seq_len, const ConfigOrig
 }
 
 Status resolve_data(const DataConfig& data, int64_t seq_len, const ConfigOrigins& origins) {
-  TROUPE_TRY(require(data.prefetch_micro_batches >= 1, origins, "data", "prefetch_micro_batches",
-                     data.prefetch_micro_batches));
+  TROUPE_TRY(require(in_range(data.prefetch_micro_batches, 1, 1024), origins, "data",
+                     "prefetch_micro_batches", data.prefetch_micro_batches));
+  TROUPE_TRY(require(data.synthetic_bytes <= int64_t{1} << 36, origins, "data", "synthetic_bytes",
+                     data.synthetic_bytes));
   // seq_len is positive here, so the subtraction cannot overflow.
   if (data.synthetic_bytes <= seq_len || data.synthetic_bytes - seq_len <= 1) {
     return key_error(origins, "data", "synthetic_bytes",
@@ -358,9 +379,10 @@ Status resolve_data(const DataConfig& data, int64_t seq_len, const ConfigOrigins
 }
 
 Status resolve_train(const TrainConfig& train, const ConfigOrigins& origins) {
-  TROUPE_TRY(require(train.steps > 0, origins, "train", "steps", train.steps));
-  TROUPE_TRY(require(train.log_interval >= 1, origins, "train", "log_interval", train.log_interval));
-  TROUPE_TRY(require(train.threads >= 0, origins, "train", "threads", train.threads));
+  TROUPE_TRY(require(in_range(train.steps, 1, int64_t{1} << 40), origins, "train", "steps", train.steps));
+  TROUPE_TRY(require(in_range(train.log_interval, 1, int64_t{1} << 40), origins, "train", "log_interval",
+                     train.log_interval));
+  TROUPE_TRY(require(in_range(train.threads, 0, 1024), origins, "train", "threads", train.threads));
   return {};
 }
 

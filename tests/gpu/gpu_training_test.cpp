@@ -17,6 +17,7 @@
 
 #include "tests/gpu/gpu_test_support.hpp"
 #include "tests/integration/command.hpp"
+#include "tests/support/free_port.hpp"
 #include "tests/support/trained_run.hpp"
 
 namespace troupe {
@@ -28,12 +29,12 @@ struct Outcome {
   bool ok = false;
 };
 
-// 20 steps of the tiny GPT, one rank, global batch 16.
-Outcome train(const std::string& how, const std::string& settings, const std::string& dir, int port) {
+// 20 steps of the tiny GPT, one rank, global batch 16, coordinating on a free port.
+Outcome train(const std::string& how, const std::string& settings, const std::string& dir) {
   std::string command = std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR + "/configs/tiny-gpt.toml" +
                         how + " --set train.steps=20 --set optimizer.lr=1e-3 --set cluster.world_size=1" +
                         " --set parallel.dp=1 --set batch.global_batch_size=16 --set zero.stage=0" +
-                        settings + " --set cluster.coordinator=127.0.0.1:" + std::to_string(port) +
+                        settings + " --set cluster.coordinator=" + testing::free_coordinator() +
                         " --metrics " + dir + "/metrics.jsonl --parameters-out " + dir + "/parameters.bin";
   auto r = testing::run_command(command, 300);
   Outcome o;
@@ -57,12 +58,10 @@ class GpuTraining : public ::testing::TestWithParam<Variant> {};
 TEST_P(GpuTraining, MatchesTheCpuReferenceEveryStep) {
   TROUPE_SKIP_WITHOUT_GPU();
   const Variant& v = GetParam();
-  static int port = 29850;
-  Outcome gpu =
-      train(" --set cluster.device=cuda", v.settings + v.gpu_only, testing::make_temp_dir(), port++);
+  Outcome gpu = train(" --set cluster.device=cuda", v.settings + v.gpu_only, testing::make_temp_dir());
   TROUPE_SKIP_WITHOUT_TORCH_CUDA(gpu);
   ASSERT_TRUE(gpu.ok) << gpu.output;
-  Outcome cpu = train(" --reference", v.settings, testing::make_temp_dir(), port++);
+  Outcome cpu = train(" --reference", v.settings, testing::make_temp_dir());
   ASSERT_TRUE(cpu.ok) << cpu.output;
   ASSERT_EQ(gpu.run.losses.size(), 20u);
   ASSERT_EQ(cpu.run.losses.size(), 20u);
@@ -123,7 +122,7 @@ TEST(GpuTrace, ComputeCommAndCopiesRunOnTheirOwnStreamsAndOverlap) {
       train(" --set cluster.device=cuda",
             " --set offload.optimizer=cpu --set zero.reduce_bucket_size=16384 --set trace.path=" + dir +
                 "/trace.json",
-            dir, 29849);
+            dir);
   TROUPE_SKIP_WITHOUT_TORCH_CUDA(gpu);
   ASSERT_TRUE(gpu.ok) << gpu.output;
   auto json = nlohmann::json::parse(testing::read_file(dir + "/trace.json"), nullptr, false);

@@ -14,6 +14,7 @@
 #include "actors/protocol/comm.hpp"
 #include "actors/protocol/device_comm.hpp"
 #include "tests/gpu/gpu_test_support.hpp"
+#include "tests/support/free_port.hpp"
 #include "transport/nccl_group.hpp"
 
 namespace troupe {
@@ -21,11 +22,12 @@ namespace {
 
 using testing::DeviceArray;
 
-std::unique_ptr<Transport> world_of_one(int port) {
+// Rank 0 of 1, its coordinator on a free port.
+std::unique_ptr<Transport> world_of_one() {
   TransportOptions o;
   o.rank = 0;
   o.world_size = 1;
-  o.coordinator_port = static_cast<uint16_t>(port);
+  o.coordinator_port = static_cast<uint16_t>(testing::free_port());
   auto t = Transport::make(o);
   EXPECT_TRUE(t.ok()) << t.error().message;
   return t ? std::move(*t) : nullptr;
@@ -33,7 +35,7 @@ std::unique_ptr<Transport> world_of_one(int port) {
 
 TEST(Nccl, AGroupBootstrappedOverTheTransportRunsEveryCollective) {
   TROUPE_SKIP_WITHOUT_GPU();
-  auto transport = world_of_one(29731);
+  auto transport = world_of_one();
   ASSERT_NE(transport, nullptr);
   auto group = NcclGroup::create(*transport, 0, std::chrono::seconds(60));
   ASSERT_TRUE(group.ok()) << group.error().message;
@@ -62,7 +64,7 @@ TEST(Nccl, AGroupBootstrappedOverTheTransportRunsEveryCollective) {
 // answers with collective_done once the GPU ran it, letting the buffer's owner go first.
 TEST(Nccl, TheDeviceCommActorAnswersWhenTheGpuRanTheCollective) {
   TROUPE_SKIP_WITHOUT_GPU();
-  auto transport = world_of_one(29732);
+  auto transport = world_of_one();
   ASSERT_NE(transport, nullptr);
   auto group = NcclGroup::create(*transport, 0, std::chrono::seconds(60));
   ASSERT_TRUE(group.ok()) << group.error().message;

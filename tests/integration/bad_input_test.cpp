@@ -12,6 +12,7 @@
 
 #include "kernels/devices.hpp"
 #include "tests/integration/command.hpp"
+#include "tests/support/free_port.hpp"
 
 namespace troupe {
 namespace {
@@ -60,12 +61,12 @@ TEST(BadInput, ZeroBucketSizesMustBePositive) {
   std::string path;
   auto r = run_on("run", "[zero]\nstage = 2\nreduce_bucket_size = 0\n", &path);
   expect_refused(r, path + ":3:");
-  expect_refused(r, "[zero] reduce_bucket_size must be a positive integer (elements), got 0");
+  expect_refused(r, "[zero] reduce_bucket_size must be a positive integer up to 2^40 (elements), got 0");
   r = run_on("run", "[zero]\nstage = 3\nprefetch_bucket_size = -8\n", &path);
   expect_refused(r, path + ":3:");
-  expect_refused(r, "[zero] prefetch_bucket_size must be a positive integer (elements), got -8");
+  expect_refused(r, "[zero] prefetch_bucket_size must be a positive integer up to 2^40 (elements), got -8");
   r = run_on("estimate", "[zero]\nmax_live_parameters = 0\n", &path);
-  expect_refused(r, "[zero] max_live_parameters must be a positive integer (elements), got 0");
+  expect_refused(r, "[zero] max_live_parameters must be a positive integer up to 2^40 (elements), got 0");
 }
 
 TEST(BadInput, UnknownKeySuggestsTheClosestOne) {
@@ -123,7 +124,8 @@ TEST(BadInput, CudaDeviceWithoutAGpuIsRefusedNamingTheKey) {
     GTEST_SKIP() << "a GPU is visible here: device = \"cuda\" is tested by gpu_training_test";
   auto r = testing::run_command(troupe_command(std::string("run ") + TROUPE_SOURCE_DIR +
                                                "/configs/tiny-gpt.toml --set cluster.device=cuda"
-                                               " --set cluster.coordinator=127.0.0.1:29723"));
+                                               " --set cluster.coordinator=" +
+                                               testing::free_coordinator()));
   expect_refused(r, "[cluster] device = \"cuda\"");
   expect_refused(r, "rank ");
   bool explained = r.output.find("built without CUDA") != std::string::npos ||
@@ -134,28 +136,33 @@ TEST(BadInput, CudaDeviceWithoutAGpuIsRefusedNamingTheKey) {
 }
 
 TEST(BadInput, CoordinatorPortInUseIsRefusedBeforeAnyRankStarts) {
-  BusyPort busy(29721);
+  const int port = testing::free_port();
+  const std::string coordinator = "127.0.0.1:" + std::to_string(port);
+  BusyPort busy(port);
   ASSERT_TRUE(busy.ok());
-  auto r = testing::run_command(
-      troupe_command(std::string("run ") + TROUPE_SOURCE_DIR +
-                     "/configs/tiny-gpt.toml --set cluster.coordinator=127.0.0.1:29721"));
-  expect_refused(r, "127.0.0.1:29721");
+  auto r =
+      testing::run_command(troupe_command(std::string("run ") + TROUPE_SOURCE_DIR +
+                                          "/configs/tiny-gpt.toml --set cluster.coordinator=" + coordinator));
+  expect_refused(r, coordinator);
   expect_refused(r, "Address already in use");
 }
 
 TEST(BadInput, CoordinatorPortInUseStopsRankZeroWithAClearError) {
-  BusyPort busy(29722);
+  const int port = testing::free_port();
+  const std::string coordinator = "127.0.0.1:" + std::to_string(port);
+  BusyPort busy(port);
   ASSERT_TRUE(busy.ok());
-  auto r = testing::run_command(
-      "TROUPE_RANK=0 TROUPE_WORLD_SIZE=2 " +
-      troupe_command(std::string("rank ") + TROUPE_SOURCE_DIR +
-                     "/configs/tiny-gpt.toml --set cluster.coordinator=127.0.0.1:29722"));
-  expect_refused(r, "cannot listen on coordinator 127.0.0.1:29722: the port is already in use");
+  auto r =
+      testing::run_command("TROUPE_RANK=0 TROUPE_WORLD_SIZE=2 " +
+                           troupe_command(std::string("rank ") + TROUPE_SOURCE_DIR +
+                                          "/configs/tiny-gpt.toml --set cluster.coordinator=" + coordinator));
+  expect_refused(r, "cannot listen on coordinator " + coordinator + ": the port is already in use");
 }
 
 TEST(BadInput, RankWithTheWrongTokenIsRefusedAndRankZeroNamesTheMissingRank) {
   std::string config = std::string(TROUPE_SOURCE_DIR) + "/configs/tiny-gpt.toml";
-  std::string common = " --set cluster.coordinator=127.0.0.1:29723 --set cluster.bootstrap_timeout_s=8";
+  std::string common =
+      " --set cluster.coordinator=" + testing::free_coordinator() + " --set cluster.bootstrap_timeout_s=8";
   testing::CommandResult rank0;
   std::thread coordinator([&] {
     rank0 = testing::run_command(
@@ -184,18 +191,22 @@ TEST(BadInput, TroupeWithoutItsCoreProgramNamesWhereItLooked) {
   expect_refused(r, "cannot find troupe-core");
   EXPECT_NE(r.output.find(dir + "/troupe-core"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(dir + "/../libexec/troupe/troupe-core"), std::string::npos) << r.output;
-  expect_refused(testing::run_command(alone + " run " + config), "cannot find troupe-core");
+  // troupe run checks its coordinator port before it looks for troupe-core: a free one.
+  expect_refused(testing::run_command(alone + " run " + config +
+                                      " --set cluster.coordinator=" + testing::free_coordinator()),
+                 "cannot find troupe-core");
 }
 
 // A rank whose coordinator any other machine could reach needs a token of the user's.
 TEST(BadInput, ANonLoopbackCoordinatorWithoutATokenIsRefused) {
-  auto r = testing::run_command(
-      "env -u TROUPE_TOKEN TROUPE_RANK=0 TROUPE_WORLD_SIZE=2 " +
-      troupe_command(std::string("rank ") + TROUPE_SOURCE_DIR +
-                     "/configs/tiny-gpt.toml --set cluster.coordinator=192.0.2.1:29724"));
-  expect_refused(r,
-                 "this rank refuses to start: [cluster] coordinator 192.0.2.1:29724 is not a loopback "
-                 "address and the job has no token");
+  // 192.0.2.1 (TEST-NET-1) is never bound here; the port is a free one all the same.
+  const std::string coordinator = "192.0.2.1:" + std::to_string(testing::free_port());
+  auto r =
+      testing::run_command("env -u TROUPE_TOKEN TROUPE_RANK=0 TROUPE_WORLD_SIZE=2 " +
+                           troupe_command(std::string("rank ") + TROUPE_SOURCE_DIR +
+                                          "/configs/tiny-gpt.toml --set cluster.coordinator=" + coordinator));
+  expect_refused(r, "this rank refuses to start: [cluster] coordinator " + coordinator +
+                        " is not a loopback address and the job has no token");
 }
 
 // The token reaches every rank and no line of output, metrics or trace: given in a file,
@@ -206,8 +217,8 @@ TEST(BadInput, NoOutputOfARunShowsItsToken) {
   testing::write_file(dir + "/token", secret + "\n");
   const std::string common =
       std::string(TROUPE_SOURCE_DIR) +
-      "/configs/tiny-gpt.toml --set train.steps=2 --set cluster.coordinator=127.0.0.1:29725" + " --metrics " +
-      dir + "/metrics.jsonl --set trace.path=" + dir + "/trace.json";
+      "/configs/tiny-gpt.toml --set train.steps=2 --set cluster.coordinator=" + testing::free_coordinator() +
+      " --metrics " + dir + "/metrics.jsonl --set trace.path=" + dir + "/trace.json";
   for (const std::string& how :
        {" --set cluster.token_file=" + dir + "/token", " --set cluster.token=" + secret, std::string()}) {
     auto r = testing::run_command("env -u TROUPE_TOKEN " + troupe_command("run " + common + how), 120);

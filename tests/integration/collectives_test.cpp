@@ -7,13 +7,14 @@
 #include <thread>
 
 #include "tests/integration/command.hpp"
+#include "tests/support/free_port.hpp"
 
 namespace troupe {
 namespace {
 
-void expect_collectives_match(int world, int port, int seed, const std::string& env = "") {
+void expect_collectives_match(int world, int seed, const std::string& env = "") {
   std::string command = env + std::string(TROUPE_BINARY) + " launch --ranks " + std::to_string(world) +
-                        " -- " + TRANSPORT_RANK_BINARY + " " + std::to_string(port) + " " +
+                        " -- " + TRANSPORT_RANK_BINARY + " " + std::to_string(testing::free_port()) + " " +
                         std::to_string(seed);
   auto r = testing::run_command(command, 120);
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -25,39 +26,39 @@ void expect_collectives_match(int world, int port, int seed, const std::string& 
 }
 
 TEST(Collectives, OneRankIsItsOwnResult) {
-  expect_collectives_match(1, 29701, 11);
+  expect_collectives_match(1, 11);
 }
 TEST(Collectives, TwoRanksMatchExactSums) {
-  expect_collectives_match(2, 29702, 12);
+  expect_collectives_match(2, 12);
 }
 TEST(Collectives, ThreeRanksMatchExactSums) {
-  expect_collectives_match(3, 29703, 13);
+  expect_collectives_match(3, 13);
 }
 TEST(Collectives, FourRanksMatchExactSums) {
-  expect_collectives_match(4, 29704, 14);
+  expect_collectives_match(4, 14);
 }
 TEST(Collectives, FiveRanksMatchExactSums) {
-  expect_collectives_match(5, 29705, 15);
+  expect_collectives_match(5, 15);
 }
 TEST(Collectives, EightRanksMatchExactSums) {
-  expect_collectives_match(8, 29708, 18);
+  expect_collectives_match(8, 18);
 }
 
 // Two-level all-reduce (within each pretend host, across hosts, within again) gives the
 // flat ring's exact sums, for every size the other tests use.
 TEST(Collectives, TwoLevelOnTwoHostsOfTwoRanksMatchesExactSums) {
-  expect_collectives_match(4, 29715, 25, "TROUPE_TEST_RANKS_PER_HOST=2 ");
+  expect_collectives_match(4, 25, "TROUPE_TEST_RANKS_PER_HOST=2 ");
 }
 TEST(Collectives, TwoLevelOnThreeHostsOfTwoRanksMatchesExactSums) {
-  expect_collectives_match(6, 29716, 26, "TROUPE_TEST_RANKS_PER_HOST=2 ");
+  expect_collectives_match(6, 26, "TROUPE_TEST_RANKS_PER_HOST=2 ");
 }
 TEST(Collectives, TwoLevelOnTwoHostsOfFourRanksMatchesExactSums) {
-  expect_collectives_match(8, 29717, 27, "TROUPE_TEST_RANKS_PER_HOST=4 ");
+  expect_collectives_match(8, 27, "TROUPE_TEST_RANKS_PER_HOST=4 ");
 }
 
 TEST(Collectives, RanksIssuingDifferentCallsGetAnErrorNotAHang) {
-  std::string command =
-      std::string(TROUPE_BINARY) + " launch --ranks 2 -- " + TRANSPORT_RANK_BINARY + " 29709 1 mismatch";
+  std::string command = std::string(TROUPE_BINARY) + " launch --ranks 2 -- " + TRANSPORT_RANK_BINARY + " " +
+                        std::to_string(testing::free_port()) + " 1 mismatch";
   auto r = testing::run_command(command, 60);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   // Whichever rank notices first names the other and tells it why.
@@ -68,8 +69,8 @@ TEST(Collectives, RanksIssuingDifferentCallsGetAnErrorNotAHang) {
 }
 
 TEST(Collectives, RanksDisagreeingOnCommunicatorMembersGetAnError) {
-  std::string command =
-      std::string(TROUPE_BINARY) + " launch --ranks 2 -- " + TRANSPORT_RANK_BINARY + " 29713 1 members";
+  std::string command = std::string(TROUPE_BINARY) + " launch --ranks 2 -- " + TRANSPORT_RANK_BINARY + " " +
+                        std::to_string(testing::free_port()) + " 1 members";
   auto r = testing::run_command(command, 60);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("asked for a communicator with other members"), std::string::npos) << r.output;
@@ -81,8 +82,8 @@ struct Survivor {
   testing::CommandResult rank0;
   double seconds = 0;
 };
-Survivor run_pair(const std::string& mode, int port) {
-  std::string args = std::string(" ") + std::to_string(port) + " 1 " + mode;
+Survivor run_pair(const std::string& mode) {
+  std::string args = std::string(" ") + std::to_string(testing::free_port()) + " 1 " + mode;
   Survivor s;
   auto start = std::chrono::steady_clock::now();
   std::thread other([&] {
@@ -97,7 +98,7 @@ Survivor run_pair(const std::string& mode, int port) {
 }
 
 TEST(Collectives, ACollectiveNotJoinedInTimeFailsNamingTheMissingRank) {
-  auto s = run_pair("timeout", 29711);
+  auto s = run_pair("timeout");
   EXPECT_EQ(s.rank0.exit_code, 0) << s.rank0.output;
   EXPECT_NE(s.rank0.output.find("did not complete within 2 s; still waiting for rank(s) 1"),
             std::string::npos)
@@ -106,7 +107,7 @@ TEST(Collectives, ACollectiveNotJoinedInTimeFailsNamingTheMissingRank) {
 }
 
 TEST(Collectives, APeerDyingMidCollectiveFailsItOnTheSurvivorNamingTheDeadRank) {
-  auto s = run_pair("die", 29712);
+  auto s = run_pair("die");
   EXPECT_EQ(s.rank0.exit_code, 0) << s.rank0.output;
   EXPECT_NE(s.rank0.output.find("rank 1"), std::string::npos) << s.rank0.output;
   EXPECT_LT(s.seconds, 10.0) << s.rank0.output;

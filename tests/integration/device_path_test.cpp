@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tests/integration/command.hpp"
+#include "tests/support/free_port.hpp"
 
 namespace troupe {
 namespace {
@@ -21,11 +22,11 @@ struct Trained {
   double parameter_norm = 0;
 };
 
-Trained train(int ranks, const std::string& mode, int port) {
-  auto r =
-      testing::run_command(std::string(TROUPE_BINARY) + " launch --ranks " + std::to_string(ranks) + " -- " +
-                               DEVICE_PATH_RANK_BINARY + " " + std::to_string(port) + " " + mode + " 12",
-                           120);
+Trained train(int ranks, const std::string& mode) {
+  auto r = testing::run_command(std::string(TROUPE_BINARY) + " launch --ranks " + std::to_string(ranks) +
+                                    " -- " + DEVICE_PATH_RANK_BINARY + " " +
+                                    std::to_string(testing::free_port()) + " " + mode + " 12",
+                                120);
   EXPECT_EQ(r.exit_code, 0) << mode << ": " << r.output;
   Trained run;
   std::istringstream lines(r.output);
@@ -59,13 +60,12 @@ class DevicePath : public ::testing::TestWithParam<int> {};
 
 TEST_P(DevicePath, TrainsLikeTheHostPath) {
   int ranks = GetParam();
-  int port = 29770 + 10 * ranks;  // 29780-29794: this test only
-  Trained host = train(ranks, "host", port);
+  Trained host = train(ranks, "host");
   // The same fused arithmetic on the same reduced gradients: the same values.
-  expect_same_training(train(ranks, "device", port + 1), host, 1e-6, "device Adam");
-  expect_same_training(train(ranks, "device-offload", port + 2), host, 1e-6, "host mirror");
+  expect_same_training(train(ranks, "device"), host, 1e-6, "device Adam");
+  expect_same_training(train(ranks, "device-offload"), host, 1e-6, "host mirror");
   // LibTorch's AdamW: bit for bit on AVX CPUs, a few ulp apart on the scalar path.
-  expect_same_training(train(ranks, "device-torch", port + 3), host, 1e-5, "LibTorch's AdamW");
+  expect_same_training(train(ranks, "device-torch"), host, 1e-5, "LibTorch's AdamW");
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, DevicePath, ::testing::Values(1, 2),

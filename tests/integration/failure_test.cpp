@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "tests/integration/command.hpp"
+#include "tests/support/free_port.hpp"
 
 namespace troupe {
 namespace {
@@ -38,8 +39,8 @@ TEST(Failure, KilledRankStopsTheJobWithinTenSecondsAndIsNamed) {
   std::string dir = testing::make_temp_dir();
   std::string metrics = dir + "/metrics.jsonl";
   std::string command = std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR + "/configs/tiny-gpt.toml" +
-                        " --set train.steps=100000 --set cluster.coordinator=127.0.0.1:29741 --metrics " +
-                        metrics;
+                        " --set train.steps=100000 --set cluster.coordinator=" + testing::free_coordinator() +
+                        " --metrics " + metrics;
   testing::CommandResult result;
   Clock::time_point killed_at;
   std::thread job([&] { result = testing::run_command(command, 120); });
@@ -65,7 +66,7 @@ TEST(Failure, RankOutsideALauncherLosesItsPeerAndNamesIt) {
   std::string dir = testing::make_temp_dir();
   std::string metrics = dir + "/metrics.jsonl";
   std::string base = std::string(TROUPE_BINARY) + " rank " + TROUPE_SOURCE_DIR + "/configs/tiny-gpt.toml" +
-                     " --set train.steps=100000 --set cluster.coordinator=127.0.0.1:29742" +
+                     " --set train.steps=100000 --set cluster.coordinator=" + testing::free_coordinator() +
                      " --set cluster.collective_timeout_s=5 --metrics " + metrics;
   testing::CommandResult rank0;
   std::thread coordinator(

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tests/integration/command.hpp"
+#include "tests/support/free_port.hpp"
 
 namespace troupe {
 namespace {
@@ -25,10 +26,10 @@ TEST(Install, OutsideProjectBuildsAgainstTheInstalledPackageAndTrainsOnTwoRanks)
                                     480);
   ASSERT_EQ(built.exit_code, 0) << built.output;
 
-  auto trained = testing::run_command(prefix + "/bin/troupe launch --ranks 2 -- " + build +
-                                          "/embed_trainer " + TROUPE_SOURCE_DIR +
-                                          "/examples/embed/job.toml cluster.coordinator=127.0.0.1:29761",
-                                      180);
+  auto trained = testing::run_command(
+      prefix + "/bin/troupe launch --ranks 2 -- " + build + "/embed_trainer " + TROUPE_SOURCE_DIR +
+          "/examples/embed/job.toml cluster.coordinator=" + testing::free_coordinator(),
+      180);
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(trained.output, m, std::regex(R"(rank 0 of 2: loss ([0-9.]+) -> ([0-9.]+))")))

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/integration/command.hpp"
+#include "tests/support/free_port.hpp"
 
 namespace troupe {
 namespace {
@@ -83,10 +84,10 @@ std::string config() {
   return std::string(TROUPE_SOURCE_DIR) + "/configs/tiny-gpt.toml";
 }
 
-Measured measure(const Case& c, int port) {
+Measured measure(const Case& c) {
   std::string dir = testing::make_temp_dir();
   auto r = testing::run_command(std::string(TROUPE_BINARY) + " run " + config() + job_flags(c) +
-                                    " --set cluster.coordinator=127.0.0.1:" + std::to_string(port) +
+                                    " --set cluster.coordinator=" + testing::free_coordinator() +
                                     " --metrics " + dir + "/m.jsonl",
                                 120);
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -134,12 +135,11 @@ double per_param(int64_t bytes, int64_t params) {
 const std::map<std::pair<int, int>, Figures>& figures() {
   static const std::map<std::pair<int, int>, Figures> all = [] {
     std::map<std::pair<int, int>, Figures> runs;
-    int port = 29950;  // 29950-29961: this test only
     std::printf("memory: stage  dp  measured B/rank  B/param  estimate B/rank  formula B/param\n");
     for (int stage : {0, 1, 2, 3})
       for (int dp : {1, 2, 4}) {
         Case c{stage, dp};
-        Figures f{measure(c, port++), estimate(c)};
+        Figures f{measure(c), estimate(c)};
         std::string window;
         if (stage == 3)
           window = " + live window " + std::to_string(f.estimated.live_window_elements) + " elements";
@@ -205,10 +205,9 @@ TEST(Memory, EveryStageFreesWhatItPartitions) {
 
 // A tied embedding is one tensor: the run holds it once and the estimate counts it once.
 TEST(Memory, ATiedWeightIsHeldOnceAndEstimatedOnce) {
-  int port = 29962;  // 29962-29963: this test only
   for (int stage : {0, 3}) {
     Case c{stage, 2, true};
-    Figures f{measure(c, port++), estimate(c)};
+    Figures f{measure(c), estimate(c)};
     const Measured& untied = figures().at({stage, 2}).measured;
     SCOPED_TRACE("stage " + std::to_string(stage));
     EXPECT_EQ(f.measured.params, untied.params - 256 * 128)

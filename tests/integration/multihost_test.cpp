@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tests/integration/command.hpp"
+#include "tests/support/free_port.hpp"
 
 namespace troupe {
 namespace {
@@ -58,13 +59,14 @@ TEST(MultiHost, CollectivesAcrossTwoNamespacesOverTcpMatchExactSums) {
   TwoHosts hosts;
   if (!hosts.ok()) GTEST_SKIP() << "cannot make network namespaces here: " << hosts.why();
   const int world = 4;
+  // The coordinator listens in namespace a, where nothing else runs; a free port all the same.
+  const std::string program =
+      std::string(TRANSPORT_RANK_BINARY) + " " + std::to_string(testing::free_port()) + " 21";
   std::vector<testing::CommandResult> results(world);
   std::vector<std::thread> ranks;
   for (int r = 0; r < world; ++r)
-    ranks.emplace_back([&, r] {
-      results[r] = testing::run_command(
-          hosts.on(r < 2, r, world, std::string(TRANSPORT_RANK_BINARY) + " 29781 21"), 120);
-    });
+    ranks.emplace_back(
+        [&, r] { results[r] = testing::run_command(hosts.on(r < 2, r, world, program), 120); });
   for (auto& t : ranks) t.join();
   for (int r = 0; r < world; ++r) {
     EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ": " << results[r].output;

@@ -27,6 +27,7 @@
 
 #include "kernels/cpu/optimizer.hpp"
 #include "tests/integration/command.hpp"
+#include "tests/support/free_port.hpp"
 
 namespace troupe {
 namespace {
@@ -37,13 +38,14 @@ struct Trained {
   std::string parameters;  // raw bytes
 };
 
-// 20 steps of a small GPT on 2 ranks, ZeRO stage 2, with `settings` on top.
-Trained train(const std::string& settings, int port, int steps = 20, int timeout_s = 180) {
+// 20 steps of a small GPT on 2 ranks, ZeRO stage 2, with `settings` on top; each run
+// coordinates on a free port of its own.
+Trained train(const std::string& settings, int steps = 20, int timeout_s = 180) {
   std::string dir = testing::make_temp_dir();
   std::string command = std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR +
                         "/configs/tiny-gpt.toml --set train.steps=" + std::to_string(steps) +
                         " --set optimizer.lr=1e-3 --set zero.stage=2 --set zero.reduce_bucket_size=16384" +
-                        " --set cluster.coordinator=127.0.0.1:" + std::to_string(port) + settings +
+                        " --set cluster.coordinator=" + testing::free_coordinator() + settings +
                         " --metrics " + dir + "/metrics.jsonl --parameters-out " + dir + "/parameters.bin";
   Trained t;
   t.result = testing::run_command(command, timeout_s);
@@ -65,12 +67,12 @@ std::string parameters_on_nvme(const std::string& optimizer_tier, const std::str
          " --set offload.nvme_path=" + path;
 }
 
-nlohmann::json last_metrics_of(const std::string& settings, int port, int steps) {
+nlohmann::json last_metrics_of(const std::string& settings, int steps) {
   std::string dir = testing::make_temp_dir();
   auto r = testing::run_command(std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR +
                                     "/configs/tiny-gpt.toml --set train.steps=" + std::to_string(steps) +
-                                    " --set cluster.coordinator=127.0.0.1:" + std::to_string(port) +
-                                    settings + " --metrics " + dir + "/metrics.jsonl",
+                                    " --set cluster.coordinator=" + testing::free_coordinator() + settings +
+                                    " --metrics " + dir + "/metrics.jsonl",
                                 180);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   std::string last;
@@ -89,12 +91,11 @@ nlohmann::json estimate_of(const std::string& settings) {
 }
 
 TEST(Offload, CpuAndNvmeTrainBitForBitAlikeAndLikeTheStateInMemory) {
-  Trained memory = train("", 29940);
-  Trained cpu = train(" --set offload.optimizer=cpu", 29941);
+  Trained memory = train("");
+  Trained cpu = train(" --set offload.optimizer=cpu");
   // Small sub-groups and two swap buffers: many reads and writes in flight per step.
-  Trained disk = train(
-      nvme(testing::make_temp_dir()) + " --set offload.sub_group_size=4096 --set offload.buffer_count=2",
-      29942);
+  Trained disk = train(nvme(testing::make_temp_dir()) +
+                       " --set offload.sub_group_size=4096 --set offload.buffer_count=2");
   ASSERT_EQ(memory.result.exit_code, 0) << memory.result.output;
   ASSERT_EQ(cpu.result.exit_code, 0) << cpu.result.output;
   ASSERT_EQ(disk.result.exit_code, 0) << disk.result.output;
@@ -115,12 +116,12 @@ TEST(Offload, CpuAndNvmeTrainBitForBitAlikeAndLikeTheStateInMemory) {
 }
 
 TEST(Offload, ParametersOnNvmeTrainBitForBitLikeInMemory) {
-  Trained memory = train(stage3 + " --set offload.optimizer=cpu", 29980);
+  Trained memory = train(stage3 + " --set offload.optimizer=cpu");
   // Small pieces and two swap buffers: every row's block is several files, and many
   // reads and writes are in flight in the optimizer pass.
   std::string small = " --set offload.sub_group_size=4096 --set offload.buffer_count=2";
-  Trained both = train(parameters_on_nvme("nvme", testing::make_temp_dir()) + small, 29981);
-  Trained params = train(parameters_on_nvme("cpu", testing::make_temp_dir()) + small, 29982);
+  Trained both = train(parameters_on_nvme("nvme", testing::make_temp_dir()) + small);
+  Trained params = train(parameters_on_nvme("cpu", testing::make_temp_dir()) + small);
   ASSERT_EQ(memory.result.exit_code, 0) << memory.result.output;
   ASSERT_EQ(both.result.exit_code, 0) << both.result.output;
   ASSERT_EQ(params.result.exit_code, 0) << params.result.output;
@@ -138,10 +139,10 @@ TEST(Offload, ParametersOnNvmeOnFourRanksWithAccumulationAgreeToRounding) {
   std::string shape = stage3 +
                       " --set cluster.world_size=4 --set parallel.dp=4 --set batch.micro_batch_size=4"
                       " --set batch.gradient_accumulation_steps=2";
-  Trained memory = train(shape + " --set offload.optimizer=cpu", 29986, 10);
+  Trained memory = train(shape + " --set offload.optimizer=cpu", 10);
   Trained disk = train(shape + parameters_on_nvme("nvme", testing::make_temp_dir()) +
                            " --set offload.sub_group_size=2048 --set offload.buffer_count=2",
-                       29987, 10);
+                       10);
   ASSERT_EQ(memory.result.exit_code, 0) << memory.result.output;
   ASSERT_EQ(disk.result.exit_code, 0) << disk.result.output;
   ASSERT_EQ(memory.losses.size(), 10u);
@@ -164,11 +165,10 @@ TEST(Offload, ParametersOnNvmeOnFourRanksWithAccumulationAgreeToRounding) {
 // state alone is larger) the swap buffers stay inside it.
 TEST(Offload, ParametersOnNvmeHoldWhatTheEstimateSaysWithinTheBudget) {
   std::string budget = " --set offload.host_budget_bytes=60000";
-  int port = 29983;
   for (std::string tier : {"cpu", "nvme"}) {
     std::string settings =
         parameters_on_nvme(tier, testing::make_temp_dir()) + (tier == "nvme" ? budget : "");
-    nlohmann::json measured = last_metrics_of(settings, port++, 3);
+    nlohmann::json measured = last_metrics_of(settings, 3);
     nlohmann::json estimated = estimate_of(settings);
     ASSERT_TRUE(measured.contains("parameter_bytes")) << measured.dump();
     ASSERT_TRUE(estimated.contains("nvme_parameter_bytes")) << estimated.dump();
@@ -193,38 +193,49 @@ TEST(Offload, ParametersOnNvmeHoldWhatTheEstimateSaysWithinTheBudget) {
 TEST(Offload, NvmeTrainsWithAStateLargerThanTheHostBudget) {
   // The state of this model's half partition is about 550 KB; the budget is 100 KB.
   std::string budget = " --set offload.host_budget_bytes=100000";
-  Trained disk = train(nvme(testing::make_temp_dir()) + budget, 29943, 5);
+  Trained disk = train(nvme(testing::make_temp_dir()) + budget, 5);
   EXPECT_EQ(disk.result.exit_code, 0) << disk.result.output;
   EXPECT_EQ(disk.losses.size(), 5u);
-  Trained cpu = train(" --set offload.optimizer=cpu" + budget, 29944, 5);
+  Trained cpu = train(" --set offload.optimizer=cpu" + budget, 5);
   EXPECT_NE(cpu.result.exit_code, 0);
   EXPECT_NE(cpu.result.output.find("more than host_budget_bytes = 100000; use optimizer = \"nvme\""),
             std::string::npos)
       << cpu.result.output;
 }
 
+// `troupe run` refuses a bad nvme_path before any rank starts; a rank started by another
+// launcher finds it too, when its engine starts, naming its own folder.
 TEST(Offload, AnNvmePathThatIsMissingOrNotADirectoryIsNamed) {
-  Trained missing = train(nvme("/nonexistent/troupe-nvme"), 29945, 2, 60);
-  EXPECT_NE(missing.result.exit_code, 0);
-  EXPECT_NE(missing.result.output.find("/nonexistent/troupe-nvme/rank"),
-            std::string::npos)  // either rank may report first
-      << missing.result.output;
-  EXPECT_NE(missing.result.output.find("No such file or directory"), std::string::npos)
+  Trained missing = train(nvme("/nonexistent/troupe-nvme"), 2, 60);
+  EXPECT_EQ(missing.result.exit_code, 2) << missing.result.output;
+  EXPECT_NE(missing.result.output.find("[offload] nvme_path /nonexistent/troupe-nvme (to be made): the "
+                                       "directory /nonexistent does not exist"),
+            std::string::npos)
       << missing.result.output;
 
   std::string file = testing::make_temp_dir() + "/a-file";
   testing::write_file(file, "not a directory");
-  Trained not_dir = train(nvme(file), 29946, 2, 60);
-  EXPECT_NE(not_dir.result.exit_code, 0);
-  EXPECT_NE(not_dir.result.output.find(file + "/rank"), std::string::npos) << not_dir.result.output;
-  EXPECT_NE(not_dir.result.output.find("Not a directory"), std::string::npos) << not_dir.result.output;
+  Trained not_dir = train(nvme(file), 2, 60);
+  EXPECT_EQ(not_dir.result.exit_code, 2) << not_dir.result.output;
+  EXPECT_NE(not_dir.result.output.find("[offload] nvme_path: " + file + " is not a directory"),
+            std::string::npos)
+      << not_dir.result.output;
+
+  auto rank =
+      testing::run_command("TROUPE_RANK=0 TROUPE_WORLD_SIZE=1 " + std::string(TROUPE_BINARY) + " rank " +
+                               TROUPE_SOURCE_DIR + "/configs/tiny-gpt.toml --set cluster.world_size=1" +
+                               " --set parallel.dp=1 --set zero.stage=2" + nvme("/nonexistent/troupe-nvme"),
+                           60);
+  EXPECT_EQ(rank.exit_code, 1) << rank.output;
+  EXPECT_NE(rank.output.find("/nonexistent/troupe-nvme/rank0"), std::string::npos) << rank.output;
+  EXPECT_NE(rank.output.find("No such file or directory"), std::string::npos) << rank.output;
 }
 
 // Trains with `settings(dir)` while flipping bytes at `offset` of rank 0's file `name` in
 // the nvme folder until the run notices (a step may rewrite the file); the run must stop
 // cleanly, naming the file as corrupt.
 void expect_corruption_is_named(const std::string& name, std::size_t offset,
-                                const std::function<std::string(const std::string&)>& settings, int port) {
+                                const std::function<std::string(const std::string&)>& settings) {
   std::string dir = testing::make_temp_dir();
   std::string file = dir + "/rank0/" + name;
   std::atomic<bool> done{false};
@@ -241,7 +252,7 @@ void expect_corruption_is_named(const std::string& name, std::size_t offset,
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
-  Trained run = train(settings(dir), port, 100000, 120);
+  Trained run = train(settings(dir), 100000, 120);
   done = true;
   corrupt.join();
   EXPECT_NE(run.result.exit_code, 0) << run.result.output;
@@ -251,13 +262,12 @@ void expect_corruption_is_named(const std::string& name, std::size_t offset,
 }
 
 TEST(Offload, ASwapFileCorruptedWhileTrainingStopsTheRunNamingIt) {
-  expect_corruption_is_named("optimizer-00000.bin", 128, nvme, 29947);
+  expect_corruption_is_named("optimizer-00000.bin", 128, nvme);
 }
 
 TEST(Offload, AParameterFileCorruptedWhileTrainingStopsTheRunNamingIt) {
-  expect_corruption_is_named(
-      "param-00001-000.bin", 256, [](const std::string& dir) { return parameters_on_nvme("cpu", dir); },
-      29985);
+  expect_corruption_is_named("param-00001-000.bin", 256,
+                             [](const std::string& dir) { return parameters_on_nvme("cpu", dir); });
 }
 
 // The pipelined swap: the trace of `troupe bench offload` shows reads of later sub-groups
@@ -302,7 +312,7 @@ TEST(Offload, AFullDiskStopsTheRunNamingThePath) {
   if (::geteuid() != 0 || ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=256k") != 0)
     GTEST_SKIP() << "needs a small file system to fill: mounting a 256 KiB tmpfs on " << dir
                  << " takes root (euid " << ::geteuid() << ")";
-  Trained run = train(nvme(dir), 29948, 3, 90);
+  Trained run = train(nvme(dir), 3, 90);
   ::umount2(dir.c_str(), MNT_DETACH);
   EXPECT_NE(run.result.exit_code, 0) << run.result.output;
   EXPECT_LT(run.result.exit_code, 128) << "crashed: " << run.result.output;
@@ -328,8 +338,8 @@ TEST(Offload, BufferedIoIsSaidOnceAndNeverReportedAsNvme) {
   if (::geteuid() != 0 || ::mount("ramfs", dir.c_str(), "ramfs", 0, "") != 0)
     GTEST_SKIP() << "needs a file system that refuses O_DIRECT: mounting a ramfs on " << dir
                  << " takes root (euid " << ::geteuid() << ")";
-  Trained buffered = train(nvme(dir), 29949, 2, 90);
-  Trained required = train(nvme(dir) + " --set offload.direct_io=require", 29951, 2, 90);
+  Trained buffered = train(nvme(dir), 2, 90);
+  Trained required = train(nvme(dir) + " --set offload.direct_io=require", 2, 90);
   auto refused =
       testing::run_command(std::string(TROUPE_BINARY) + " bench nvme --bytes 1048576 --dir " + dir, 60);
   auto measured = testing::run_command(
@@ -361,7 +371,7 @@ TEST(Offload, BufferedIoIsSaidOnceAndNeverReportedAsNvme) {
       testing::run_command(std::string(TROUPE_BINARY) + " bench nvme --bytes 1048576 --dir " + disk, 60);
   if (direct.exit_code == 0) {
     EXPECT_NE(direct.output.find("direct=1 io=direct"), std::string::npos) << direct.output;
-    Trained run = train(nvme(disk), 29952, 2, 90);
+    Trained run = train(nvme(disk), 2, 90);
     ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
     EXPECT_EQ(count_of(run.result.output, kBufferedLine), 0u) << run.result.output;
   }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tests/integration/command.hpp"
+#include "tests/support/free_port.hpp"
 #include "tests/support/trained_run.hpp"
 
 namespace troupe {
@@ -35,8 +36,9 @@ std::string describe(const Job& j) {
 }
 
 // Trains 20 steps of a small GPT with a global batch of 16 sequences. Stage 3 keeps
-// only LayerNorm parameters whole and prefetches at most 20,000 elements ahead.
-TrainedRun train(const std::string& how, const Job& j, int port) {
+// only LayerNorm parameters whole and prefetches at most 20,000 elements ahead. Each run
+// (a reference too) is given a free coordinator port of its own.
+TrainedRun train(const std::string& how, const Job& j) {
   std::string dir = testing::make_temp_dir();
   int micro = 16 / j.dp / j.accumulation;
   std::string command = std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR + "/configs/tiny-gpt.toml" +
@@ -52,20 +54,20 @@ TrainedRun train(const std::string& how, const Job& j, int port) {
                         " --set offload.optimizer=" + j.offload +
                         (j.offload == "nvme" ? " --set offload.nvme_path=" + dir : "") +
                         (j.offload == "nvme" && j.stage == 3 ? " --set offload.param=nvme" : "") +
-                        " --set cluster.coordinator=127.0.0.1:" + std::to_string(port) + " --metrics " + dir +
+                        " --set cluster.coordinator=" + testing::free_coordinator() + " --metrics " + dir +
                         "/metrics.jsonl --parameters-out " + dir + "/parameters.bin";
   auto r = testing::run_command(command, 300);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return testing::read_run(dir + "/metrics.jsonl", dir + "/parameters.bin");
 }
 
-// The reference of a job's model and optimizer settings; references use port 29899 (unused).
+// The reference of a job's model and optimizer settings, trained once and shared.
 const TrainedRun& reference(const Job& j) {
   static std::map<std::pair<double, std::string>, TrainedRun> cache;
   auto key = std::make_pair(j.clip, j.settings);
   auto found = cache.find(key);
   if (found == cache.end())
-    found = cache.emplace(key, train(" --reference", Job{0, 1, 1, j.clip, j.settings}, 29899)).first;
+    found = cache.emplace(key, train(" --reference", Job{0, 1, 1, j.clip, j.settings})).first;
   return found->second;
 }
 
@@ -74,8 +76,7 @@ class Parity : public ::testing::TestWithParam<Job> {};
 TEST_P(Parity, LossesAndParametersMatchTheReference) {
   const Job j = GetParam();
   const TrainedRun& ref = reference(j);
-  static int next_port = 30200;  // 30200-30261: this test only
-  TrainedRun ranks = train("", j, next_port++);
+  TrainedRun ranks = train("", j);
   ASSERT_EQ(ref.losses.size(), 20u);
   ASSERT_EQ(ranks.losses.size(), 20u);
   double worst = 0, worst_norm = 0;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tests/integration/command.hpp"
+#include "tests/support/free_port.hpp"
 
 namespace troupe {
 namespace {
@@ -29,30 +30,31 @@ std::vector<double> losses(const std::string& output) {
   return out;
 }
 
-std::string launch(int ranks, int stage, const std::string& mode, int port, const std::string& extra = "") {
+// Each launch coordinates on a free port of its own.
+std::string launch(int ranks, int stage, const std::string& mode, const std::string& extra = "") {
   std::string program = std::string(SCHEDULE_RANK_BINARY) + " " + std::to_string(stage) + " " + mode + " " +
-                        std::to_string(port) + extra;
+                        std::to_string(testing::free_port()) + extra;
   if (ranks == 1) return program;
   return std::string(TROUPE_BINARY) + " launch --ranks " + std::to_string(ranks) + " -- " + program;
 }
 
 TEST(LayerSchedule, StageThreeFollowsAChangedLayerOrderAndMatchesOneProcess) {
-  auto alone = testing::run_command(launch(1, 0, "skip", 29970), 120);
+  auto alone = testing::run_command(launch(1, 0, "skip"), 120);
   ASSERT_EQ(alone.exit_code, 0) << alone.output;
-  auto ranks = testing::run_command(launch(2, 3, "skip", 29971), 120);
+  auto ranks = testing::run_command(launch(2, 3, "skip"), 120);
   ASSERT_EQ(ranks.exit_code, 0) << ranks.output;
   auto expected = losses(alone.output), got = losses(ranks.output);
   ASSERT_EQ(expected.size(), 6u);
   ASSERT_EQ(got.size(), 6u);
   for (std::size_t s = 0; s < 6; ++s)
     EXPECT_NEAR(got[s], expected[s], 1e-5 * expected[s]) << "step " << s + 1;
-  auto all_layers = testing::run_command(launch(1, 0, "all", 29972), 120);
+  auto all_layers = testing::run_command(launch(1, 0, "all"), 120);
   ASSERT_EQ(all_layers.exit_code, 0) << all_layers.output;
   EXPECT_NE(losses(all_layers.output)[3], expected[3]) << "dropping layers at step 3 must change training";
 }
 
 TEST(LayerSchedule, StageThreeRefusesRanksThatRunDifferentLayers) {
-  auto r = testing::run_command(launch(2, 3, "diverge", 29973), 120);
+  auto r = testing::run_command(launch(2, 3, "diverge"), 120);
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("step 3, micro-batch 0: rank 1 runs layer 4 (4) where rank 0 runs layer 2 (2), at "
                           "position 2 of the forward pass"),
@@ -66,9 +68,8 @@ TEST(LayerSchedule, StageThreeRefusesRanksThatRunDifferentLayers) {
 // rows the skipping rank completes rows in another order; rows are still reduced in one
 // order on every rank, so training goes on (and does not reduce mismatched rows).
 TEST(LayerSchedule, BelowStageThreeRanksMaySkipDifferentLayers) {
-  int port = 29974;
   for (int stage : {0, 1, 2}) {
-    auto r = testing::run_command(launch(2, stage, "diverge", port++, " zero.reduce_bucket_size=300"), 120);
+    auto r = testing::run_command(launch(2, stage, "diverge", " zero.reduce_bucket_size=300"), 120);
     EXPECT_EQ(r.exit_code, 0) << "stage " << stage << ": " << r.output;
   }
 }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tests/integration/command.hpp"
+#include "tests/support/free_port.hpp"
 #include "tests/support/trained_run.hpp"
 
 namespace troupe {
@@ -82,11 +83,12 @@ std::string settings(const Job& j, const std::string& dir) {
   return s;
 }
 
-JobRun run(const std::string& mode, const Job& j, int port) {
+// Each run (the reference too) is given a free coordinator port of its own.
+JobRun run(const std::string& mode, const Job& j) {
   JobRun r;
   std::string dir = testing::make_temp_dir();
-  std::string program = std::string(SHARED_WEIGHTS_RANK_BINARY) + " " + mode + " " + std::to_string(port) +
-                        " " + dir + settings(j, dir);
+  std::string program = std::string(SHARED_WEIGHTS_RANK_BINARY) + " " + mode + " " +
+                        std::to_string(testing::free_port()) + " " + dir + settings(j, dir);
   if (mode == "troupe") program = std::string(TROUPE_BINARY) + " launch --ranks 2 -- " + program;
   r.command = testing::run_command(program, 180);
   parse(r);
@@ -96,7 +98,7 @@ JobRun run(const std::string& mode, const Job& j, int port) {
 }
 
 const JobRun& reference() {
-  static const JobRun r = run("reference", Job{}, 30099);
+  static const JobRun r = run("reference", Job{});
   return r;
 }
 
@@ -121,8 +123,7 @@ TEST_P(SharedWeights, TrainLikeOneLibTorchProcess) {
       << "LibTorch's AdamW skips parameters without a gradient";
   ASSERT_FALSE(bit_identical(ref, "0.weight"));
 
-  static int next_port = 30100;  // 30100-30123: this test only
-  JobRun got = run("troupe", j, next_port++);
+  JobRun got = run("troupe", j);
   ASSERT_EQ(got.command.exit_code, 0) << got.command.output;
   ASSERT_EQ(got.losses.size(), 25u) << got.command.output;
   ASSERT_EQ(ref.losses.size(), 25u);
@@ -163,14 +164,16 @@ INSTANTIATE_TEST_SUITE_P(Zero, SharedWeights, ::testing::ValuesIn(jobs()), [](co
 // naming the step if not.
 TEST(StepTokens, EveryStepCountsEveryMicroBatchOnEveryRankUnderLoad) {
   std::vector<testing::CommandResult> results(2);
+  // Taken here, not in the threads: free_port() is not thread-safe.
+  const std::vector<int> ports = {testing::free_port(), testing::free_port()};
   std::vector<std::thread> jobs;
   for (int k = 0; k < 2; ++k)
-    jobs.emplace_back([k, &results] {
+    jobs.emplace_back([k, &results, &ports] {
       Job j{k == 0 ? 0 : 2, "none", k == 0 ? 1 : 3};
       std::string dir = testing::make_temp_dir();
       results[k] = testing::run_command(
           std::string(TROUPE_BINARY) + " launch --ranks 2 -- " + SHARED_WEIGHTS_RANK_BINARY + " troupe " +
-              std::to_string(30130 + k) + " " + dir + settings(j, dir) + " train.steps=400",
+              std::to_string(ports[k]) + " " + dir + settings(j, dir) + " train.steps=400",
           300);
     });
   for (auto& t : jobs) t.join();

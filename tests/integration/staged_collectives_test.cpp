@@ -5,13 +5,14 @@
 #include <string>
 
 #include "tests/integration/command.hpp"
+#include "tests/support/free_port.hpp"
 
 namespace troupe {
 namespace {
 
-void expect_staged_collectives_match(int world, int port) {
+void expect_staged_collectives_match(int world) {
   auto r = testing::run_command(std::string(TROUPE_BINARY) + " launch --ranks " + std::to_string(world) +
-                                    " -- " + STAGED_RANK_BINARY + " " + std::to_string(port),
+                                    " -- " + STAGED_RANK_BINARY + " " + std::to_string(testing::free_port()),
                                 120);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   for (int rank = 0; rank < world; ++rank)
@@ -20,11 +21,11 @@ void expect_staged_collectives_match(int world, int port) {
 }
 
 TEST(StagedCollectives, TwoRanksMatchExactly) {
-  expect_staged_collectives_match(2, 29762);
+  expect_staged_collectives_match(2);
 }
 
 TEST(StagedCollectives, ThreeRanksMatchExactly) {
-  expect_staged_collectives_match(3, 29763);
+  expect_staged_collectives_match(3);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/integration/command.hpp"
+#include "tests/support/free_port.hpp"
 
 namespace troupe {
 namespace {
@@ -20,10 +21,9 @@ namespace {
 TEST(Trace, TwoRanksMergeIntoOneTimelineWithTracksPerActorAndStream) {
   std::string dir = testing::make_temp_dir();
   std::string trace = dir + "/trace.json";
-  auto r = testing::run_command(
-      std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR +
-      "/configs/tiny-gpt.toml --set train.steps=3 --set cluster.coordinator=127.0.0.1:29751" +
-      " --set trace.path=" + trace);
+  auto r = testing::run_command(std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR +
+                                "/configs/tiny-gpt.toml --set train.steps=3 --set cluster.coordinator=" +
+                                testing::free_coordinator() + " --set trace.path=" + trace);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto json = nlohmann::json::parse(testing::read_file(trace), nullptr, false);
   ASSERT_FALSE(json.is_discarded());
@@ -87,7 +87,7 @@ TEST(Trace, ZeroStagesTwoAndThreeCommunicateWhileComputeRuns) {
         " --set model.d_model=128 --set model.n_layers=3 --set zero.stage=" + std::to_string(stage) +
         " --set zero.reduce_bucket_size=65536 --set zero.param_persistence_threshold=1000" +
         " --set zero.max_reuse_distance=0 --set zero.prefetch_bucket_size=400000" +
-        " --set cluster.coordinator=127.0.0.1:29752 --set trace.path=" + trace);
+        " --set cluster.coordinator=" + testing::free_coordinator() + " --set trace.path=" + trace);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     auto json = nlohmann::json::parse(testing::read_file(trace), nullptr, false);
     ASSERT_FALSE(json.is_discarded());

@@ -193,13 +193,13 @@ TEST(ConfigLoad, SyntaxErrorAtEndOfFileNamesItsPosition) {
 
 TEST(ConfigLoad, StringWhereIntegerExpectedNamesPositionKeyValueAndAllowed) {
   EXPECT_EQ(error_of(load("[batch]\nmicro_batch_size = \"four\"\n")),
-            "job.toml:2:20: [batch] micro_batch_size must be a positive integer, got \"four\" "
+            "job.toml:2:20: [batch] micro_batch_size must be a positive integer up to 2^20, got \"four\" "
             "(a string)");
 }
 
 TEST(ConfigLoad, FloatWhereIntegerExpectedIsAnError) {
   EXPECT_EQ(error_of(load("[batch]\nmicro_batch_size = 4.0\n")),
-            "job.toml:2:20: [batch] micro_batch_size must be a positive integer, got 4.0 "
+            "job.toml:2:20: [batch] micro_batch_size must be a positive integer up to 2^20, got 4.0 "
             "(a float)");
 }
 
@@ -300,7 +300,7 @@ TEST(ConfigLoad, MissingFileIsAnErrorNamingThePath) {
 TEST(ConfigLoad, ErrorsInAFileNameThatFile) {
   const std::string path = write_temp_file("bad.toml", "[batch]\nmicro_batch_size = -1\n");
   EXPECT_EQ(error_of(load_config_file(path, {})),
-            path + ":2:20: [batch] micro_batch_size must be a positive integer, got -1");
+            path + ":2:20: [batch] micro_batch_size must be a positive integer up to 2^20, got -1");
 }
 
 // ---- Overrides ----
@@ -344,7 +344,7 @@ TEST(ConfigOverride, ValueThatIsNotTomlIsABareString) {
 TEST(ConfigOverride, WrongTypeNamesTheOverrideText) {
   EXPECT_EQ(error_of(load(kMinimal, {"batch.micro_batch_size=four"})),
             "--set batch.micro_batch_size=four: [batch] micro_batch_size must be a positive "
-            "integer, got \"four\" (a string)");
+            "integer up to 2^20, got \"four\" (a string)");
 }
 
 TEST(ConfigOverride, UnknownKeyNamesTheOverrideAndSuggests) {
@@ -380,7 +380,7 @@ TEST(ConfigOverride, AppliesBeforeValidation) {
 
 TEST(ConfigOverride, ValidationErrorsNameTheOverrideText) {
   EXPECT_EQ(error_of(load(kMinimal, {"train.steps=0"})),
-            "--set train.steps=0: [train] steps must be a positive integer, got 0");
+            "--set train.steps=0: [train] steps must be a positive integer up to 2^40, got 0");
 }
 
 // ---- Resolution: world size and dp ----
@@ -516,14 +516,56 @@ TEST(ConfigResolve, NegativeBatchSizeIsAnError) {
   JobConfig raw = minimal_struct();
   raw.batch.gradient_accumulation_steps = -2;
   EXPECT_EQ(error_of(resolve_config(raw)),
-            "<struct>: [batch] gradient_accumulation_steps must be a positive integer, got -2");
+            "<struct>: [batch] gradient_accumulation_steps must be a positive integer up to 2^20, got -2");
 }
 
-TEST(ConfigResolve, BatchProductThatOverflowsIsAnError) {
+// The bounds keep micro × accumulation × dp within 2^56: a product that would overflow is
+// refused by the bound of its first factor.
+TEST(ConfigResolve, BatchFactorsBeyondTheirBoundsAreRefusedBeforeTheyAreMultiplied) {
   JobConfig raw = minimal_struct();
   raw.batch.micro_batch_size = int64_t{1} << 40;
   raw.batch.gradient_accumulation_steps = int64_t{1} << 30;
-  EXPECT_NE(error_of(resolve_config(raw)).find("does not fit in a 64-bit integer"), std::string::npos);
+  EXPECT_EQ(error_of(resolve_config(raw)),
+            "<struct>: [batch] micro_batch_size must be a positive integer up to 2^20, got 1099511627776");
+  raw.batch.micro_batch_size = int64_t{1} << 20;
+  raw.batch.gradient_accumulation_steps = (int64_t{1} << 20) + 1;
+  EXPECT_EQ(
+      error_of(resolve_config(raw)),
+      "<struct>: [batch] gradient_accumulation_steps must be a positive integer up to 2^20, got 1048577");
+}
+
+TEST(ConfigResolve, EveryCountSizeAndDurationHasAnUpperBound) {
+  const std::pair<const char*, const char*> beyond[] = {
+      {"cluster.world_size=65537", "[cluster] world_size must be an integer from 0 to 65536"},
+      {"cluster.collective_timeout_s=86401",
+       "[cluster] collective_timeout_s must be a positive number of seconds up to 86400"},
+      {"cluster.bootstrap_timeout_s=inf", "[cluster] bootstrap_timeout_s must be a positive number"},
+      {"zero.reduce_bucket_size=1099511627777",
+       "[zero] reduce_bucket_size must be a positive integer up to 2^40"},
+      {"zero.max_reuse_distance=1099511627777",
+       "[zero] max_reuse_distance must be an integer from 0 to 2^40"},
+      {"offload.sub_group_size=1099511627777",
+       "[offload] sub_group_size must be a positive integer up to 2^40"},
+      {"offload.buffer_count=65", "[offload] buffer_count must be an integer from 2 to 64"},
+      {"offload.block_size=2147483648",
+       "[offload] block_size must be a positive multiple of 4096 up to 2^30"},
+      {"offload.host_budget_bytes=1125899906842625",
+       "[offload] host_budget_bytes must be an integer from 0 to 2^50"},
+      {"batch.global_batch_size=1099511627777",
+       "[batch] global_batch_size must be a positive integer up to 2^40"},
+      {"model.seq_len=1048577", "[model] seq_len must be a positive integer up to 2^20"},
+      {"model.n_heads=4097", "[model] n_heads must be a positive integer up to 2^12"},
+      {"model.vocab_size=16777217",
+       "[model] vocab_size must be an integer from 256 (byte-level data) to 2^24"},
+      {"data.synthetic_bytes=68719476737",
+       "[data] synthetic_bytes must be an integer greater than seq_len + 1, up to 2^36"},
+      {"train.steps=1099511627777", "[train] steps must be a positive integer up to 2^40"},
+      {"train.log_interval=1099511627777", "[train] log_interval must be a positive integer up to 2^40"},
+      {"train.threads=1025", "[train] threads must be an integer from 0 to 1024"},
+  };
+  for (const auto& [setting, message] : beyond)
+    EXPECT_NE(error_of(load(kMinimal, {setting})).find(message), std::string::npos)
+        << setting << ": " << error_of(load(kMinimal, {setting}));
 }
 
 // ---- Resolution: model, optimizer, cluster, data, train ----
@@ -542,14 +584,15 @@ TEST(ConfigResolve, ZeroDffBecomesFourTimesDModel) {
 
 TEST(ConfigResolve, VocabBelowByteRangeIsAnError) {
   EXPECT_EQ(error_of(load(std::string(kMinimal) + "[model]\nvocab_size = 100\n")),
-            "job.toml:4:14: [model] vocab_size must be an integer of at least 256 (byte-level "
-            "data), got 100");
+            "job.toml:4:14: [model] vocab_size must be an integer from 256 (byte-level data) to "
+            "2^24, got 100");
 }
 
 TEST(ConfigResolve, NonPositiveModelSizeIsAnError) {
   JobConfig raw = minimal_struct();
   raw.model.n_layers = 0;
-  EXPECT_EQ(error_of(resolve_config(raw)), "<struct>: [model] n_layers must be a positive integer, got 0");
+  EXPECT_EQ(error_of(resolve_config(raw)),
+            "<struct>: [model] n_layers must be a positive integer up to 2^14, got 0");
 }
 
 TEST(ConfigResolve, ModelTypeMustBeGptAndTyposAreSuggested) {
@@ -728,36 +771,37 @@ TEST(ConfigToken, ConstantTimeEqualityIsEquality) {
 TEST(ConfigResolve, TimeoutsMustBePositive) {
   JobConfig raw = minimal_struct();
   raw.cluster.peer_timeout_s = 0;
-  EXPECT_EQ(error_of(resolve_config(raw)),
-            "<struct>: [cluster] peer_timeout_s must be a positive number of seconds, got 0.0");
+  EXPECT_EQ(
+      error_of(resolve_config(raw)),
+      "<struct>: [cluster] peer_timeout_s must be a positive number of seconds up to 86400 (a day), got 0.0");
 }
 
 TEST(ConfigResolve, ReduceBucketMustBePositive) {
   JobConfig raw = minimal_struct();
   raw.zero.reduce_bucket_size = 0;
   EXPECT_EQ(error_of(resolve_config(raw)),
-            "<struct>: [zero] reduce_bucket_size must be a positive integer (elements), got 0");
+            "<struct>: [zero] reduce_bucket_size must be a positive integer up to 2^40 (elements), got 0");
 }
 
 TEST(ConfigResolve, LogIntervalMustBeAtLeastOne) {
   JobConfig raw = minimal_struct();
   raw.train.log_interval = 0;
   EXPECT_EQ(error_of(resolve_config(raw)),
-            "<struct>: [train] log_interval must be a positive integer, got 0");
+            "<struct>: [train] log_interval must be a positive integer up to 2^40, got 0");
 }
 
 TEST(ConfigResolve, NegativeThreadsIsAnError) {
   JobConfig raw = minimal_struct();
   raw.train.threads = -1;
   EXPECT_EQ(error_of(resolve_config(raw)),
-            "<struct>: [train] threads must be a non-negative integer (0 = automatic), got -1");
+            "<struct>: [train] threads must be an integer from 0 to 1024 (0 = automatic), got -1");
 }
 
 TEST(ConfigResolve, PrefetchMustBeAtLeastOne) {
   JobConfig raw = minimal_struct();
   raw.data.prefetch_micro_batches = 0;
   EXPECT_EQ(error_of(resolve_config(raw)),
-            "<struct>: [data] prefetch_micro_batches must be a positive integer, got 0");
+            "<struct>: [data] prefetch_micro_batches must be an integer from 1 to 1024, got 0");
 }
 
 TEST(ConfigResolve, SyntheticCorpusMustHoldOneSample) {
@@ -798,7 +842,8 @@ TEST(ConfigResolve, StructErrorsNameTheSourceAndTheKey) {
   JobConfig raw = minimal_struct();
   raw.source = "trainer.cpp";
   raw.train.steps = 0;
-  EXPECT_EQ(error_of(resolve_config(raw)), "trainer.cpp: [train] steps must be a positive integer, got 0");
+  EXPECT_EQ(error_of(resolve_config(raw)),
+            "trainer.cpp: [train] steps must be a positive integer up to 2^40, got 0");
 }
 
 TEST(ConfigResolve, ResolvedConfigResolvesToItself) {
@@ -862,15 +907,15 @@ TEST(ConfigZero, OutOfRangeValuesNamePositionKeyAndAllowedValues) {
       {"[zero]\nstage = 4\n", "job.toml:4:9: [zero] stage must be one of 0, 1, 2 or 3, got 4"},
       {"[zero]\nstage = -1\n", "job.toml:4:9: [zero] stage must be one of 0, 1, 2 or 3, got -1"},
       {"[zero]\nreduce_bucket_size = 0\n",
-       "job.toml:4:22: [zero] reduce_bucket_size must be a positive integer (elements), got 0"},
+       "job.toml:4:22: [zero] reduce_bucket_size must be a positive integer up to 2^40 (elements), got 0"},
       {"[zero]\nprefetch_bucket_size = -5\n",
-       "job.toml:4:24: [zero] prefetch_bucket_size must be a positive integer (elements), got -5"},
+       "job.toml:4:24: [zero] prefetch_bucket_size must be a positive integer up to 2^40 (elements), got -5"},
       {"[zero]\nmax_live_parameters = 0\n",
-       "job.toml:4:23: [zero] max_live_parameters must be a positive integer (elements), got 0"},
+       "job.toml:4:23: [zero] max_live_parameters must be a positive integer up to 2^40 (elements), got 0"},
       {"[zero]\nmax_reuse_distance = -1\n",
-       "job.toml:4:22: [zero] max_reuse_distance must be a non-negative integer (elements), got -1"},
+       "job.toml:4:22: [zero] max_reuse_distance must be an integer from 0 to 2^40 (elements), got -1"},
       {"[zero]\nparam_persistence_threshold = -1\n",
-       "job.toml:4:31: [zero] param_persistence_threshold must be a non-negative integer (elements), "
+       "job.toml:4:31: [zero] param_persistence_threshold must be an integer from 0 to 2^40 (elements), "
        "got -1"},
       {"[optimizer]\ngradient_clipping = -1.0\n",
        "job.toml:4:21: [optimizer] gradient_clipping must be a non-negative number (0 = no clipping), "
@@ -1099,10 +1144,11 @@ TEST(ConfigOffload, BadValuesNameTheKeyAndWhatIsAllowed) {
   EXPECT_EQ(error_of(load("[zero]\nstage = 3\n[offload]\noptimizer = \"cpu\"\nparam = \"nvme\"\n")),
             "job.toml:5:9: [offload] param = \"nvme\" needs nvme_path, the directory of the nvme tier, but "
             "nvme_path is not set");
-  EXPECT_EQ(error_of(load("[offload]\nblock_size = 1000\n")),
-            "job.toml:2:14: [offload] block_size must be a positive multiple of 4096 (bytes), got 1000");
+  EXPECT_EQ(
+      error_of(load("[offload]\nblock_size = 1000\n")),
+      "job.toml:2:14: [offload] block_size must be a positive multiple of 4096 up to 2^30 (bytes), got 1000");
   EXPECT_EQ(error_of(load("[offload]\nbuffer_count = 1\n")),
-            "job.toml:2:16: [offload] buffer_count must be an integer of at least 2, got 1");
+            "job.toml:2:16: [offload] buffer_count must be an integer from 2 to 64, got 1");
 }
 
 }  // namespace
