@@ -17,6 +17,10 @@ Status Transport::Impl::connect(const AddressTable& table) {
   h.cb = on_actor_message;
   s = ucp_worker_set_am_recv_handler(worker_->worker(), &h);
   if (s != UCS_OK) return ucx_error("registering the message handler", s);
+  h.id = static_cast<uint16_t>(wire::Kind::heartbeat);
+  h.cb = on_heartbeat;
+  s = ucp_worker_set_am_recv_handler(worker_->worker(), &h);
+  if (s != UCS_OK) return ucx_error("registering the heartbeat handler", s);
 
   std::vector<int64_t> everyone(static_cast<std::size_t>(options_.world_size));
   for (int64_t r = 0; r < options_.world_size; ++r) everyone[static_cast<std::size_t>(r)] = r;
@@ -97,6 +101,7 @@ void Transport::Impl::run() {
     react_to_lost_peers();
     if (!peer_aborts_.empty() && !closing_) fail_all(make_error(peer_aborts_.front()), Notify::nobody);
     check_deadlines();
+    keep_heartbeats();
     if (stopping) break;
     // With operations in flight, poll a little before sleeping: a reply usually comes
     // within microseconds, and a sleep costs a wake-up on each side. Then wake at least

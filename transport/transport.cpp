@@ -18,6 +18,9 @@ Result<std::unique_ptr<Transport>> Transport::make(const TransportOptions& optio
   // The first barrier proves every endpoint carries data before anyone relies on it.
   Status ready = transport->barrier_sync();
   if (!ready) return make_error("connecting to the other ranks: " + ready.error().message);
+  // Every rank has passed connect() (its handlers registered) once the barrier is done:
+  // only now may heartbeats go, or one could reach a rank with no handler for it yet.
+  transport->impl_->submit([impl = transport->impl_.get()] { impl->start_heartbeats(); });
   return transport;
 }
 

@@ -56,6 +56,8 @@ class Transport::Impl final : public TransferIo {
   }
   void stop();
   void submit(std::function<void()> command);
+  /// On the progress thread, once every rank is connected (heartbeat.cpp).
+  void start_heartbeats();
 
   void issue(uint64_t key, std::unique_ptr<Collective> collective, Completion done,
              std::vector<float> owned = {}, CommunicatorId comm = world_communicator, uint64_t tag = 0);
@@ -179,6 +181,8 @@ class Transport::Impl final : public TransferIo {
                                        size_t bytes, const ucp_am_recv_param_t* param);
   static ucs_status_t on_abort(void* arg, const void* header, size_t header_bytes, void* data, size_t bytes,
                                const ucp_am_recv_param_t*);
+  static ucs_status_t on_heartbeat(void* arg, const void* header, size_t header_bytes, void* data,
+                                   size_t bytes, const ucp_am_recv_param_t*);
 
   void run();
   void track(Transfer* t, ucs_status_ptr_t request);
@@ -195,6 +199,14 @@ class Transport::Impl final : public TransferIo {
   Status plan_topology(const std::vector<std::string>& hosts);
   void check_mismatches();
   void react_to_lost_peers();
+  /// Sends this rank's heartbeats when due and finds a watched peer silent for longer
+  /// than peer_timeout_s (heartbeat.cpp).
+  void keep_heartbeats();
+  bool heartbeats_on_ = false;
+  std::vector<int64_t> watched_peers() const;
+  std::vector<Clock::time_point> heard_;  // by rank: the last heartbeat received
+  wire::Frame heartbeat_frame_;           // sent as it is, so it outlives every send of it
+  Clock::time_point next_heartbeat_ = Clock::now();
   Clock::time_point last_probe_ = Clock::now();
   std::string transfer_failure(const Transfer& t, const std::string& what) const;
 

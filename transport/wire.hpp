@@ -25,7 +25,7 @@ constexpr std::size_t host_bytes_max = 256;
 constexpr int64_t world_size_max = 4096;
 
 /// Active-message handler ids, one per frame kind.
-enum class Kind : uint16_t { hello = 1, table = 2, reject = 3, abort = 4, message = 5 };
+enum class Kind : uint16_t { hello = 1, table = 2, reject = 3, abort = 4, message = 5, heartbeat = 6 };
 
 /// Largest actor message the transport carries (they are control messages, not tensors).
 constexpr std::size_t message_bytes_max = 1 << 20;

@@ -94,7 +94,10 @@ struct ChildPlan {
   if (::getppid() != plan.parent) ::_exit(kCannotStartExitCode);  // launcher already gone
   ::setpgid(0, 0);
   // The launcher ignores SIGPIPE and may block signals; the program starts with defaults.
-  ::signal(SIGPIPE, SIG_DFL);
+  // A launcher started where SIGINT and SIGQUIT are ignored (a script's background job)
+  // keeps them so for itself, but its ranks, in process groups of their own that only the
+  // launcher and the user signal, stop on them as programs do.
+  for (int s : {SIGPIPE, SIGINT, SIGQUIT, SIGTERM, SIGHUP}) ::signal(s, SIG_DFL);
   sigset_t none;
   ::sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);

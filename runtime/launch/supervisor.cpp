@@ -191,6 +191,7 @@ void Supervisor::begin_stop(int exit_code) {
   exit_code_ = exit_code;
   kill_at_ = after(stop_grace_s_);
   signal_all(SIGTERM);
+  signal_all(SIGCONT);  // a stopped rank (SIGSTOP) takes its SIGTERM only once it runs again
 }
 
 void Supervisor::report_unstopped() const {

@@ -90,5 +90,42 @@ TEST(Failure, RankOutsideALauncherLosesItsPeerAndNamesIt) {
   EXPECT_NE(rank0.output.find("rank 1"), std::string::npos) << rank0.output;
 }
 
+// A rank that stops answering without dying (SIGSTOP here; a hang alike) is found by the
+// silence of its heartbeats within peer_timeout_s, not by the 120 s collective timeout,
+// and named by the rank that watched it, whichever of the two was stopped.
+class Stopped : public ::testing::TestWithParam<int> {};
+
+TEST_P(Stopped, RankIsFoundByItsSilenceWithinThePeerTimeoutAndNamed) {
+  const int stopped_rank = GetParam();
+  std::string dir = testing::make_temp_dir();
+  std::string metrics = dir + "/metrics.jsonl";
+  std::string command =
+      std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR + "/configs/tiny-gpt.toml" +
+      " --set train.steps=100000 --set cluster.peer_timeout_s=3" +
+      " --set cluster.collective_timeout_s=120 --set cluster.coordinator=" + testing::free_coordinator() +
+      " --metrics " + metrics;
+  testing::CommandResult result;
+  std::thread job([&] { result = testing::run_command(command, 120); });
+  auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (testing::read_file(metrics).size() < 200 && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  int pid = find_process(metrics, "TROUPE_RANK=" + std::to_string(stopped_rank));
+  ASSERT_GT(pid, 0) << "rank " << stopped_rank << " not found";
+  auto stopped_at = Clock::now();
+  kill(pid, SIGSTOP);
+  job.join();
+  double stop_s = std::chrono::duration<double>(Clock::now() - stopped_at).count();
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_LT(stop_s, 3.0 + 10.0) << result.output;
+  EXPECT_NE(result.output.find("rank " + std::to_string(stopped_rank) + " has not been heard from for"),
+            std::string::npos)
+      << result.output;
+  EXPECT_EQ(testing::run_command("kill -0 " + std::to_string(pid) + " 2>/dev/null").exit_code, 1)
+      << "the stopped rank was left behind";
+}
+
+INSTANTIATE_TEST_SUITE_P(Heartbeat, Stopped, ::testing::Values(0, 1),
+                         [](const auto& info) { return "Rank" + std::to_string(info.param); });
+
 }  // namespace
 }  // namespace troupe

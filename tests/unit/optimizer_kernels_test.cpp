@@ -66,6 +66,12 @@ void expect_agrees(const std::string& what, const float* got, const torch::Tenso
               a.worst_element, a.n ? 100.0 * static_cast<double>(a.exact) / static_cast<double>(a.n) : 100.0);
   EXPECT_LE(relative, tolerance) << what;
   EXPECT_LE(a.worst_element, tolerance) << what;
+  // What docs/DESIGN.md claims: the AVX2 and AVX-512 paths fuse exactly where LibTorch does,
+  // so every element is bit-identical; only the scalar fallback is within rounding.
+  if (std::string(kernels::optimizer_isa()) != "scalar") {
+    EXPECT_EQ(a.exact, a.n) << what << " on " << kernels::optimizer_isa()
+                            << ": not bit-identical to LibTorch";
+  }
 }
 
 // The first and second moments LibTorch's Adam or AdamW keeps for its only parameter.
