@@ -1,11 +1,12 @@
 # The two commands of README.md: `make run` and `make test`. Both set up what they
-# need (scripts/setup.sh), configure and build into build/.
+# need (scripts/setup.sh), configure and build into build/. `make sanitize` (CI runs it
+# after `make test`) builds build-asan/ and build-tsan/ of its own (scripts/sanitize.sh).
 BUILD ?= build
 PREFIX ?= /usr/local
 CONFIG ?= configs/tiny-gpt.toml
 JOBS ?= $(shell nproc)
 
-.PHONY: setup configure build run test install clean
+.PHONY: setup configure build run test sanitize install clean
 
 setup:
 	@bash scripts/setup.sh
@@ -26,8 +27,13 @@ test: build
 	@status=0; (cd $(BUILD) && ctest --output-on-failure --parallel 2) || status=$$?; \
 	  bash scripts/skipped-tests.sh $(BUILD); exit $$status
 
+# The sanitizer sets of scripts/sanitize.sh, both run even when the first fails.
+sanitize: setup
+	@status=0; JOBS=$(JOBS) bash scripts/sanitize.sh asan || status=$$?; \
+	  JOBS=$(JOBS) bash scripts/sanitize.sh tsan || status=$$?; exit $$status
+
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD) $(BUILD).configure.log
+	rm -rf $(BUILD) $(BUILD).configure.log build-asan build-tsan

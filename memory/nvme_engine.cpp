@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "base/leak.hpp"
 #include "memory/crc32c.hpp"
 
 namespace troupe {
@@ -106,7 +107,7 @@ NvmeStore::Engine::~Engine() {
       thread_.join();
   }
   // Requests the device never completed may still write into their pages: leak them, not reuse them.
-  if (abandoned) (void)tail_pages_.release();
+  if (abandoned) leak_on_purpose(std::move(tail_pages_));
   for (auto& op : active_) {
     if (op->fd >= 0) ::close(op->fd);
     if (op->tail_page != nullptr && !abandoned) tail_pages_->release(op->tail_page);

@@ -445,7 +445,8 @@ std::unique_ptr<Collective> make_all_reduce_small(const CollectiveShape& shape, 
 std::unique_ptr<Collective> make_reduce_scatter(const CollectiveShape& shape, const void* input, void* output,
                                                 std::size_t count, DataType type, ReduceOp op) {
   if (shape.world_size == 1) {
-    std::memmove(output, input, count * element_bytes(type));
+    // memmove's pointers must not be null even for no bytes, and an empty vector's data() is.
+    if (count > 0) std::memmove(output, input, count * element_bytes(type));
     return std::make_unique<Immediate>("reduce_scatter in a world of one");
   }
   // The ring reads the input and writes only `output`: it never stores through `input`.

@@ -21,7 +21,13 @@ const char* data_type_name(DataType t) {
 namespace troupe::kernels {
 namespace {
 
+// GCC's ThreadSanitizer instruments the clones' resolver, which the dynamic loader runs
+// before TSan's runtime is up (a crash at startup): under TSan, the default path only.
+#if defined(__SANITIZE_THREAD__)
+#define TROUPE_MULTIVERSION
+#else
 #define TROUPE_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
 
 // IEEE half precision by bit manipulation (no F16C needed, so every build can run it).
 inline float widen_f16(uint16_t h) {
