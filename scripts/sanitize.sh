@@ -7,8 +7,8 @@
 # target and the whole ctest suite, for a developer before resolving an issue (LibTorch's
 # layers under the sanitizer: much longer).
 # LibTorch, CAF and UCX are not instrumented; what they are known to report is suppressed,
-# each with its reason, in scripts/lsan.supp and scripts/tsan.supp. BUILD and JOBS override
-# the build directory and the compile jobs (default: one per core).
+# each with its reason, in scripts/lsan.supp, ubsan.supp and tsan.supp. BUILD and JOBS
+# override the build directory and the compile jobs (default: one per core).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -52,7 +52,7 @@ echo "sanitize.sh $kind: built in $((SECONDS - start)) s"
 # integration tests start inherit them. Leak checking stays on for our code; the leaks of
 # uninstrumented libraries are suppressed by name in lsan.supp.
 export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:check_initialization_order=1:strict_init_order=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
-export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$root/scripts/ubsan.supp${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 export LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 # TSan reports every race of a run (a test with any fails at exit, status 66), not only the first.
 export TSAN_OPTIONS="suppressions=$root/scripts/tsan.supp:second_deadlock_stack=1:print_suppressions=0${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
