@@ -14,6 +14,7 @@ trials=${1:?usage: kill-trials.sh N [SEED]}
 set -m
 RANDOM=${2:-$$}
 cd "$(dirname "$0")/.."
+source scripts/free-port.sh
 troupe=${BUILD:-build}/troupe
 [[ -x $troupe ]] || { echo "kill-trials: $troupe not built" >&2; exit 2; }
 peer_timeout=5
@@ -39,7 +40,7 @@ for ((t = 1; t <= trials; t++)); do
   [[ $tier == nvme && $stage == 0 ]] && tier=cpu
   dir=$work/trial$t; mkdir -p "$dir/nvme"
   marker=$dir/metrics.jsonl
-  port=$((20000 + RANDOM % 12000))
+  hold_free_port || exit 2
   settings="--set train.steps=100000 --set zero.stage=$stage --set offload.optimizer=$tier"
   settings+=" --set offload.nvme_path=$dir/nvme --set cluster.peer_timeout_s=$peer_timeout"
   settings+=" --set cluster.coordinator=127.0.0.1:$port"

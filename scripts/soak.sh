@@ -9,14 +9,16 @@ set -uo pipefail
 steps=${1:?usage: soak.sh STEPS [FROM]}
 from=${2:-200}
 cd "$(dirname "$0")/.."
+source scripts/free-port.sh
 troupe=${BUILD:-build}/troupe
 [[ -x $troupe ]] || { echo "soak: $troupe not built" >&2; exit 2; }
 (( from < steps )) || { echo "soak: FROM ($from) must be below STEPS ($steps)" >&2; exit 2; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 metrics=$work/metrics.jsonl
+hold_free_port || exit 2
 "$troupe" run configs/tiny-gpt.toml --set train.steps="$steps" --set train.log_interval=100 \
-  --set cluster.coordinator=127.0.0.1:$((20000 + RANDOM % 12000)) --metrics "$metrics" > "$work/output" 2>&1 &
+  --set cluster.coordinator=127.0.0.1:"$port" --metrics "$metrics" > "$work/output" 2>&1 &
 launcher=$!
 # One line per sample: step rank rss_kb
 while kill -0 "$launcher" 2>/dev/null; do

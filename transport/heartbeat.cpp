@@ -22,13 +22,6 @@ Clock::duration heartbeat_period(double peer_timeout_s) {
 
 }  // namespace
 
-std::vector<int64_t> Transport::Impl::watched_peers() const {
-  if (options_.rank != 0) return {0};
-  std::vector<int64_t> everyone;
-  for (int64_t r = 1; r < options_.world_size; ++r) everyone.push_back(r);
-  return everyone;
-}
-
 ucs_status_t Transport::Impl::on_heartbeat(void* arg, const void* header, size_t header_bytes, void* data,
                                            size_t bytes, const ucp_am_recv_param_t*) {
   auto* self = static_cast<Impl*>(arg);
@@ -39,34 +32,40 @@ ucs_status_t Transport::Impl::on_heartbeat(void* arg, const void* header, size_t
   return UCS_OK;
 }
 
+// Everything a beat needs is fixed once the world is connected: who is watched, the frame
+// (sent as it is, so it outlives every send of it) and the period.
 void Transport::Impl::start_heartbeats() {
+  if (options_.world_size < 2) return;
+  watched_.clear();
+  if (options_.rank != 0) watched_.push_back(0);
+  for (int64_t r = 1; options_.rank == 0 && r < options_.world_size; ++r) watched_.push_back(r);
+  heartbeat_frame_ = wire::encode_reason(wire::Kind::heartbeat, options_.rank, options_.world_size, "");
+  heartbeat_period_ = heartbeat_period(options_.peer_timeout_s);
   heard_.assign(static_cast<std::size_t>(options_.world_size), Clock::now());
-  heartbeats_on_ = true;
+  next_heartbeat_ = Clock::now();
 }
 
+// Called on every turn of the progress loop, so it does nothing until a beat is due: then it
+// sends this rank's heartbeats and looks for a watched peer silent for too long.
 void Transport::Impl::keep_heartbeats() {
-  if (!heartbeats_on_ || options_.world_size < 2 || closing_ || failed_) return;
+  if (watched_.empty() || closing_ || failed_) return;
   const auto now = Clock::now();
-  if (now >= next_heartbeat_) {
-    next_heartbeat_ = now + heartbeat_period(options_.peer_timeout_s);
-    if (heartbeat_frame_.payload.empty())
-      heartbeat_frame_ = wire::encode_reason(wire::Kind::heartbeat, options_.rank, options_.world_size, "");
-    const wire::Frame& frame = heartbeat_frame_;
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_AM_SEND_FLAG_EAGER;
-    for (int64_t peer : watched_peers()) {
-      ucp_ep_h ep = endpoints_[static_cast<std::size_t>(peer)];
-      if (ep == nullptr) continue;
-      // Fire and forget: a heartbeat that cannot go is the peer's problem to report.
-      ucs_status_ptr_t request =
-          ucp_am_send_nbx(ep, static_cast<uint16_t>(wire::Kind::heartbeat), &frame.header,
-                          sizeof frame.header, frame.payload.data(), frame.payload.size(), &p);
-      if (UCS_PTR_IS_PTR(request)) ucp_request_free(request);
-    }
+  if (now < next_heartbeat_) return;
+  next_heartbeat_ = now + heartbeat_period_;
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_AM_SEND_FLAG_EAGER;
+  for (int64_t peer : watched_) {
+    ucp_ep_h ep = endpoints_[static_cast<std::size_t>(peer)];
+    if (ep == nullptr) continue;
+    // Fire and forget: a heartbeat that cannot go is the peer's problem to report.
+    ucs_status_ptr_t request = ucp_am_send_nbx(
+        ep, static_cast<uint16_t>(wire::Kind::heartbeat), &heartbeat_frame_.header,
+        sizeof heartbeat_frame_.header, heartbeat_frame_.payload.data(), heartbeat_frame_.payload.size(), &p);
+    if (UCS_PTR_IS_PTR(request)) ucp_request_free(request);
   }
   const auto limit = std::chrono::duration<double>(options_.peer_timeout_s);
-  for (int64_t peer : watched_peers()) {
+  for (int64_t peer : watched_) {
     const auto silent = std::chrono::duration<double>(now - heard_[static_cast<std::size_t>(peer)]);
     if (silent <= limit) continue;
     auto error = make_error(fmt::format(

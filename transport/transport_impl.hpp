@@ -200,13 +200,13 @@ class Transport::Impl final : public TransferIo {
   void check_mismatches();
   void react_to_lost_peers();
   /// Sends this rank's heartbeats when due and finds a watched peer silent for longer
-  /// than peer_timeout_s (heartbeat.cpp).
+  /// than peer_timeout_s (heartbeat.cpp). Nothing is watched before start_heartbeats().
   void keep_heartbeats();
-  bool heartbeats_on_ = false;
-  std::vector<int64_t> watched_peers() const;
+  std::vector<int64_t> watched_;          // rank 0 watches every rank, the others rank 0
   std::vector<Clock::time_point> heard_;  // by rank: the last heartbeat received
-  wire::Frame heartbeat_frame_;           // sent as it is, so it outlives every send of it
-  Clock::time_point next_heartbeat_ = Clock::now();
+  wire::Frame heartbeat_frame_;
+  Clock::duration heartbeat_period_{};
+  Clock::time_point next_heartbeat_;
   Clock::time_point last_probe_ = Clock::now();
   std::string transfer_failure(const Transfer& t, const std::string& what) const;
 

@@ -8,7 +8,6 @@
 // This program links no LibTorch and no actors: it checks, estimates and launches in a few
 // MB. What trains or measures (rank, bench, run --reference) is troupe-core, which this
 // program becomes by exec with the same arguments, and which `run` starts as each rank.
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +25,7 @@
 #include "runtime/coordinator.hpp"
 #include "runtime/estimate.hpp"
 #include "runtime/host_check.hpp"
+#include "runtime/launch/environment.hpp"
 #include "runtime/launch/launcher.hpp"
 
 namespace troupe {
@@ -46,13 +46,13 @@ int report_config_error(const Error& e) {
 }
 
 // What a run of `job` on this machine would fail on, before anything starts: the paths it
-// writes, and the memory of the ranks `troupe run` starts here (world_size of them, or
-// TROUPE_LOCAL_WORLD_SIZE when a launcher says how many share this machine).
+// writes, and the memory of the ranks `troupe run` starts here (world_size of them, or the
+// local world size when this runs under a launcher that says how many share this machine).
 Status check_this_machine(const JobConfig& job, const std::string& metrics_path) {
   TROUPE_TRY(check_output_paths(job, metrics_path));
-  int64_t local = job.cluster.world_size;
-  if (const char* given = std::getenv("TROUPE_LOCAL_WORLD_SIZE"))
-    local = std::max<int64_t>(1, std::atoll(given));
+  auto launched = detect_rank_environment(process_environment());
+  if (!launched) return launched.error();
+  const int64_t local = *launched ? (*launched)->local_world_size : job.cluster.world_size;
   if (local > kLaunchRanksMax)
     return make_error(
         fmt::format("{}: [cluster] world_size = {}: troupe run starts at most {} ranks on one "
@@ -97,7 +97,7 @@ int check_job(const JobArguments& a) {
   return 0;
 }
 
-int estimate_job(const JobArguments& a, bool as_json) {
+int print_estimate(const JobArguments& a, bool as_json) {
   auto job = load_config_file(a.file, a.overrides);
   if (!job) return report_config_error(job.error());
   auto predicted = estimate_job(*job);
@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (*check) return check_job(check_args);
-  if (*estimate) return estimate_job(estimate_args, estimate_as_json);
+  if (*estimate) return print_estimate(estimate_args, estimate_as_json);
   if (*launch) {
     LaunchOptions options;
     options.ranks = launch_ranks_count;

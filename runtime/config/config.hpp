@@ -19,12 +19,12 @@ struct ClusterConfig {
   std::string coordinator = "127.0.0.1:29500";  ///< host:port where rank 0 listens
   std::string token;       ///< shared secret every rank presents; empty = token_file or $TROUPE_TOKEN
   std::string token_file;  ///< a file whose first line is the token
-  double bootstrap_timeout_s = 60;              ///< how long rank 0 waits for all ranks
-  double peer_timeout_s = 10;                   ///< silence after which a peer counts as lost
-  double collective_timeout_s = 120;            ///< bound on any one collective
-  std::string topology = "auto";                ///< all-reduce: "auto", "flat" or "two_level"
-  std::string host_id;                          ///< this machine's identity; empty = host name + boot id
-  std::string device = "cpu";                   ///< "cpu" or "cuda" (one GPU per rank, by local rank)
+  double bootstrap_timeout_s = 60;    ///< how long rank 0 waits for all ranks
+  double peer_timeout_s = 10;         ///< silence after which a peer counts as lost
+  double collective_timeout_s = 120;  ///< bound on any one collective
+  std::string topology = "auto";      ///< all-reduce: "auto", "flat" or "two_level"
+  std::string host_id;                ///< this machine's identity; empty = host name + boot id
+  std::string device = "cpu";         ///< "cpu" or "cuda" (one GPU per rank, by local rank)
   /// Resolved from token, token_file or $TROUPE_TOKEN (runtime/config/token.hpp); not a
   /// key, never printed. Empty: the job has none (allowed on a loopback coordinator only).
   std::string secret;

@@ -125,11 +125,10 @@ class ValueReader {
 
  private:
   Error type_error() const {
-    // The token is a secret even when it has the wrong type: only its kind is shown.
-    const bool secret = spec_.section == "cluster" && spec_.key == "token";
-    return make_error(
-        fmt::format("{}: [{}] {} must be {}, got {}", where_, spec_.section, spec_.key, spec_.expect,
-                    secret ? fmt::format("a value not shown ({})", kind_of(node_)) : describe_value(node_)));
+    // A secret is one even when it has the wrong type: only its kind is shown.
+    return make_error(fmt::format(
+        "{}: [{}] {} must be {}, got {}", where_, spec_.section, spec_.key, spec_.expect,
+        spec_.secret ? fmt::format("a value not shown ({})", kind_of(node_)) : describe_value(node_)));
   }
 
   const toml::node& node_;

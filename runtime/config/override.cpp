@@ -40,7 +40,8 @@ Result<Override> split_override(const std::string& text) {
   out.section = name.substr(0, dot);
   out.key = name.substr(dot + 1);
   out.value_text = trim(std::string_view(text).substr(equals + 1));
-  if (out.section == "cluster" && out.key == "token") out.label = "--set cluster.token=(not shown)";
+  if (const KeySpec* spec = find_key(out.section, out.key); spec && spec->secret)
+    out.label = fmt::format("--set {}.{}=(not shown)", out.section, out.key);
   return out;
 }
 

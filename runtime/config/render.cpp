@@ -63,9 +63,12 @@ std::string render_config(const JobConfig& config) {
       out += fmt::format("\n[{}]\n", section);
     }
     if (auto note = derived_note(copy, spec)) out += fmt::format("# derived: {}\n", *note);
-    if (spec.section == "cluster" && spec.key == "token" && !config.cluster.token.empty()) {
-      out += fmt::format("# token = (set, {} bytes; a secret, not shown)\n", config.cluster.token.size());
-      continue;
+    if (spec.secret) {  // a secret is a string: its length only, and the text loads without it
+      const std::string& value = *std::get<std::string*>(spec.field(copy));
+      if (!value.empty()) {
+        out += fmt::format("# {} = (set, {} bytes; a secret, not shown)\n", spec.key, value.size());
+        continue;
+      }
     }
     out += fmt::format("{} = {}\n", spec.key, std::visit(ValueText{}, spec.field(copy)));
   }

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <tuple>
 #include <utility>
 
@@ -254,14 +253,12 @@ Error batch_unset_error(const BatchConfig& batch, const ConfigOrigins& origins) 
 Status resolve_batch(JobConfig& config, const ConfigOrigins& origins) {
   BatchConfig& batch = config.batch;
   const int64_t dp = config.parallel.dp;
-  const std::pair<const char*, int64_t> given[] = {
-      {"micro_batch_size", batch.micro_batch_size},
-      {"gradient_accumulation_steps", batch.gradient_accumulation_steps},
-      {"global_batch_size", batch.global_batch_size}};
-  const int64_t most[] = {int64_t{1} << 20, int64_t{1} << 20, int64_t{1} << 40};
-  for (std::size_t i = 0; i < std::size(given); ++i) {
-    TROUPE_TRY(
-        require(in_range(given[i].second, 0, most[i]), origins, "batch", given[i].first, given[i].second));
+  const std::tuple<const char*, int64_t, int> given[] = {
+      {"micro_batch_size", batch.micro_batch_size, 20},
+      {"gradient_accumulation_steps", batch.gradient_accumulation_steps, 20},
+      {"global_batch_size", batch.global_batch_size, 40}};
+  for (const auto& [key, value, bits] : given) {
+    TROUPE_TRY(require(in_range(value, 0, int64_t{1} << bits), origins, "batch", key, value));
   }
   const bool has_micro = batch.micro_batch_size > 0;
   const bool has_global = batch.global_batch_size > 0;

@@ -16,7 +16,7 @@ std::vector<KeySpec> make_key_specs() {
       {"cluster", "coordinator", "a host:port string with a port from 1 to 65535",
        [](C& c) -> FieldRef { return &c.cluster.coordinator; }},
       {"cluster", "token", "a string of at most 1024 bytes (empty = token_file, or $TROUPE_TOKEN)",
-       [](C& c) -> FieldRef { return &c.cluster.token; }},
+       [](C& c) -> FieldRef { return &c.cluster.token; }, true},
       {"cluster", "token_file", "a path to a file whose first line is the token (empty = none)",
        [](C& c) -> FieldRef { return &c.cluster.token_file; }},
       {"cluster", "bootstrap_timeout_s", "a positive number of seconds up to 86400 (a day)",

@@ -34,6 +34,9 @@ struct KeySpec {
   std::string_view expect;
   /// The key's field inside `config`.
   FieldRef (*field)(JobConfig& config);
+  /// A secret (the job token): its value is never shown, in a message, a --set label or a
+  /// rendered config; only its kind or length.
+  bool secret = false;
 };
 
 /// Every key, grouped by section in the order of config.hpp.

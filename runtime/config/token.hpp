@@ -16,6 +16,7 @@
 #include "base/result.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/config/origins.hpp"
+#include "transport/wire.hpp"
 
 namespace troupe {
 
@@ -25,8 +26,9 @@ inline constexpr const char* kTokenVariable = "TROUPE_TOKEN";
 /// The token of a job with none, allowed only on a loopback coordinator.
 inline constexpr const char* kLoopbackToken = "troupe-loopback";
 
-/// The most bytes a token may have (the bootstrap frame's limit).
-inline constexpr std::size_t kTokenBytesMax = 1024;
+/// The most bytes a token may have: the bootstrap frame's limit, so a longer one is refused
+/// at load instead of being cut off on the wire.
+inline constexpr std::size_t kTokenBytesMax = wire::token_bytes_max;
 
 /// The job's token from [cluster] token, token_file or $TROUPE_TOKEN; "" when none is set.
 /// Errors name the key or the file, never the token.

@@ -132,6 +132,28 @@ TEST(LaunchRanks, RankIgnoringSigtermIsKilledAfterTheGracePeriod) {
   EXPECT_TRUE(contains(run.err, "troupe: rank 1 did not stop within 1 s")) << run.err;
 }
 
+// A launcher started where SIGINT and SIGQUIT are ignored (a script's background job) keeps
+// them so itself, but its ranks start with them at their defaults, so that a rank sent
+// INT stops as any program does.
+TEST(LaunchRanks, RanksStartWithInterruptAndQuitAtTheirDefaults) {
+  struct sigaction ignore {
+  }, old_int{}, old_quit{};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGINT, &ignore, &old_int);
+  ::sigaction(SIGQUIT, &ignore, &old_quit);
+  LaunchOptions options;
+  options.argv = {"/bin/grep", "SigIgn", "/proc/self/status"};
+  auto run = run_captured(options);
+  ::sigaction(SIGINT, &old_int, nullptr);
+  ::sigaction(SIGQUIT, &old_quit, nullptr);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  auto at = run.out.find("SigIgn:");
+  ASSERT_NE(at, std::string::npos) << run.out;
+  const unsigned long long ignored = std::stoull(run.out.substr(at + 7), nullptr, 16);
+  const unsigned long long interrupt_and_quit = (1ull << (SIGINT - 1)) | (1ull << (SIGQUIT - 1));
+  EXPECT_EQ(ignored & interrupt_and_quit, 0u) << run.out;
+}
+
 TEST(LaunchRanks, ChildrenOfAStoppedRankAreStoppedToo) {
   ReadyDir ready;
   auto options = shell(2, std::string(kRank0FailsOnceRank1IsReady) +

@@ -28,6 +28,7 @@
 #include "kernels/cpu/optimizer.hpp"
 #include "tests/integration/command.hpp"
 #include "tests/support/free_port.hpp"
+#include "tests/support/memory_mount.hpp"
 
 namespace troupe {
 namespace {
@@ -309,11 +310,11 @@ TEST(Offload, ReadsUpdatesAndWritesOverlapInTheTrace) {
 
 TEST(Offload, AFullDiskStopsTheRunNamingThePath) {
   std::string dir = testing::make_temp_dir();
-  if (::geteuid() != 0 || ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=256k") != 0)
-    GTEST_SKIP() << "needs a small file system to fill: mounting a 256 KiB tmpfs on " << dir
-                 << " takes root (euid " << ::geteuid() << ")";
+  testing::MemoryMount small(dir, "size=256k");
+  if (!small.mounted())
+    GTEST_SKIP() << "needs a small file system to fill: cannot mount a 256 KiB tmpfs on " << dir << ": "
+                 << small.error() << " (euid " << ::geteuid() << ")";
   Trained run = train(nvme(dir), 3, 90);
-  ::umount2(dir.c_str(), MNT_DETACH);
   EXPECT_NE(run.result.exit_code, 0) << run.result.output;
   EXPECT_LT(run.result.exit_code, 128) << "crashed: " << run.result.output;
   EXPECT_NE(run.result.output.find("No space left on device"), std::string::npos) << run.result.output;
@@ -335,16 +336,16 @@ std::size_t count_of(const std::string& text, const std::string& needle) {
 // O_DIRECT, the run does not say it is buffered.
 TEST(Offload, BufferedIoIsSaidOnceAndNeverReportedAsNvme) {
   std::string dir = testing::make_temp_dir();
-  if (::geteuid() != 0 || ::mount("ramfs", dir.c_str(), "ramfs", 0, "") != 0)
-    GTEST_SKIP() << "needs a file system that refuses O_DIRECT: mounting a ramfs on " << dir
-                 << " takes root (euid " << ::geteuid() << ")";
+  testing::MemoryMount ramfs(dir, "", 0, "ramfs");
+  if (!ramfs.mounted())
+    GTEST_SKIP() << "needs a file system that refuses O_DIRECT: cannot mount a ramfs on " << dir << ": "
+                 << ramfs.error() << " (euid " << ::geteuid() << ")";
   Trained buffered = train(nvme(dir), 2, 90);
   Trained required = train(nvme(dir) + " --set offload.direct_io=require", 2, 90);
   auto refused =
       testing::run_command(std::string(TROUPE_BINARY) + " bench nvme --bytes 1048576 --dir " + dir, 60);
   auto measured = testing::run_command(
       std::string(TROUPE_BINARY) + " bench nvme --bytes 1048576 --json --buffered --dir " + dir, 60);
-  ::umount2(dir.c_str(), MNT_DETACH);
 
   ASSERT_EQ(buffered.result.exit_code, 0) << buffered.result.output;
   EXPECT_EQ(count_of(buffered.result.output, kBufferedLine), 1u) << buffered.result.output;

@@ -27,6 +27,7 @@
 #include "memory/crc32c.hpp"
 #include "memory/nvme_index.hpp"
 #include "memory/nvme_store.hpp"
+#include "tests/support/memory_mount.hpp"
 
 namespace troupe {
 namespace {
@@ -51,28 +52,6 @@ class TempDir {
 
  private:
   std::string path_;
-};
-
-// A tmpfs (or another memory file system, `type`) mounted on `dir` (root only), unmounted
-// when destroyed.
-class TmpfsMount {
- public:
-  TmpfsMount(const std::string& dir, const std::string& options, unsigned long flags = 0,
-             const char* type = "tmpfs")
-      : dir_(dir) {
-    mounted_ = ::mount(type, dir.c_str(), type, flags, options.c_str()) == 0;
-    error_ = mounted_ ? "" : std::strerror(errno);
-  }
-  ~TmpfsMount() {
-    if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
-  }
-  bool mounted() const { return mounted_; }
-  const std::string& error() const { return error_; }
-
- private:
-  std::string dir_;
-  bool mounted_ = false;
-  std::string error_;
 };
 
 // Waits for one callback; a missing one fails the test after a deadline instead of hanging it.
@@ -567,9 +546,9 @@ TEST(NvmeStore, OpenFailsNamingADirectoryItCannotWrite) {
   std::string target = dir.path() + "/ro";
   ASSERT_EQ(::mkdir(target.c_str(), 0555), 0);
   // Root writes through permission bits, so for root the directory is a read-only mount.
-  std::unique_ptr<TmpfsMount> mount;
+  std::unique_ptr<testing::MemoryMount> mount;
   if (::geteuid() == 0) {
-    mount = std::make_unique<TmpfsMount>(target, "size=1m", MS_RDONLY);
+    mount = std::make_unique<testing::MemoryMount>(target, "size=1m", MS_RDONLY);
     if (!mount->mounted())
       GTEST_SKIP() << "running as root and cannot mount a read-only tmpfs: " << mount->error();
   }
@@ -621,7 +600,7 @@ TEST(NvmeStore, DirectOrNotTheStoreSaysWhichAndWhy) {
 TEST(NvmeStore, AFileSystemThatRefusesDirectIoIsNamedOrRefusedWhenDirectIoIsRequired) {
   if (::geteuid() != 0) GTEST_SKIP() << "mounting a ramfs needs root; not running as root";
   TempDir dir;
-  TmpfsMount mount(dir.path(), "", 0, "ramfs");
+  testing::MemoryMount mount(dir.path(), "", 0, "ramfs");
   if (!mount.mounted()) GTEST_SKIP() << "cannot mount a ramfs on " << dir.path() << ": " << mount.error();
   auto store = open_store(dir.path(), small_blocks());
   ASSERT_TRUE(store);
@@ -651,7 +630,7 @@ TEST(NvmeStore, AFileSystemThatRefusesDirectIoIsNamedOrRefusedWhenDirectIoIsRequ
 TEST(NvmeStore, AFullDiskGivesAClearErrorAndNothingHangs) {
   if (::geteuid() != 0) GTEST_SKIP() << "mounting a 4 MiB tmpfs to fill needs root; not running as root";
   TempDir dir;
-  TmpfsMount mount(dir.path(), "size=4m");
+  testing::MemoryMount mount(dir.path(), "size=4m");
   if (!mount.mounted())
     GTEST_SKIP() << "cannot mount a 4 MiB tmpfs on " << dir.path() << ": " << mount.error();
   auto store = open_store(dir.path());
@@ -764,9 +743,9 @@ TEST(NvmeStore, AWriteIntoADirectoryMadeReadOnlyAfterOpenFailsNamingThePath) {
   std::string target = dir.path() + "/tier";
   ASSERT_EQ(::mkdir(target.c_str(), 0755), 0);
   // Root writes through permission bits, so for root the directory is a tmpfs remounted read-only.
-  std::unique_ptr<TmpfsMount> mount;
+  std::unique_ptr<testing::MemoryMount> mount;
   if (::geteuid() == 0) {
-    mount = std::make_unique<TmpfsMount>(target, "size=4m");
+    mount = std::make_unique<testing::MemoryMount>(target, "size=4m");
     if (!mount->mounted()) GTEST_SKIP() << "running as root and cannot mount a tmpfs: " << mount->error();
   }
   auto store = open_store(target);
