@@ -8,7 +8,6 @@
 #include <utility>
 #include <vector>
 
-#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "actors/envelope.hpp"
@@ -48,7 +47,8 @@ void deliver(CommAgent* self, const std::string& role, int64_t index, caf::messa
   caf::anon_send(it->second, std::move(message));
 }
 
-// Completion on the transport's progress thread: record the span, post the outcome.
+// Completion on the transport's progress thread: post the outcome (the transport traces the
+// collective itself, from when its bytes moved).
 // A buffer the transport is done with is let go before the requester hears of it, so
 // memory the requester frees next (a gathered row in ZeRO stage 3) really is freed;
 // after a failure the transport may still touch it, so it is kept until the transport closes.
@@ -79,12 +79,9 @@ Buffers take(BufferSpan& first, BufferSpan& second) {
   return buffers;
 }
 
-Completion reply(Tracer* tracer, std::string label, caf::actor to, uint64_t tag, Buffers keep,
-                 std::shared_ptr<FailedBuffers> failed) {
-  int64_t start_us = tracer ? Tracer::now_us() : 0;
+Completion reply(caf::actor to, uint64_t tag, Buffers keep, std::shared_ptr<FailedBuffers> failed) {
   return [=, keep = std::move(keep)](Status status) mutable {
     let_go(status, keep, *failed);
-    if (tracer) tracer->span("comm", label, start_us, Tracer::now_us());
     caf::anon_send(to, collective_done{tag, status.ok() ? std::string() : status.error().message});
   };
 }
@@ -137,45 +134,36 @@ caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> tr
       // complete, even while this thread is descheduled (see take()).
       [=](all_reduce_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "all_reduce_request");
-        auto label = fmt::format("all_reduce {} B", r.buffer.count * element_bytes(r.buffer.type));
         void* data = r.buffer.data();
-        Completion done =
-            reply(tracer, std::move(label), r.reply_to, r.tag, take(r.buffer), self->state.failed_buffers);
+        Completion done = reply(r.reply_to, r.tag, take(r.buffer), self->state.failed_buffers);
         self->state.transport->all_reduce(data, r.buffer.count, r.buffer.type, r.op, std::move(done), r.comm);
       },
       [=](reduce_scatter_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "reduce_scatter_request");
-        auto label = fmt::format("reduce_scatter {} B", r.output.count * element_bytes(r.output.type));
         const void* input = r.input.data();
         void* output = r.output.data();
-        Completion done = reply(tracer, std::move(label), r.reply_to, r.tag, take(r.input, r.output),
-                                self->state.failed_buffers);
+        Completion done = reply(r.reply_to, r.tag, take(r.input, r.output), self->state.failed_buffers);
         self->state.transport->reduce_scatter(input, output, r.output.count, r.output.type, r.op,
                                               std::move(done), r.comm);
       },
       [=](all_gather_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "all_gather_request");
-        auto label = fmt::format("all_gather {} B", r.input.count * element_bytes(r.input.type));
         const void* input = r.input.data();
         void* output = r.output.data();
-        Completion done = reply(tracer, std::move(label), r.reply_to, r.tag, take(r.input, r.output),
-                                self->state.failed_buffers);
+        Completion done = reply(r.reply_to, r.tag, take(r.input, r.output), self->state.failed_buffers);
         self->state.transport->all_gather(input, output, r.input.count, r.input.type, std::move(done),
                                           r.comm);
       },
       [=](broadcast_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "broadcast_request");
-        auto label = fmt::format("broadcast {} B", r.buffer.count * element_bytes(r.buffer.type));
         void* data = r.buffer.data();
-        Completion done =
-            reply(tracer, std::move(label), r.reply_to, r.tag, take(r.buffer), self->state.failed_buffers);
+        Completion done = reply(r.reply_to, r.tag, take(r.buffer), self->state.failed_buffers);
         self->state.transport->broadcast(data, r.buffer.count, r.buffer.type, r.root, std::move(done),
                                          r.comm);
       },
       [=](barrier_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "barrier_request");
-        self->state.transport->barrier(
-            reply(tracer, "barrier", r.reply_to, r.tag, {}, self->state.failed_buffers));
+        self->state.transport->barrier(reply(r.reply_to, r.tag, {}, self->state.failed_buffers));
       },
       [=](abort_request& r) { self->state.transport->abort(r.reason); },
   };

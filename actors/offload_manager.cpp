@@ -130,7 +130,7 @@ Status open_cpu_tier(OffloadState& s, std::size_t swap_bytes) {
 
 // Tier "nvme": this rank's folder and the store of the optimizer state.
 Status open_nvme_tier(OffloadState& s) {
-  auto store = open_nvme_store(s.options.offload, s.options.io_timeout_s, s.options.ledger);
+  auto store = open_nvme_store(s.options.offload, s.options.io_timeout_s, s.options.ledger, s.options.tracer);
   if (!store) return store.error();
   s.store = std::move(*store);
   return {};
@@ -218,10 +218,7 @@ template <class Done>
 void transfer(OffloadManager* self, NvmeStore& store, bool write, const std::string& key, std::byte* data,
               std::size_t bytes, std::size_t i) {
   caf::actor me = caf::actor_cast<caf::actor>(self);
-  Tracer* tracer = self->state.options.tracer;
-  auto done = [me, i, tracer, start = Tracer::now_us(),
-               what = fmt::format("{} group {}: {}", write ? "write" : "read", i, key)](Status status) {
-    if (tracer) tracer->span("nvme", what, start, Tracer::now_us());
+  auto done = [me, i](Status status) {  // the store traces the transfer itself
     caf::anon_send(me, Done{i, status.ok() ? "" : status.error().message});
   };
   ++self->state.groups[i].io_left;
@@ -348,7 +345,7 @@ caf::behavior offload_manager_behavior(OffloadManager* self, OffloadManagerOptio
 }  // namespace
 
 Result<std::unique_ptr<NvmeStore>> open_nvme_store(const OffloadOptions& o, double io_timeout_s,
-                                                   std::shared_ptr<MemoryLedger> ledger) {
+                                                   std::shared_ptr<MemoryLedger> ledger, Tracer* tracer) {
   if (auto made = make_directory(o.nvme_dir); !made)
     return make_error("[offload] nvme_path: " + made.error().message);
   NvmeStoreOptions options;
@@ -357,6 +354,7 @@ Result<std::unique_ptr<NvmeStore>> open_nvme_store(const OffloadOptions& o, doub
   options.direct_io = o.direct_io;
   options.io_timeout = std::chrono::milliseconds(static_cast<int64_t>(io_timeout_s * 1000));
   options.ledger = std::move(ledger);
+  options.tracer = tracer;
   auto store = NvmeStore::open(o.nvme_dir, options);
   if (!store) return make_error("[offload] nvme_path: " + store.error().message);
   return store;

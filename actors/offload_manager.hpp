@@ -99,7 +99,9 @@ caf::actor spawn_offload_manager(caf::actor_system& system, OffloadManagerOption
 /// The nvme tier of a rank: its folder `o.nvme_dir` (made if missing) and a store there
 /// with the options' block size and queue depth. Errors name [offload] nvme_path. The one
 /// way the optimizer state, the parameter swap and the engine's start-up check open it.
+/// With a tracer, its reads and writes show on the trace's "nvme" track.
 Result<std::unique_ptr<NvmeStore>> open_nvme_store(const OffloadOptions& o, double io_timeout_s,
-                                                   std::shared_ptr<MemoryLedger> ledger = nullptr);
+                                                   std::shared_ptr<MemoryLedger> ledger = nullptr,
+                                                   Tracer* tracer = nullptr);
 
 }  // namespace troupe

@@ -128,27 +128,38 @@ std::unique_ptr<DeviceAdam> make_device_adam(const std::vector<torch::Tensor>& p
   return adam;
 }
 
-// The fused step over every shard whose parameter was used, launched on `stream` (the CPU
-// twin on a host stream): one launch per step count (stage 0: a shard is one parameter).
-void step_device_adam(DeviceAdam& adam, const OptimizerRule& rule, std::vector<torch::Tensor>& parameters,
-                      const std::vector<torch::Tensor>& gradients,
-                      const std::vector<std::vector<ParameterRun>>& runs, const ParameterUse& used,
-                      void* stream) {
-  auto position = [&](std::size_t k) { return runs[k].front().parameter; };
+// The shards a device step updates, by the step count each is at: one launch per count.
+using ShardsByStep = std::map<int64_t, std::vector<std::size_t>>;
+
+// On the owner's thread: a step begins for the shards whose parameter was used (stage 0:
+// a shard is one parameter), so the stream's work reads counts, never advances them.
+ShardsByStep advance_device_steps(DeviceAdam& adam, const std::vector<std::vector<ParameterRun>>& runs,
+                                  const ParameterUse& used) {
   adam.steps.advance(used);
-  std::map<int64_t, std::vector<kernels::AdamChunk>> by_step;
-  for (std::size_t k = 0; k < parameters.size(); ++k) {
-    if (used && !(*used)[position(k)]) continue;
-    kernels::AdamChunk& chunk = by_step[adam.steps[position(k)]].emplace_back();
-    chunk.parameters = parameters[k].data_ptr<float>();
-    chunk.gradients = gradients[k].data_ptr<float>();
-    chunk.exp_avg = adam.exp_avg[k].data_ptr<float>();
-    chunk.exp_avg_sq = adam.exp_avg_sq[k].data_ptr<float>();
-    chunk.count = static_cast<std::size_t>(parameters[k].numel());
-  }
-  for (const auto& [step, chunks] : by_step)
+  ShardsByStep by_step;
+  for (std::size_t k = 0; k < runs.size(); ++k)
+    if (std::size_t position = runs[k].front().parameter; is_used(used, position))
+      by_step[adam.steps[position]].push_back(k);
+  return by_step;
+}
+
+// The fused step, launched on `stream` (the CPU twin on a host stream).
+void step_device_adam(const DeviceAdam& adam, const OptimizerRule& rule, const ShardsByStep& by_step,
+                      const std::vector<torch::Tensor>& parameters,
+                      const std::vector<torch::Tensor>& gradients, void* stream) {
+  for (const auto& [step, shards] : by_step) {
+    std::vector<kernels::AdamChunk> chunks;
+    for (std::size_t k : shards) {
+      kernels::AdamChunk& chunk = chunks.emplace_back();
+      chunk.parameters = parameters[k].data_ptr<float>();
+      chunk.gradients = gradients[k].data_ptr<float>();
+      chunk.exp_avg = adam.exp_avg[k].data_ptr<float>();
+      chunk.exp_avg_sq = adam.exp_avg_sq[k].data_ptr<float>();
+      chunk.count = static_cast<std::size_t>(parameters[k].numel());
+    }
     if (Status launched = kernels::adam_on_stream(chunks, adam_params_of(rule, step), stream); !launched)
       throw std::runtime_error(launched.error().message);
+  }
 }
 
 TorchPieces torch_pieces(const ShardOwnerState& s) {
@@ -167,16 +178,20 @@ TorchPieces torch_pieces(const ShardOwnerState& s) {
   return pieces;
 }
 
-// LibTorch's optimizer over the pieces, skipping those of unused parameters.
-void step_torch(ShardOwnerState& s, const ParameterUse& used) {
-  TorchPieces& pieces = s.pieces;
-  auto skipped = [&](std::size_t i) { return used && !(*used)[pieces.parameter[i]]; };
+// LibTorch's optimizer over the pieces: each gets its gradient (a view of the store's) for
+// the step, or none when its parameter was unused, which LibTorch skips. Afterwards every
+// piece holds its view again: in stage 0 the pieces are the model's own parameters, whose
+// .grad autograd must keep accumulating into the store.
+void step_torch(torch::optim::Optimizer& optimizer, TorchPieces& pieces, const ParameterUse& used) {
   for (std::size_t i = 0; i < pieces.tensors.size(); ++i)
-    if (skipped(i)) pieces.tensors[i].mutable_grad() = torch::Tensor();
-  torch::NoGradGuard no_grad;
-  s.optimizer->step();
+    pieces.tensors[i].mutable_grad() =
+        is_used(used, pieces.parameter[i]) ? pieces.gradients[i] : torch::Tensor();
+  {
+    torch::NoGradGuard no_grad;
+    optimizer.step();
+  }
   for (std::size_t i = 0; i < pieces.tensors.size(); ++i)
-    if (skipped(i)) pieces.tensors[i].mutable_grad() = pieces.gradients[i];  // the store's view again
+    pieces.tensors[i].mutable_grad() = pieces.gradients[i];
 }
 
 std::shared_ptr<HostMirror> make_host_mirror(const ShardOwnerState& s) {
@@ -330,12 +345,19 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
       [=](update_shard& u) {
         auto& st = self->state;
         if (st.offload) return update_offloaded(self, u);
+        if (st.device_adam) {
+          st.stream->enqueue(
+              fmt::format("optimizer step {}", u.step),
+              [&st, scale = u.scale, by_step = advance_device_steps(*st.device_adam, st.runs, u.used)] {
+                scale_gradients(st.gradients, scale);
+                step_device_adam(*st.device_adam, st.options.rule, by_step, st.parameters, st.gradients,
+                                 st.stream->native_handle());
+              });
+          return reply_after(self, u.reply_to, shard_updated{u.step});
+        }
         st.stream->enqueue(fmt::format("optimizer step {}", u.step), [&st, scale = u.scale, used = u.used] {
           scale_gradients(st.gradients, scale);
-          if (st.device_adam)
-            return step_device_adam(*st.device_adam, st.options.rule, st.parameters, st.gradients, st.runs,
-                                    used, st.stream->native_handle());
-          step_torch(st, used);
+          step_torch(*st.optimizer, st.pieces, used);
           st.options.store->ledger()->set(MemoryKind::optimizer_state, optimizer_state_bytes(*st.optimizer));
         });
         reply_after(self, u.reply_to, shard_updated{u.step});

@@ -143,7 +143,12 @@ void forward_backward(StageState& s, const run_micro_batch& m, caf::actor self) 
     for (std::size_t row : rows) fetcher->release(row);
   }
   torch::Tensor loss = s.options.loss(x, m.batch->target.to(device)) / static_cast<double>(m.micro_count);
-  loss.backward();
+  {
+    // Nested in the stream's forward+backward span: what the trace test checks
+    // gradient reduction against.
+    Tracer::Scope span(s.options.tracer, "stream compute", "backward");
+    loss.backward();
+  }
   s.loss_sum += loss.item<double>();
   s.rows->flush();
   if (fetcher) fetcher->end_pass();
@@ -197,7 +202,7 @@ Result<std::shared_ptr<ParameterSwap>> open_parameter_swap(const StageOptions& o
       parameter_piece_size(off.sub_group_size, off.host_budget_bytes, off.buffer_count,
                            static_cast<std::size_t>(o.rule.states_per_element()), off.tier == "nvme");
   if (!piece) return piece.error();
-  auto store = open_nvme_store(off, o.collective_timeout_s, o.ledger);
+  auto store = open_nvme_store(off, o.collective_timeout_s, o.ledger, o.tracer);
   if (!store) return store.error();
   auto swap = ParameterSwap::make(std::move(*store), plan.layout, plan.persistent_rows, *piece);
   if (!swap) return make_error("[offload] nvme_path: " + swap.error().message);
@@ -248,7 +253,7 @@ Status build(StageActor* self) {
     for (std::size_t k = 0; k < layout.row_count(); ++k)
       if (z.stage < 3 || !s.store->plan().persistent_rows[k])
         largest = std::max(largest, layout.row_elements(k));
-    s.pool = std::make_shared<BucketPool>(z.overlap_comm ? 2 : 1, largest, s.options.ledger,
+    s.pool = std::make_shared<BucketPool>(z.overlap_comm, largest, s.options.ledger,
                                           s.options.collective_timeout_s, s.options.tracer);
     if (z.stage == 3)
       for (std::size_t k = 0; k < layout.row_count(); ++k)

@@ -370,6 +370,7 @@ void NvmeStore::Engine::on_request_done(unsigned slot, int result) {
   free_slots_.push_back(slot);
   --op.in_flight;
   ++op.blocks_done;
+  if (options_.tracer && op.first_block_done_us == 0) op.first_block_done_us = Tracer::now_us();
   if (op.in_flight == 0 && (!op.status.ok() || op.reported || op.blocks_done == op.index.blocks()))
     finish(op);
 }
@@ -398,7 +399,12 @@ void NvmeStore::Engine::finish(NvmeOp& op) {
   if (op.tail_page != nullptr) tail_pages_->release(op.tail_page);
   std::unique_ptr<NvmeOp> owned = std::move(*op.self);
   active_.erase(op.self);
-  if (!owned->reported) owned->done(std::move(owned->status));
+  if (owned->reported) return;
+  if (options_.tracer && owned->status.ok() && owned->first_block_done_us != 0)
+    options_.tracer->span(
+        "nvme", fmt::format("{} {}", owned->kind == NvmeOp::Kind::write ? "write" : "read", owned->key),
+        owned->first_block_done_us, Tracer::now_us());
+  owned->done(std::move(owned->status));
 }
 
 // The store cannot go on (the device stopped answering, io_uring failed): every operation

@@ -52,7 +52,8 @@ struct NvmeOp {
   uint64_t next_block = 0;
   uint64_t blocks_done = 0;
   unsigned in_flight = 0;
-  bool reported = false;  // the callback ran early (the store broke); late completions are ignored
+  int64_t first_block_done_us = 0;  // traced stores only
+  bool reported = false;            // the callback ran early (the store broke); late completions are ignored
   std::list<std::unique_ptr<NvmeOp>>::iterator self;
 
   const char* verb() const { return kind == Kind::write ? "writing" : "reading"; }

@@ -38,6 +38,7 @@
 #include <string>
 
 #include "base/result.hpp"
+#include "base/trace.hpp"
 #include "memory/memory_ledger.hpp"
 
 namespace troupe {
@@ -59,6 +60,10 @@ struct NvmeStoreOptions {
   std::chrono::milliseconds io_timeout{60000};
   /// Optional: charged for the store's bounce pages (queue_depth × 4 KiB, communication).
   std::shared_ptr<MemoryLedger> ledger;
+  /// Optional, must outlive the store: each write and read that succeeds is recorded on the
+  /// "nvme" track ("write KEY", "read KEY") from its first block's completion to its last,
+  /// so the span is time the device was moving its bytes, not time it waited to be issued.
+  Tracer* tracer = nullptr;
 };
 
 /// Makes directory `dir` (its parent must exist); an existing one is fine. The error names

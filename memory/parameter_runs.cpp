@@ -6,7 +6,7 @@ namespace troupe {
 
 void ParameterSteps::advance(const ParameterUse& used) {
   for (std::size_t p = 0; p < counts_.size(); ++p)
-    if (!used || (p < used->size() && (*used)[p])) ++counts_[p];
+    if (is_used(used, p)) ++counts_[p];
 }
 
 std::vector<UpdateSegment> update_segments(const std::vector<ParameterRun>& runs, std::size_t count,
@@ -15,8 +15,7 @@ std::vector<UpdateSegment> update_segments(const std::vector<ParameterRun>& runs
   bool extends = false;  // the previous run was used: a used neighbour of its step joins it
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const ParameterRun& run = runs[i];
-    bool updated = !used || (run.parameter < used->size() && (*used)[run.parameter]);
-    if (!updated) {
+    if (!is_used(used, run.parameter)) {
       extends = false;
       continue;
     }

@@ -29,6 +29,11 @@ struct ParameterRun {
 /// Null: every parameter did.
 using ParameterUse = std::shared_ptr<const std::vector<bool>>;
 
+/// Whether the step updates the parameter at layout position `parameter`.
+inline bool is_used(const ParameterUse& used, std::size_t parameter) {
+  return !used || (parameter < used->size() && (*used)[parameter]);
+}
+
 /// Optimizer step counts by parameter: each advances only in the steps that update it.
 class ParameterSteps {
  public:

@@ -291,6 +291,7 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
     return make_error(fmt::format("rank {}: {}", impl->rank.rank, usable.error().message));
   auto options = transport_options(impl->config, impl->rank);
   if (!options) return options.error();
+  options->tracer = impl->tracer.get();
   auto transport = Transport::make(*options);
   if (!transport) return make_error(fmt::format("rank {}: {}", impl->rank.rank, transport.error().message));
   std::shared_ptr<Transport> shared = std::move(*transport);

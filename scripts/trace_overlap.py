@@ -3,7 +3,8 @@
 
 usage: trace_overlap.py TRACE.json [RANK]
 Reads the merged Chrome/Perfetto trace a run writes with `[trace] path`, takes the spans
-on the "comm" track (each collective, issue to completion) and on the compute streams
+on the "comm" track (each collective, from its first finished transfer to its last: time
+bytes were moving, not time it sat queued) and on the compute streams
 ("stream compute": forward and backward; "stream optimizer": the shard owner's clipping
 and optimizer step) of one rank (default 0), less the time compute spent blocked on
 communication ("compute wait": a ZeRO-3 gather, a gradient bucket), and prints:

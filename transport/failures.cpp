@@ -1,3 +1,7 @@
+#include <set>
+
+#include <fmt/format.h>
+
 #include "transport/transport_impl.hpp"
 
 namespace troupe {
@@ -58,10 +62,11 @@ std::string Transport::Impl::transfer_failure(const Transfer& t, const std::stri
 }
 
 std::string Transport::Impl::waiting_on(uint64_t op) const {
-  std::string peers;
+  std::set<int64_t> peers;  // a peer may owe several chunks: named once
   for (const Transfer* t : in_flight_)
-    if (t->op == op && t->recv) peers += (peers.empty() ? "" : ", ") + std::to_string(t->peer);
-  return peers.empty() ? "its sends to finish" : "rank(s) " + peers;
+    if (t->op == op && t->recv) peers.insert(t->peer);
+  if (peers.empty()) return "its sends to finish";
+  return fmt::format("{} {}", peers.size() == 1 ? "rank" : "ranks", fmt::join(peers, ", "));
 }
 
 // A peer that issued another call under this operation's number sends transfers whose

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "base/trace.hpp"
+
 namespace troupe {
 
 /// How all-reduce uses the machines: flat ring over every rank, or two-level
@@ -29,6 +31,10 @@ struct TransportOptions {
   std::string host_id;
   /// automatic: two-level when there are several hosts with equal numbers of ranks, several per host.
   Topology topology = Topology::automatic;
+  /// Optional, must outlive the transport: each collective that succeeds is recorded on
+  /// the "comm" track from the moment its first transfer finished to its last, so the
+  /// span is time bytes were moving, never time spent queued or waiting for a peer.
+  Tracer* tracer = nullptr;
 };
 
 }  // namespace troupe

@@ -141,6 +141,9 @@ void Transport::Impl::complete(uint64_t id, const Status& status) {
   auto it = operations_.find(id);
   if (it == operations_.end()) return;
   Completion done = std::move(it->second.done);
+  if (options_.tracer && status.ok() && it->second.first_moved_us != 0)
+    options_.tracer->span("comm", it->second.collective->describe(), it->second.first_moved_us,
+                          Tracer::now_us());
   operations_.erase(it);
   done(status);
 }
@@ -219,6 +222,7 @@ bool Transport::Impl::drain_finished() {
         continue;
       }
       if (it == operations_.end()) continue;
+      if (options_.tracer && it->second.first_moved_us == 0) it->second.first_moved_us = Tracer::now_us();
       it->second.collective->on_transfer(*this, t->chunk);
       if (it->second.collective->done()) complete(t->op, {});
     }

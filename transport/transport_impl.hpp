@@ -156,6 +156,7 @@ class Transport::Impl final : public TransferIo {
     CommunicatorId communicator = world_communicator;
     uint64_t tag = 0;  // of its first transfer: names the operation and the call
     Clock::time_point started = Clock::now();
+    int64_t first_moved_us = 0;  // when its first transfer finished (traced runs only)
   };
   struct PeerSlot {
     Impl* self;

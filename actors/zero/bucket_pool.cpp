@@ -7,15 +7,24 @@
 #include <fmt/format.h>
 
 namespace troupe {
+namespace {
 
-BucketPool::BucketPool(std::size_t shared_slots, std::size_t slot_elements,
-                       std::shared_ptr<MemoryLedger> ledger, double timeout_s, Tracer* tracer)
-    : shared_slots_(shared_slots),
+std::chrono::steady_clock::time_point deadline_after(double seconds) {
+  return std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                std::chrono::duration<double>(seconds));
+}
+
+}  // namespace
+
+BucketPool::BucketPool(bool overlap, std::size_t slot_elements, std::shared_ptr<MemoryLedger> ledger,
+                       double timeout_s, Tracer* tracer)
+    : overlap_(overlap),
+      shared_slots_(overlap ? 2 : 1),
       slot_elements_(slot_elements),
       ledger_(std::move(ledger)),
       timeout_s_(timeout_s),
       tracer_(tracer) {
-  for (std::size_t i = 0; i < shared_slots; ++i)
+  for (std::size_t i = 0; i < shared_slots_; ++i)
     slots_.push_back(
         Slot{std::make_shared<HostBuffer>(slot_elements * sizeof(float), ledger_, MemoryKind::communication),
              State::free, std::nullopt});
@@ -50,7 +59,7 @@ bool BucketPool::can_grow() const {
 
 std::size_t BucketPool::acquire(std::size_t row, std::size_t elements) {
   std::unique_lock lock(mutex_);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+  auto deadline = deadline_after(timeout_s_);
   std::optional<std::size_t> slot;
   while (!(slot = find_free(row))) {
     if (!error_.empty()) throw std::runtime_error(error_);
@@ -63,15 +72,34 @@ std::size_t BucketPool::acquire(std::size_t row, std::size_t elements) {
       continue;
     }
     Tracer::Scope waiting(tracer_, "compute wait", "bucket");
-    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout)
-      throw std::runtime_error(fmt::format(
-          "no gradient bucket came free within {} s (reductions are not completing)", timeout_s_));
+    wait_for_change(lock, deadline);
   }
   if (!error_.empty()) throw std::runtime_error(error_);
   Slot& s = slots_[*slot];
   s.state = State::filling;
   std::memset(s.buffer->data(), 0, elements * sizeof(float));
   return *slot;
+}
+
+void BucketPool::posted(std::size_t slot) {
+  if (overlap_) return;
+  std::unique_lock lock(mutex_);
+  auto deadline = deadline_after(timeout_s_);
+  while (slots_[slot].state == State::reducing) {
+    if (!error_.empty()) throw std::runtime_error(error_);
+    wait_for_change(lock, deadline);
+  }
+  // From before the row was posted: backward computes nothing in between.
+  if (tracer_)
+    tracer_->span("compute wait", "reduction (overlap_comm off)", slots_[slot].posting_since_us,
+                  Tracer::now_us());
+}
+
+void BucketPool::wait_for_change(std::unique_lock<std::mutex>& lock,
+                                 std::chrono::steady_clock::time_point deadline) {
+  if (changed_.wait_until(lock, deadline) == std::cv_status::timeout)
+    throw std::runtime_error(
+        fmt::format("no gradient bucket came free within {} s (reductions are not completing)", timeout_s_));
 }
 
 std::shared_ptr<HostBuffer> BucketPool::buffer(std::size_t slot) {
@@ -82,6 +110,7 @@ std::shared_ptr<HostBuffer> BucketPool::buffer(std::size_t slot) {
 void BucketPool::reducing(std::size_t slot) {
   std::lock_guard lock(mutex_);
   slots_[slot].state = State::reducing;
+  if (!overlap_ && tracer_) slots_[slot].posting_since_us = Tracer::now_us();
 }
 
 void BucketPool::release(std::size_t slot) {

@@ -3,14 +3,16 @@
 // copied into a slot as autograd produces them; the slot is reduced, this rank's
 // block absorbed into the partition, and the slot freed for the next row.
 //
-// With overlap_comm there are two shared slots, so one fills while the other reduces;
-// without, one. A row may have a dedicated slot (stage 3's persistent row, whose
-// gradients arrive all through backward). Acquiring waits while a slot is being
-// reduced; if every shared slot is still filling (rows whose gradients interleave) the
-// pool grows instead, since waiting could never end.
-// Thread safety: acquire on the compute thread; release and fail from any thread.
+// With overlap_comm there are two shared slots, so one fills while the other reduces
+// and backward goes on; without, one, and posting a row waits until it is reduced
+// (DeepSpeed's reduction in the compute stream), which measures what overlap buys. A row may have a dedicated
+// slot (stage 3's persistent row, whose gradients arrive all through backward). Acquiring waits while a slot
+// is being reduced; if every shared slot is still filling (rows whose gradients interleave) the pool grows
+// instead, since waiting could never end. Thread safety: acquire on the compute thread; release and fail from
+// any thread.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <memory>
@@ -27,16 +29,19 @@ namespace troupe {
 class BucketPool {
  public:
   /// Waits show on the trace's "compute wait" track.
-  BucketPool(std::size_t shared_slots, std::size_t slot_elements, std::shared_ptr<MemoryLedger> ledger,
-             double timeout_s, Tracer* tracer = nullptr);
+  BucketPool(bool overlap, std::size_t slot_elements, std::shared_ptr<MemoryLedger> ledger, double timeout_s,
+             Tracer* tracer = nullptr);
   /// A slot of `elements` only `row` uses; returns its index.
   std::size_t add_dedicated(std::size_t row, std::size_t elements);
 
   /// A zeroed slot for `row`'s gradients (its dedicated one if it has one). Throws
   /// std::runtime_error after the timeout or once the pool has failed.
   std::size_t acquire(std::size_t row, std::size_t elements);
-  /// The slot's row was posted for reduction.
+  /// The slot's row is about to be posted for reduction.
   void reducing(std::size_t slot);
+  /// After posting `slot`'s row: without overlap, waits until it was reduced and
+  /// absorbed (throws as acquire does); with overlap, returns at once.
+  void posted(std::size_t slot);
   /// The slot's contents were absorbed: it may be filled again.
   void release(std::size_t slot);
   /// Between steps (every slot free): drops the slots the pool grew beyond its shared
@@ -53,10 +58,14 @@ class BucketPool {
     std::shared_ptr<HostBuffer> buffer;
     State state = State::free;
     std::optional<std::size_t> dedicated_row;
+    int64_t posting_since_us = 0;  // without overlap: when reducing() was called
   };
   std::optional<std::size_t> find_free(std::size_t row) const;
   bool can_grow() const;
+  /// Waits for release() or fail(); throws once the deadline passes.
+  void wait_for_change(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline);
 
+  bool overlap_;
   std::size_t shared_slots_;
   std::size_t slot_elements_;
   std::shared_ptr<MemoryLedger> ledger_;

@@ -111,6 +111,7 @@ void GradientRows::post(std::size_t k) {
   }
   pool_->reducing(row.slot);
   post_(k, row.slot, float_span(pool_->buffer(row.slot), 0, elements));
+  pool_->posted(row.slot);
 }
 
 }  // namespace troupe

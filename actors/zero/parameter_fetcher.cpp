@@ -63,12 +63,9 @@ void ParameterFetcher::read_then_gather(std::size_t row, BufferSpan block, Buffe
       queue_->reserve([gather = gather_, row, in = std::move(block), out = std::move(whole)]() mutable {
         gather(row, std::move(in), std::move(out));
       });
-  int64_t start = Tracer::now_us();
+  // The store traces the read itself (from its first block's completion).
   store_->swap()->read_block(
-      row, into,
-      [queue = queue_, arrivals = arrivals_, ticket, row, tracer = tracer_, start,
-       keep = pending_[row]](Status read) {
-        if (tracer) tracer->span("nvme", fmt::format("read parameter row {}", row), start, Tracer::now_us());
+      row, into, [queue = queue_, arrivals = arrivals_, ticket, keep = pending_[row]](Status read) {
         if (!read) return arrivals->fail("reading parameters from NVMe failed: " + read.error().message);
         queue->ready(ticket);
       });

@@ -101,6 +101,8 @@ int main(int argc, char** argv) {
   bench_offload->add_option("--iters", offload_bench.iters, "timed passes after one warm-up (median)");
   bench_offload->add_option("--sub-group-size", offload_bench.sub_group_size, "elements swapped together");
   bench_offload->add_option("--buffer-count", offload_bench.buffer_count, "swap buffers in flight");
+  bench_offload->add_option("--block-size", offload_bench.block_size,
+                            "bytes per I/O request (4 KiB multiple)");
   bench_offload->add_option("--queue-depth", offload_bench.queue_depth, "I/O requests in flight");
   bench_offload->add_option("--threads", offload_bench.threads, "threads of the optimizer kernel");
   bench_offload->add_option("--trace", offload_bench.trace_path, "write a Perfetto trace of the nvme passes");

@@ -100,7 +100,7 @@ Survivor run_pair(const std::string& mode) {
 TEST(Collectives, ACollectiveNotJoinedInTimeFailsNamingTheMissingRank) {
   auto s = run_pair("timeout");
   EXPECT_EQ(s.rank0.exit_code, 0) << s.rank0.output;
-  EXPECT_NE(s.rank0.output.find("did not complete within 2 s; still waiting for rank(s) 1"),
+  EXPECT_NE(s.rank0.output.find("did not complete within 2 s; still waiting for rank 1"),
             std::string::npos)
       << s.rank0.output;
   EXPECT_LT(s.seconds, 7.0) << "rank 0 must stop at its deadline, before rank 1 leaves";

@@ -13,6 +13,7 @@
 
 #include "tests/integration/command.hpp"
 #include "tests/support/free_port.hpp"
+#include "tests/support/trained_run.hpp"
 
 namespace troupe {
 namespace {
@@ -29,17 +30,11 @@ Trained train(int ranks, const std::string& mode) {
                                 120);
   EXPECT_EQ(r.exit_code, 0) << mode << ": " << r.output;
   Trained run;
+  run.losses = testing::printed_losses(r.output);
   std::istringstream lines(r.output);
-  for (std::string line; std::getline(lines, line);) {
-    auto at = line.find("loss ");
-    if (at != std::string::npos) {
-      int step = 0;
-      double loss = 0;
-      if (std::sscanf(line.c_str() + at, "loss %d %lf", &step, &loss) == 2) run.losses.push_back(loss);
-    }
-    at = line.find("parameter-norm ");
-    if (at != std::string::npos) std::sscanf(line.c_str() + at, "parameter-norm %lf", &run.parameter_norm);
-  }
+  for (std::string line; std::getline(lines, line);)
+    if (auto at = line.find("parameter-norm "); at != std::string::npos)
+      std::sscanf(line.c_str() + at, "parameter-norm %lf", &run.parameter_norm);
   return run;
 }
 

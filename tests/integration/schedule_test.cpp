@@ -5,30 +5,15 @@
 // the step and the layers instead of hanging or gathering the wrong parameters.
 #include <gtest/gtest.h>
 
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "tests/integration/command.hpp"
 #include "tests/support/free_port.hpp"
+#include "tests/support/trained_run.hpp"
 
 namespace troupe {
 namespace {
-
-std::vector<double> losses(const std::string& output) {
-  std::vector<double> out;
-  std::istringstream in(output);
-  for (std::string line; std::getline(in, line);) {
-    auto at = line.find("loss ");
-    if (at == std::string::npos) continue;
-    std::istringstream fields(line.substr(at + 5));
-    long long step = 0;
-    double value = 0;
-    fields >> step >> value;
-    out.push_back(value);
-  }
-  return out;
-}
 
 // Each launch coordinates on a free port of its own.
 std::string launch(int ranks, int stage, const std::string& mode, const std::string& extra = "") {
@@ -43,14 +28,15 @@ TEST(LayerSchedule, StageThreeFollowsAChangedLayerOrderAndMatchesOneProcess) {
   ASSERT_EQ(alone.exit_code, 0) << alone.output;
   auto ranks = testing::run_command(launch(2, 3, "skip"), 120);
   ASSERT_EQ(ranks.exit_code, 0) << ranks.output;
-  auto expected = losses(alone.output), got = losses(ranks.output);
+  auto expected = testing::printed_losses(alone.output), got = testing::printed_losses(ranks.output);
   ASSERT_EQ(expected.size(), 6u);
   ASSERT_EQ(got.size(), 6u);
   for (std::size_t s = 0; s < 6; ++s)
     EXPECT_NEAR(got[s], expected[s], 1e-5 * expected[s]) << "step " << s + 1;
   auto all_layers = testing::run_command(launch(1, 0, "all"), 120);
   ASSERT_EQ(all_layers.exit_code, 0) << all_layers.output;
-  EXPECT_NE(losses(all_layers.output)[3], expected[3]) << "dropping layers at step 3 must change training";
+  EXPECT_NE(testing::printed_losses(all_layers.output)[3], expected[3])
+      << "dropping layers at step 3 must change training";
 }
 
 TEST(LayerSchedule, StageThreeRefusesRanksThatRunDifferentLayers) {

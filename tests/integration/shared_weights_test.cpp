@@ -53,14 +53,10 @@ std::vector<float> read_floats(const std::string& path) {
 
 // "loss STEP VALUE" and "tensor NAME OFFSET COUNT" lines, whatever prefixes them.
 void parse(JobRun& run) {
+  run.losses = testing::printed_losses(run.command.output);
   std::istringstream in(run.command.output);
   for (std::string line; std::getline(in, line);) {
-    if (auto at = line.find("loss "); at != std::string::npos) {
-      std::istringstream fields(line.substr(at + 5));
-      long long step = 0;
-      double value = 0;
-      if (fields >> step >> value) run.losses.push_back(value);
-    } else if (auto t = line.find("tensor "); t != std::string::npos) {
+    if (auto t = line.find("tensor "); t != std::string::npos) {
       std::istringstream fields(line.substr(t + 7));
       std::string name;
       std::size_t offset = 0, count = 0;

@@ -75,34 +75,54 @@ double overlap_with_compute(const std::vector<Interval>& a, const std::vector<In
   return total;
 }
 
-// Stage 2 reduce-scatters gradient rows while backward still runs; stage 3 also gathers
-// the next layer's parameters (prefetch) while the current one computes.
-TEST(Trace, ZeroStagesTwoAndThreeCommunicateWhileComputeRuns) {
+// Rank 0's trace of a short run at ZeRO `stage`, with gradient rows small enough that
+// several are reduced per step and stage-3 rows freed after use, plus `settings`.
+nlohmann::json traced_run(int stage, const std::string& settings) {
+  std::string trace = testing::make_temp_dir() + "/trace.json";
+  auto r = testing::run_command(
+      std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR +
+      "/configs/tiny-gpt.toml --set train.steps=3" +
+      " --set model.d_model=128 --set model.n_layers=3 --set zero.stage=" + std::to_string(stage) +
+      " --set zero.reduce_bucket_size=65536 --set zero.param_persistence_threshold=1000" +
+      " --set zero.max_reuse_distance=0 --set zero.prefetch_bucket_size=400000" +
+      " --set cluster.coordinator=" + testing::free_coordinator() + " --set trace.path=" + trace + settings);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  auto json = nlohmann::json::parse(testing::read_file(trace), nullptr, false);
+  EXPECT_FALSE(json.is_discarded());
+  return json.is_discarded() ? nlohmann::json{{"traceEvents", nlohmann::json::array()}} : json;
+}
+
+// A "comm" span runs from the first transfer of its collective that finished to the last
+// (the transport records it), so it is time bytes were on the wire. Stage 2
+// reduce-scatters gradient rows while backward still computes the rows after them;
+// stage 3 also gathers the next layer's parameters (prefetch) while one computes.
+TEST(Trace, GradientRowsAreOnTheWireWhileBackwardComputes) {
   for (int stage : {2, 3}) {
-    std::string dir = testing::make_temp_dir();
-    std::string trace = dir + "/trace.json";
-    auto r = testing::run_command(
-        std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR +
-        "/configs/tiny-gpt.toml --set train.steps=3" +
-        " --set model.d_model=128 --set model.n_layers=3 --set zero.stage=" + std::to_string(stage) +
-        " --set zero.reduce_bucket_size=65536 --set zero.param_persistence_threshold=1000" +
-        " --set zero.max_reuse_distance=0 --set zero.prefetch_bucket_size=400000" +
-        " --set cluster.coordinator=" + testing::free_coordinator() + " --set trace.path=" + trace);
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    auto json = nlohmann::json::parse(testing::read_file(trace), nullptr, false);
-    ASSERT_FALSE(json.is_discarded());
-    auto compute = spans(json, "stream compute", "forward+backward");
+    auto json = traced_run(stage, "");
+    auto backward = spans(json, "stream compute", "backward");
     auto waits = spans(json, "compute wait", "");
     auto reduces = spans(json, "comm", "reduce_scatter");
-    ASSERT_FALSE(compute.empty());
+    ASSERT_EQ(backward.size(), 3u) << "one backward per step";
     ASSERT_GT(reduces.size(), 3u) << "several gradient rows per step";
-    EXPECT_GT(overlap_with_compute(reduces, compute, waits), 0) << "stage " << stage;
+    EXPECT_GT(overlap_with_compute(reduces, backward, waits), 0) << "stage " << stage;
     if (stage == 3) {
+      auto compute = spans(json, "stream compute", "forward+backward");
       auto gathers = spans(json, "comm", "all_gather");
       ASSERT_GT(gathers.size(), 6u);
       EXPECT_GT(overlap_with_compute(gathers, compute, waits), 0) << "prefetched gathers overlap compute";
     }
   }
+}
+
+// The control: with overlap_comm off, backward waits for each row it posts, and the
+// same measure finds no reduction beside backward — it can tell overlap from none.
+TEST(Trace, WithoutOverlapCommNoGradientRowIsOnTheWireWhileBackwardComputes) {
+  auto json = traced_run(2, " --set zero.overlap_comm=false");
+  auto backward = spans(json, "stream compute", "backward");
+  auto reduces = spans(json, "comm", "reduce_scatter");
+  ASSERT_EQ(backward.size(), 3u);
+  ASSERT_GT(reduces.size(), 3u);
+  EXPECT_EQ(overlap_with_compute(reduces, backward, spans(json, "compute wait", "")), 0);
 }
 
 }  // namespace

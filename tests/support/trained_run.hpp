@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,29 @@ inline TrainedRun read_run(const std::string& metrics, const std::string& parame
   p.read(reinterpret_cast<char*>(run.parameters.data()),
          static_cast<std::streamsize>(run.parameters.size() * 4));
   return run;
+}
+
+/// The VALUEs of the "loss STEP VALUE" lines a test rank prints, whatever prefixes them
+/// (the launcher's "[rank 0] "), in order.
+inline std::vector<double> printed_losses(const std::string& output) {
+  std::vector<double> losses;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    auto at = line.find("loss ");
+    if (at == std::string::npos) continue;
+    std::istringstream fields(line.substr(at + 5));
+    long long step = 0;
+    double value = 0;
+    if (fields >> step >> value) losses.push_back(value);
+  }
+  return losses;
+}
+
+/// Raw bytes of float32 values (a parameters file read whole) as floats.
+inline std::vector<float> floats_of(const std::string& raw) {
+  std::vector<float> values(raw.size() / sizeof(float));
+  if (!values.empty()) std::memcpy(values.data(), raw.data(), values.size() * sizeof(float));
+  return values;
 }
 
 /// ‖a − b‖ / ‖b‖ over the parameters (element by element the relative error is ill-posed

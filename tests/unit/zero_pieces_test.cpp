@@ -4,6 +4,8 @@
 // and the issue queue that keeps collectives in program order while reads complete in any.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -55,7 +57,7 @@ TEST(IssueQueue, ReadiedFromManyThreadsKeepsTheOrder) {
 
 TEST(BucketPool, GrowsWhileEverySlotFillsAndGivesTheGrowthBackBetweenSteps) {
   auto ledger = std::make_shared<MemoryLedger>();
-  BucketPool pool(2, 256, ledger, 1.0);
+  BucketPool pool(/*overlap=*/true, 256, ledger, 1.0);
   const int64_t slot_bytes = 256 * sizeof(float);
   EXPECT_EQ(communication_bytes(*ledger), 2 * slot_bytes);
   std::size_t a = pool.acquire(0, 256), b = pool.acquire(1, 256);
@@ -70,7 +72,7 @@ TEST(BucketPool, GrowsWhileEverySlotFillsAndGivesTheGrowthBackBetweenSteps) {
 
 TEST(BucketPool, WaitsForASlotBeingReducedAndFailsWaitersWithTheError) {
   auto ledger = std::make_shared<MemoryLedger>();
-  BucketPool pool(1, 16, ledger, 0.2);
+  BucketPool pool(/*overlap=*/false, 16, ledger, 0.2);
   std::size_t a = pool.acquire(0, 16);
   pool.reducing(a);
   EXPECT_THROW(pool.acquire(1, 16), std::runtime_error) << "bounded wait for the slot in reduction";
@@ -81,6 +83,30 @@ TEST(BucketPool, WaitsForASlotBeingReducedAndFailsWaitersWithTheError) {
   } catch (const std::runtime_error& e) {
     EXPECT_STREQ(e.what(), "rank 1 was lost");
   }
+}
+
+// Without overlap_comm, posting a row returns only once it was reduced (released); with
+// it, at once.
+TEST(BucketPool, WithoutOverlapPostingWaitsUntilTheRowIsReduced) {
+  auto ledger = std::make_shared<MemoryLedger>();
+  BucketPool pool(/*overlap=*/false, 16, ledger, 5.0);
+  std::size_t a = pool.acquire(0, 16);
+  pool.reducing(a);
+  std::atomic<bool> released{false};
+  std::thread reducer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    released = true;
+    pool.release(a);
+  });
+  pool.posted(a);
+  EXPECT_TRUE(released);
+  reducer.join();
+
+  BucketPool overlapped(/*overlap=*/true, 16, ledger, 5.0);
+  std::size_t b = overlapped.acquire(0, 16);
+  overlapped.reducing(b);
+  overlapped.posted(b);  // nothing releases it: returning proves there was no wait
+  EXPECT_NE(overlapped.acquire(1, 16), b) << "the second shared slot";
 }
 
 // Rank 0 of two; the fake all-gather writes rank 1's records as if it ran `other`.
