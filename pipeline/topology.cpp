@@ -1,0 +1,40 @@
+#include "pipeline/topology.hpp"
+
+#include <fmt/format.h>
+
+namespace troupe::pipeline {
+
+Result<GridOrder> parse_grid_order(std::string_view order) {
+  if (order == "pp,dp") return GridOrder::pp_fastest;
+  if (order == "dp,pp") return GridOrder::dp_fastest;
+  return make_error(
+      fmt::format("order \"{}\" is not a rank order: \"pp,dp\" (a pipeline's stages on "
+                  "consecutive ranks) or \"dp,pp\" (a stage's replicas on consecutive ranks)",
+                  order));
+}
+
+const char* grid_order_name(GridOrder order) {
+  return order == GridOrder::pp_fastest ? "pp,dp" : "dp,pp";
+}
+
+int64_t Grid::rank_of(int64_t stage, int64_t replica) const {
+  return order == GridOrder::pp_fastest ? replica * pp + stage : stage * dp + replica;
+}
+
+Result<RankPlace> place(const Grid& grid, int64_t rank) {
+  if (grid.dp < 1 || grid.pp < 1)
+    return make_error(fmt::format("a grid needs dp and pp of at least 1 (dp {}, pp {})", grid.dp, grid.pp));
+  if (rank < 0 || rank >= grid.world_size())
+    return make_error(fmt::format("rank {} is outside the grid of dp {} × pp {} = {} ranks", rank, grid.dp,
+                                  grid.pp, grid.world_size()));
+  RankPlace p;
+  p.stage = grid.order == GridOrder::pp_fastest ? rank % grid.pp : rank / grid.dp;
+  p.replica = grid.order == GridOrder::pp_fastest ? rank / grid.pp : rank % grid.dp;
+  for (int64_t r = 0; r < grid.dp; ++r) p.data_parallel_group.push_back(grid.rank_of(p.stage, r));
+  for (int64_t s = 0; s < grid.pp; ++s) p.pipeline.push_back(grid.rank_of(s, p.replica));
+  if (p.stage > 0) p.previous = grid.rank_of(p.stage - 1, p.replica);
+  if (p.stage + 1 < grid.pp) p.next = grid.rank_of(p.stage + 1, p.replica);
+  return p;
+}
+
+}  // namespace troupe::pipeline
