@@ -30,22 +30,58 @@ class FailedBuffers {
   std::vector<std::shared_ptr<HostBuffer>> buffers_;
 };
 
+// The local actors other ranks may address, by (role, index). The agent registers them;
+// the transport's progress thread delivers arriving messages straight to them (one
+// thread hop fewer per message than through the agent), so it is shared and locked. The
+// transport can outlive the agent and its actor system (a caller may hold it), so the
+// agent closes the registry when it ends: frames arriving later are dropped.
+class Registry {
+ public:
+  explicit Registry(caf::actor_system& system) : system_(&system) {}
+  void close() {
+    std::lock_guard lock(mutex_);
+    system_ = nullptr;
+  }
+  // On the progress thread: opens the frame and delivers its message.
+  void deliver_frame(int64_t from, const std::vector<uint8_t>& bytes) const {
+    std::lock_guard lock(mutex_);
+    if (system_ == nullptr) return;
+    auto envelope = unpack_envelope(*system_, bytes);
+    if (!envelope)
+      return spdlog::warn("comm_agent: dropped a message from rank {}: {}", from, envelope.error().message);
+    deliver_locked(envelope->role, envelope->index, std::move(envelope->message), from);
+  }
+  void deliver(const std::string& role, int64_t index, caf::message message, int64_t from) const {
+    std::lock_guard lock(mutex_);
+    deliver_locked(role, index, std::move(message), from);
+  }
+  void add(std::string role, int64_t index, caf::actor actor) {
+    std::lock_guard lock(mutex_);
+    actors_[{std::move(role), index}] = std::move(actor);
+  }
+
+ private:
+  void deliver_locked(const std::string& role, int64_t index, caf::message message, int64_t from) const {
+    auto it = actors_.find({role, index});
+    if (it == actors_.end())
+      return spdlog::warn("comm_agent: dropped a message from rank {} for {}[{}]: no such actor here", from,
+                          role, index);
+    caf::anon_send(it->second, std::move(message));
+  }
+
+  mutable std::mutex mutex_;
+  caf::actor_system* system_;  // null once the agent has ended
+  std::map<std::pair<std::string, int64_t>, caf::actor> actors_;
+};
+
 struct CommAgentState {
   std::shared_ptr<FailedBuffers> failed_buffers = std::make_shared<FailedBuffers>();  // outlives transport
   std::shared_ptr<Transport> transport;
   Tracer* tracer = nullptr;
-  std::map<std::pair<std::string, int64_t>, caf::actor> registry;  // local actors other ranks may address
+  std::shared_ptr<Registry> registry;
   static inline const char* name = "comm_agent";
 };
 using CommAgent = caf::stateful_actor<CommAgentState>;
-
-void deliver(CommAgent* self, const std::string& role, int64_t index, caf::message message, int64_t from) {
-  auto it = self->state.registry.find({role, index});
-  if (it == self->state.registry.end())
-    return spdlog::warn("comm_agent: dropped a message from rank {} for {}[{}]: no such actor here", from,
-                        role, index);
-  caf::anon_send(it->second, std::move(message));
-}
 
 // Completion on the transport's progress thread: post the outcome (the transport traces the
 // collective itself, from when its bytes moved).
@@ -90,7 +126,8 @@ Completion reply(caf::actor to, uint64_t tag, Buffers keep, std::shared_ptr<Fail
 // delivered by the receiving rank's agent to the actor registered under (role, index).
 void route_out(CommAgent* self, remote_send& r) {
   auto& s = self->state;
-  if (r.rank == s.transport->rank()) return deliver(self, r.role, r.index, std::move(r.message), r.rank);
+  if (r.rank == s.transport->rank())
+    return s.registry->deliver(r.role, r.index, std::move(r.message), r.rank);
   auto bytes = pack_envelope(self->system(), Envelope{r.role, r.index, r.message});
   if (!bytes) return spdlog::warn("comm_agent: {}", bytes.error().message);
   s.transport->post_message(r.rank, std::move(*bytes), [rank = r.rank, role = r.role](Status status) {
@@ -99,34 +136,23 @@ void route_out(CommAgent* self, remote_send& r) {
   });
 }
 
-void route_in(CommAgent* self, incoming_frame& f) {
-  auto envelope = unpack_envelope(self->system(), f.bytes);
-  if (!envelope)
-    return spdlog::warn("comm_agent: dropped a message from rank {}: {}", f.from, envelope.error().message);
-  deliver(self, envelope->role, envelope->index, std::move(envelope->message), f.from);
-}
-
 caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> transport, Tracer* tracer) {
   self->state.transport = std::move(transport);
   self->state.tracer = tracer;
-  // The transport's thread hands frames over; a weak handle, so the agent can still end.
-  auto weak = caf::actor_cast<caf::weak_actor_ptr>(self);
-  self->state.transport->on_message([weak](int64_t from, std::vector<uint8_t> bytes) {
-    if (auto strong = weak.lock())
-      caf::anon_send(caf::actor_cast<caf::actor>(strong), incoming_frame{from, std::move(bytes)});
-  });
+  self->state.registry = std::make_shared<Registry>(self->system());
+  self->state.transport->on_message(
+      [registry = self->state.registry](int64_t from, std::vector<uint8_t> bytes) {
+        registry->deliver_frame(from, bytes);
+      });
+  self->attach_functor([registry = self->state.registry] { registry->close(); });
   return {
       [=](register_actor& r) {
-        self->state.registry[{r.role, r.index}] = r.actor;
+        self->state.registry->add(std::move(r.role), r.index, std::move(r.actor));
         return collective_done{0, ""};
       },
       [=](remote_send& r) {
         Tracer::Scope span(tracer, "comm_agent", "remote_send");
         route_out(self, r);
-      },
-      [=](incoming_frame& f) {
-        Tracer::Scope span(tracer, "comm_agent", "incoming_frame");
-        route_in(self, f);
       },
       // Each request's buffer handles move into the completion (pointers are taken first),
       // which is made before the transport is called: neither the request message nor

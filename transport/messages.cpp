@@ -17,6 +17,7 @@ ucs_status_t Transport::Impl::on_actor_message(void* arg, const void* header, si
     return UCS_OK;
   }
   if (self->failed_) return UCS_OK;
+  self->messages_moved_ = true;
   if (self->message_handler_) {
     self->message_handler_(wire::header_rank(header), std::move(*message));
   } else if (self->early_messages_.size() < early_messages_max) {
@@ -39,6 +40,7 @@ void Transport::Impl::send_message(int64_t peer, std::vector<uint8_t> bytes, Com
     wire::Frame frame;
     Completion done;
   };
+  messages_moved_ = true;
   auto* pending =
       new Pending{wire::encode_message(options_.rank, options_.world_size, bytes), std::move(done)};
   ucp_request_param_t p{};

@@ -80,6 +80,7 @@ void Transport::Impl::submit(std::function<void()> command) {
     std::lock_guard<std::mutex> lock(mutex_);
     commands_.push_back(std::move(command));
   }
+  commands_waiting_.store(true, std::memory_order_release);
   worker_->signal();
 }
 
@@ -90,6 +91,7 @@ void Transport::Impl::run() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       commands.swap(commands_);
+      commands_waiting_.store(false, std::memory_order_relaxed);
       stopping = stopping_;
     }
     for (auto& command : commands) command();
@@ -103,11 +105,13 @@ void Transport::Impl::run() {
     check_deadlines();
     keep_heartbeats();
     if (stopping) break;
-    // With operations in flight, poll a little before sleeping: a reply usually comes
-    // within microseconds, and a sleep costs a wake-up on each side. Then wake at least
+    // With operations in flight, or actor messages just sent or received, poll a little
+    // before sleeping: a reply usually comes within microseconds, and a sleep costs a
+    // wake-up on each side; a command submitted meanwhile ends the poll. Then wake at least
     // every busy_wait_ms: UCX 1.13's shared-memory transport does not always signal the
     // event fd (seen with 3+ ranks on one host).
-    if (!operations_.empty() && worker_->poll_for(options_.poll_before_sleep_us)) continue;
+    const bool reply_likely = !operations_.empty() || std::exchange(messages_moved_, false);
+    if (reply_likely && worker_->poll_for(options_.poll_before_sleep_us, &commands_waiting_)) continue;
     worker_->wait(operations_.empty() ? idle_wait_ms : busy_wait_ms);
   }
   // Shutdown: let what was sent reach its peers, then close.

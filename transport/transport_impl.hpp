@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -220,6 +221,7 @@ class Transport::Impl final : public TransferIo {
   std::vector<CommunicatorState> communicators_;
   std::mutex mutex_;  // guards commands_ and stopping_
   std::vector<std::function<void()>> commands_;
+  std::atomic<bool> commands_waiting_{false};  // ends the progress thread's polling early
   bool stopping_ = false;
   std::thread thread_;
 
@@ -232,6 +234,7 @@ class Transport::Impl final : public TransferIo {
   std::vector<std::string> peer_failures_;  // lost endpoints, filled by UCX callbacks
   std::vector<std::string> peer_aborts_;    // abort frames, filled by UCX callbacks
   MessageHandler message_handler_;          // actor messages go here
+  bool messages_moved_ = false;             // since the last sleep: a reply is likely soon
   std::vector<std::pair<int64_t, std::vector<uint8_t>>> early_messages_;  // arrived before the handler
   std::optional<Error> failed_;
   std::optional<Error> lost_;                    // a peer lost while nothing was in flight

@@ -95,13 +95,14 @@ void UcxWorker::progress() {
   }
 }
 
-bool UcxWorker::poll_for(int microseconds) {
+bool UcxWorker::poll_for(int microseconds, const std::atomic<bool>* wake) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(microseconds);
   do {
     if (ucp_worker_progress(worker_) != 0) {
       progress();
       return true;
     }
+    if (wake && wake->load(std::memory_order_acquire)) return true;
   } while (std::chrono::steady_clock::now() < deadline);
   return false;
 }

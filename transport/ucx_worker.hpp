@@ -7,6 +7,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,8 +35,9 @@ class UcxWorker {
 
   /// Progresses until UCX reports nothing more to do.
   void progress();
-  /// Polls for up to `microseconds`; returns whether UCX made progress meanwhile.
-  bool poll_for(int microseconds);
+  /// Polls for up to `microseconds`; returns whether UCX made progress meanwhile, or
+  /// `wake` (when given) became true: the owner has other work waiting.
+  bool poll_for(int microseconds, const std::atomic<bool>* wake = nullptr);
   /// Sleeps until UCX has events, signal() is called, or timeout_ms passes.
   void wait(int timeout_ms);
   /// Wakes the owner from wait(); safe from any thread.

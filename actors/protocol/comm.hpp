@@ -112,12 +112,6 @@ struct remote_send {
   caf::message message;
 };
 
-/// An actor message as it arrived from `from`, handed from the transport to the agent.
-struct incoming_frame {
-  int64_t from = 0;
-  std::vector<uint8_t> bytes;
-};
-
 }  // namespace troupe
 
 // Requests hold buffer handles and actor handles: in-process only, never serialized.
@@ -128,4 +122,3 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::all_gather_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::broadcast_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::register_actor)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::remote_send)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::incoming_frame)
