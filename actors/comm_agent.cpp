@@ -38,9 +38,12 @@ class FailedBuffers {
 class Registry {
  public:
   explicit Registry(caf::actor_system& system) : system_(&system) {}
+  // The actors go too: they belong to a system that may end before the transport does.
   void close() {
+    std::map<std::pair<std::string, int64_t>, caf::actor> gone;
     std::lock_guard lock(mutex_);
     system_ = nullptr;
+    gone.swap(actors_);  // released after the lock, by `gone`'s destructor
   }
   // On the progress thread: opens the frame and delivers its message.
   void deliver_frame(int64_t from, const std::vector<uint8_t>& bytes) const {

@@ -1,6 +1,7 @@
 #include "pipeline/partition.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -53,7 +54,7 @@ Result<std::vector<int64_t>> partition_uniform(int64_t layers, int64_t stages) {
 Result<std::vector<int64_t>> partition_balanced(const std::vector<double>& costs, int64_t stages) {
   TROUPE_TRY(check_counts(static_cast<int64_t>(costs.size()), stages));
   for (std::size_t i = 0; i < costs.size(); ++i)
-    if (!(costs[i] >= 0))
+    if (!std::isfinite(costs[i]) || costs[i] < 0)
       return make_error(
           fmt::format("layer {} has cost {}: costs must be finite and at least 0", i, costs[i]));
   // The least limit at which the greedy cut needs at most `stages` parts, by bisection.

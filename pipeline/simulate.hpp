@@ -6,8 +6,8 @@
 //   - it ends: each step of time every stage runs what it can; when no stage can move
 //     and some have actions left, that is a deadlock, and the error names each stuck
 //     stage and the action it waits at;
-//   - it measures: time slots to the end (forward and backward one slot each, messages
-//     arriving the slot after they are sent, other actions free) and the most
+//   - it measures: time slots to the end (forward and backward one slot each; a message
+//     sent when a slot ends can be received at that instant; other actions take no time) and the most
 //     micro-batches whose activations each stage holds at once (forward run, backward not).
 // Sends are bounded by credits: at most `credits` messages per neighbour and direction
 // that the receiver has not taken yet, as the stage actors' receive buffers are.

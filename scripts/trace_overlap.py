@@ -3,7 +3,7 @@
 
 usage: trace_overlap.py TRACE.json [RANK]
 Reads the merged Chrome/Perfetto trace a run writes with `[trace] path`, takes the spans
-on the "comm" track (each collective, from its first finished transfer to its last: time
+on the "comm" track (each collective, from its first received chunk to its completion: time
 bytes were moving, not time it sat queued) and on the compute streams
 ("stream compute": forward and backward; "stream optimizer": the shard owner's clipping
 and optimizer step) of one rank (default 0), less the time compute spent blocked on

@@ -45,13 +45,20 @@ void Transport::Impl::start_heartbeats() {
   next_heartbeat_ = Clock::now();
 }
 
-// Called on every turn of the progress loop, so it does nothing until a beat is due: then it
-// sends this rank's heartbeats and looks for a watched peer silent for too long.
+// Called on every turn of the progress loop: sends this rank's heartbeats when a beat is
+// due, and looks for a watched peer silent for too long every turn (a scan of timestamps),
+// so a silence is found within a turn of peer_timeout_s, not a period later.
 void Transport::Impl::keep_heartbeats() {
   if (watched_.empty() || closing_ || failed_) return;
   const auto now = Clock::now();
-  if (now < next_heartbeat_) return;
-  next_heartbeat_ = now + heartbeat_period_;
+  if (now >= next_heartbeat_) {
+    next_heartbeat_ = now + heartbeat_period_;
+    send_heartbeats();
+  }
+  check_silence(now);
+}
+
+void Transport::Impl::send_heartbeats() {
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_AM_SEND_FLAG_EAGER;
@@ -64,6 +71,9 @@ void Transport::Impl::keep_heartbeats() {
         sizeof heartbeat_frame_.header, heartbeat_frame_.payload.data(), heartbeat_frame_.payload.size(), &p);
     if (UCS_PTR_IS_PTR(request)) ucp_request_free(request);
   }
+}
+
+void Transport::Impl::check_silence(Clock::time_point now) {
   const auto limit = std::chrono::duration<double>(options_.peer_timeout_s);
   for (int64_t peer : watched_) {
     const auto silent = std::chrono::duration<double>(now - heard_[static_cast<std::size_t>(peer)]);

@@ -32,8 +32,9 @@ struct TransportOptions {
   /// automatic: two-level when there are several hosts with equal numbers of ranks, several per host.
   Topology topology = Topology::automatic;
   /// Optional, must outlive the transport: each collective that succeeds is recorded on
-  /// the "comm" track from the moment its first transfer finished to its last, so the
-  /// span is time bytes were moving, never time spent queued or waiting for a peer.
+  /// the "comm" track from the moment its first chunk was received to the moment it
+  /// completed, so the span is time bytes were arriving: never time it sat queued, nor
+  /// time its own eager sends finished while the peer was still elsewhere.
   Tracer* tracer = nullptr;
 };
 

@@ -226,7 +226,10 @@ bool Transport::Impl::drain_finished() {
         continue;
       }
       if (it == operations_.end()) continue;
-      if (options_.tracer && it->second.first_moved_us == 0) it->second.first_moved_us = Tracer::now_us();
+      // A receive that finished is bytes that arrived; a send that finished may only have
+      // been copied out (eager) while the peer is still elsewhere, so it does not count.
+      if (options_.tracer && t->recv && it->second.first_moved_us == 0)
+        it->second.first_moved_us = Tracer::now_us();
       it->second.collective->on_transfer(*this, t->chunk);
       if (it->second.collective->done()) complete(t->op, {});
     }

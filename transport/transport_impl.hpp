@@ -157,7 +157,7 @@ class Transport::Impl final : public TransferIo {
     CommunicatorId communicator = world_communicator;
     uint64_t tag = 0;  // of its first transfer: names the operation and the call
     Clock::time_point started = Clock::now();
-    int64_t first_moved_us = 0;  // when its first transfer finished (traced runs only)
+    int64_t first_moved_us = 0;  // when its first receive finished (traced runs only)
   };
   struct PeerSlot {
     Impl* self;
@@ -204,6 +204,8 @@ class Transport::Impl final : public TransferIo {
   /// Sends this rank's heartbeats when due and finds a watched peer silent for longer
   /// than peer_timeout_s (heartbeat.cpp). Nothing is watched before start_heartbeats().
   void keep_heartbeats();
+  void send_heartbeats();
+  void check_silence(Clock::time_point now);
   std::vector<int64_t> watched_;          // rank 0 watches every rank, the others rank 0
   std::vector<Clock::time_point> heard_;  // by rank: the last heartbeat received
   wire::Frame heartbeat_frame_;

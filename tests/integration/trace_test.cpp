@@ -92,7 +92,7 @@ nlohmann::json traced_run(int stage, const std::string& settings) {
   return json.is_discarded() ? nlohmann::json{{"traceEvents", nlohmann::json::array()}} : json;
 }
 
-// A "comm" span runs from the first transfer of its collective that finished to the last
+// A "comm" span runs from the first chunk its collective received to its completion
 // (the transport records it), so it is time bytes were on the wire. Stage 2
 // reduce-scatters gradient rows while backward still computes the rows after them;
 // stage 3 also gathers the next layer's parameters (prefetch) while one computes.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <set>
 #include <vector>
@@ -120,6 +121,7 @@ TEST(PipelinePartition, BalancedFindsTheCutWhoseCostliestStageCostsLeast) {
   // Equal costs: the uniform cut.
   EXPECT_EQ(*partition_balanced(std::vector<double>(8, 1.0), 4), (Counts{2, 2, 2, 2}));
   EXPECT_FALSE(partition_balanced({1, -1, 1}, 2).ok());
+  EXPECT_FALSE(partition_balanced({1, INFINITY, 1}, 2).ok());
 }
 
 TEST(PipelinePartition, AnExplicitListMustCutTheModelExactly) {
