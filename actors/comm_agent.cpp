@@ -190,6 +190,20 @@ caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> tr
         self->state.transport->broadcast(data, r.buffer.count, r.buffer.type, r.root, std::move(done),
                                          r.comm);
       },
+      [=](send_request& r) {
+        Tracer::Scope span(tracer, "comm_agent", "send_request");
+        const void* data = r.buffer.data();
+        std::size_t bytes = r.buffer.count * element_bytes(r.buffer.type);
+        Completion done = reply(r.reply_to, r.tag, take(r.buffer), self->state.failed_buffers);
+        self->state.transport->send(data, bytes, r.peer, std::move(done));
+      },
+      [=](recv_request& r) {
+        Tracer::Scope span(tracer, "comm_agent", "recv_request");
+        void* data = r.buffer.data();
+        std::size_t bytes = r.buffer.count * element_bytes(r.buffer.type);
+        Completion done = reply(r.reply_to, r.tag, take(r.buffer), self->state.failed_buffers);
+        self->state.transport->recv(data, bytes, r.peer, std::move(done));
+      },
       [=](barrier_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "barrier_request");
         self->state.transport->barrier(reply(r.reply_to, r.tag, {}, self->state.failed_buffers));

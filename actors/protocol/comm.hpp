@@ -70,6 +70,26 @@ struct broadcast_request {
   caf::actor reply_to;
 };
 
+/// Point to point: `buffer`'s bytes to world rank `peer`, answered with collective_done
+/// once the buffer may be reused. Sends to a peer match its recv_requests from this rank
+/// in the order each side issued them, and the byte counts must agree (a mismatch fails
+/// both). Pipeline stages move activations and their gradients this way.
+struct send_request {
+  uint64_t tag = 0;
+  BufferSpan buffer;
+  int64_t peer = 0;
+  caf::actor reply_to;
+};
+
+/// Point to point: the next bytes world rank `peer` sends this rank land in `buffer`;
+/// answered with collective_done once they have.
+struct recv_request {
+  uint64_t tag = 0;
+  BufferSpan buffer;
+  int64_t peer = 0;
+  caf::actor reply_to;
+};
+
 /// Completes when every rank has entered; answered with collective_done.
 struct barrier_request {
   uint64_t tag = 0;
@@ -120,5 +140,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::barrier_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::reduce_scatter_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::all_gather_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::broadcast_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::send_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::recv_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::register_actor)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::remote_send)
