@@ -24,7 +24,8 @@ launcher=$!
 while kill -0 "$launcher" 2>/dev/null; do
   step=0; [[ -f $metrics ]] && step=$(wc -l < "$metrics")
   for pid in $(pgrep -f -- "$metrics"); do
-    rank=$(tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | sed -n 's/^TROUPE_RANK=//p')
+    # A rank that ends between pgrep and here has no /proc entry: its redirection fails quietly.
+    rank=$({ tr '\0' '\n' < "/proc/$pid/environ"; } 2>/dev/null | sed -n 's/^TROUPE_RANK=//p')
     rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status" 2>/dev/null)
     [[ -n $rank && -n $rss ]] && echo "$step $rank $rss"
   done
