@@ -64,23 +64,36 @@ std::vector<collective_done> answers(caf::scoped_actor& self, std::size_t count)
   return got;
 }
 
-TEST(PointToPoint, TensorsStreamedThroughTheAgentsArriveWholeAndInOrder) {
-  TwoRanks ranks = two_ranks();
-  ASSERT_TRUE(ranks.rank0 && ranks.rank1);
-  caf::actor_system_config config;
-  caf::actor_system system{config};
-  caf::actor agent0 = spawn_comm_agent(system, ranks.rank0, nullptr);
-  caf::actor agent1 = spawn_comm_agent(system, ranks.rank1, nullptr);
-  caf::scoped_actor sender{system}, receiver{system};
+// The comm agents of both ranks in this process's actor system.
+class PointToPoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TwoRanks ranks = two_ranks();
+    ASSERT_TRUE(ranks.rank0 && ranks.rank1);
+    agent0_ = spawn_comm_agent(system_, ranks.rank0, nullptr);
+    agent1_ = spawn_comm_agent(system_, ranks.rank1, nullptr);
+  }
+  void TearDown() override {
+    for (const caf::actor& agent : {agent0_, agent1_})
+      if (agent) caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
+  }
+
+  caf::actor_system_config config_;
+  caf::actor_system system_{config_};
+  caf::actor agent0_, agent1_;
+};
+
+TEST_F(PointToPoint, TensorsStreamedThroughTheAgentsArriveWholeAndInOrder) {
+  caf::scoped_actor sender{system_}, receiver{system_};
   constexpr std::size_t tensors = 24, credits = 3, count = 100000;  // 400 KB each: several chunks
   std::vector<BufferSpan> received;
   auto post_receive = [&](std::size_t i) {
     received.push_back(filled(count, -1));
-    receiver->send(agent1, recv_request{1000 + i, received.back(), 0, caf::actor{receiver}});
+    receiver->send(agent1_, recv_request{1000 + i, received.back(), 0, caf::actor{receiver}});
   };
   for (std::size_t i = 0; i < credits; ++i) post_receive(i);
   for (std::size_t i = 0; i < tensors; ++i)
-    sender->send(agent0, send_request{i, filled(count, static_cast<float>(i)), 1, caf::actor{sender}});
+    sender->send(agent0_, send_request{i, filled(count, static_cast<float>(i)), 1, caf::actor{sender}});
   // Each arrival frees a credit: the next receive is posted then, as a stage would.
   std::vector<uint64_t> arrived;
   while (arrived.size() < tensors) {
@@ -102,20 +115,12 @@ TEST(PointToPoint, TensorsStreamedThroughTheAgentsArriveWholeAndInOrder) {
     EXPECT_TRUE(sent[i].error.empty()) << sent[i].error;
     EXPECT_EQ(sent[i].tag, i);
   }
-  caf::anon_send_exit(agent0, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(agent1, caf::exit_reason::user_shutdown);
 }
 
-TEST(PointToPoint, ByteCountsThatDisagreeFailTheReceiveAndStopTheJob) {
-  TwoRanks ranks = two_ranks();
-  ASSERT_TRUE(ranks.rank0 && ranks.rank1);
-  caf::actor_system_config config;
-  caf::actor_system system{config};
-  caf::actor agent0 = spawn_comm_agent(system, ranks.rank0, nullptr);
-  caf::actor agent1 = spawn_comm_agent(system, ranks.rank1, nullptr);
-  caf::scoped_actor sender{system}, receiver{system};
-  receiver->send(agent1, recv_request{2, filled(10, 0), 0, caf::actor{receiver}});
-  sender->send(agent0, send_request{1, filled(12, 1), 1, caf::actor{sender}});
+TEST_F(PointToPoint, ByteCountsThatDisagreeFailTheReceiveAndStopTheJob) {
+  caf::scoped_actor sender{system_}, receiver{system_};
+  receiver->send(agent1_, recv_request{2, filled(10, 0), 0, caf::actor{receiver}});
+  sender->send(agent0_, send_request{1, filled(12, 1), 1, caf::actor{sender}});
   auto got = answers(receiver, 1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_FALSE(got[0].error.empty()) << "10 floats expected, 12 sent";
@@ -123,13 +128,11 @@ TEST(PointToPoint, ByteCountsThatDisagreeFailTheReceiveAndStopTheJob) {
   // The receiver's failure stops the whole job: rank 0's next receive fails too, at once
   // or when rank 1's abort arrives, not at its own timeout.
   auto asked = std::chrono::steady_clock::now();
-  sender->send(agent0, recv_request{3, filled(10, 0), 1, caf::actor{sender}});
+  sender->send(agent0_, recv_request{3, filled(10, 0), 1, caf::actor{sender}});
   auto stopped = answers(sender, 1);
   ASSERT_EQ(stopped.size(), 1u);
   EXPECT_FALSE(stopped[0].error.empty());
   EXPECT_LT(std::chrono::steady_clock::now() - asked, std::chrono::seconds(5)) << stopped[0].error;
-  caf::anon_send_exit(agent0, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(agent1, caf::exit_reason::user_shutdown);
 }
 
 }  // namespace
