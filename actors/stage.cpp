@@ -1,9 +1,5 @@
 #include "actors/stage.hpp"
 
-#include <torch/torch.h>
-#include <caf/all.hpp>
-
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -16,164 +12,44 @@
 #include "actors/protocol/stage.hpp"
 #include "actors/protocol/zero.hpp"
 #include "actors/shard_owner.hpp"
-#include "actors/stream.hpp"
-#include "actors/zero/gradient_rows.hpp"
-#include "actors/zero/issue_queue.hpp"
-#include "actors/zero/parameter_fetcher.hpp"
-#include "actors/zero/sequence_check.hpp"
+#include "actors/stage/state.hpp"
 #include "base/check.hpp"
 #include "memory/offload_plan.hpp"
 #include "memory/parameter_swap.hpp"
 
-namespace troupe {
-namespace {
-
-// Collective tags of the stage: kind in the top byte, then bucket slot, micro-batch, row.
-enum class Tag : uint64_t { gradients = 1, loss, norm, parameters, fetch, memory, sequence };
-uint64_t tag(Tag kind, uint64_t row = 0, uint64_t slot = 0) {
-  return static_cast<uint64_t>(kind) << 56 | slot << 40 | row;
-}
-Tag kind_of(uint64_t t) {
-  return static_cast<Tag>(t >> 56);
-}
-uint64_t row_of(uint64_t t) {
-  return t & ((uint64_t{1} << 40) - 1);
-}
-uint64_t slot_of(uint64_t t) {
-  return (t >> 40) & 0xffff;
-}
-
-constexpr std::size_t kMemoryFields = 4;  // parameters, gradients, optimizer state, communication
-
-struct StepProgress {
-  int64_t step = 0;
-  int64_t micro_count = 1;
-  std::size_t reduced = 0;  // gradient rows reduced (and absorbed)
-  bool loss_reduced = false;
-  ParameterUse used = nullptr;  // once the loss is reduced: the parameters any rank gave a gradient
-  bool loss_ready = false, loss_issued = false;  // see reduce_loss
-  bool norm_asked = false;
-  double grad_norm = 0;
-  std::size_t gathers_left = 0;
-};
-
-struct StageState {
-  StageOptions options;
-  std::shared_ptr<ParameterStore> store;
-  std::shared_ptr<BucketPool> pool;
-  std::unique_ptr<GradientRows> rows;
-  std::unique_ptr<ParameterFetcher> fetcher;
-  std::unique_ptr<LayerSequenceCheck> sequence_check;
-  std::vector<torch::nn::AnyModule*> layers;
-  caf::actor owner;
-  std::unique_ptr<Stream> compute;  // after what its work touches: its thread stops first
-  caf::actor driver;
-  StepProgress progress;
-  // This rank's loss of the step, then the global mean; after it, by layout position, 1
-  // where the parameter got a gradient, then the mean of that over the ranks.
-  std::shared_ptr<HostBuffer> loss;
-  std::shared_ptr<HostBuffer> norm;    // this rank's gradient square sum, then the global one
-  std::shared_ptr<HostBuffer> memory;  // every rank's peak bytes by kind (int64, gathered)
-  std::vector<caf::response_promise> collecting;
-  // Every collective the compute thread issues, in order (see issue_queue.hpp).
-  std::shared_ptr<IssueQueue> issue = std::make_shared<IssueQueue>();
-  double loss_sum = 0;  // compute thread only
-  bool failed = false;
-  std::string failure;  // why, once failed
-  std::shared_ptr<std::atomic<bool>> stopped =
-      std::make_shared<std::atomic<bool>>(false);  // compute reads it
-  static inline const char* name = "stage";
-};
-
-using StageActor = caf::stateful_actor<StageState>;
+namespace troupe::stage {
 
 void fail(StageActor* self, const std::string& error) {
   auto& s = self->state;
   if (s.failed) return;
   s.failed = true;
   s.failure = error;
-  *s.stopped = true;  // micro-batches already queued on the compute stream do nothing
+  *s.stopped = true;  // work already queued on the compute stream does nothing
   if (s.pool) s.pool->fail(error);
   if (s.fetcher) s.fetcher->fail(error);
   if (s.sequence_check) s.sequence_check->fail(error);
-  if (s.driver) self->send(s.driver, stage_failed{error});
+  if (s.flow.scheduler) self->send(s.flow.scheduler, stage_failed{error});
 }
 
-// The layers micro-batch (step, micro) runs: the trainer's schedule, or all in order.
-std::vector<int64_t> layer_sequence(const StageState& s, int64_t step, int64_t micro) {
-  auto count = static_cast<int64_t>(s.layers.size());
-  std::vector<int64_t> sequence;
-  if (!s.options.schedule) {
-    for (int64_t i = 0; i < count; ++i) sequence.push_back(i);
-    return sequence;
-  }
-  sequence = s.options.schedule(step, micro);
-  for (int64_t index : sequence)
-    if (index < 0 || index >= count)
-      throw std::runtime_error(
-          fmt::format("the layer schedule of step {}, micro-batch {} names layer {}, but the "
-                      "model has layers 0 to {}",
-                      step + 1, micro, index, count - 1));
-  return sequence;
-}
-
-// Runs on the compute stream: forward layer by layer (gathering each layer's
-// parameters first in stage 3), loss, backward.
-void forward_backward(StageState& s, const run_micro_batch& m, caf::actor self) {
-  if (*s.stopped) return;  // this rank failed: issuing collectives alone would only confuse peers
-  bool last = m.micro == m.micro_count - 1;
-  if (m.micro == 0) {
-    s.rows->begin_step();
-    s.loss_sum = 0;
-  }
-  s.rows->begin_micro(last);
-  ParameterFetcher* fetcher = s.fetcher.get();
-  std::vector<int64_t> sequence = layer_sequence(s, m.step, m.micro);
-  if (s.sequence_check) s.sequence_check->agree(m.step, m.micro, sequence);
-  if (fetcher) fetcher->begin_pass();
-  torch::Device device = s.options.device ? s.options.device->device : torch::Device(torch::kCPU);
-  torch::Tensor x = m.batch->input.to(device);
-  static const std::vector<std::size_t> none;
-  for (int64_t index : sequence) {
-    // Stage 3: the layer's own row and the rows of the tensors it borrows (tied weights).
-    const auto& rows = fetcher ? s.store->plan().layer_rows[static_cast<std::size_t>(index)] : none;
-    for (std::size_t row : rows) fetcher->acquire(row);
-    x = s.layers[static_cast<std::size_t>(index)]->forward(x);
-    for (auto row = rows.rbegin(); row != rows.rend(); ++row) x = gather_before_backward(x, fetcher, *row);
-    for (std::size_t row : rows) fetcher->release(row);
-  }
-  torch::Tensor loss = s.options.loss(x, m.batch->target.to(device)) / static_cast<double>(m.micro_count);
-  {
-    // Nested in the stream's forward+backward span: what the trace test checks
-    // gradient reduction against.
-    Tracer::Scope span(s.options.tracer, "stream compute", "backward");
-    loss.backward();
-  }
-  s.loss_sum += loss.item<double>();
-  s.rows->flush();
-  if (fetcher) fetcher->end_pass();
-  if (!last) return;
-  *s.loss->as<float>() = static_cast<float>(s.loss_sum);
-  std::copy(s.rows->used().begin(), s.rows->used().end(), s.loss->as<float>() + 1);
-  caf::anon_send(self, loss_computed{m.step});  // see reduce_loss
-}
+namespace {
 
 // A gradient row is ready on the compute thread: reduce it across ranks.
 IssueQueue::Issue reduce_row(const StageOptions& o, caf::actor self, std::size_t row, std::size_t slot,
                              BufferSpan span, int64_t stage) {
   if (stage == 0)
-    return [comm = o.comm_agent, self, row, span = std::move(span)]() mutable {
+    return [comm = o.comm_agent, group = o.place.group, self, row, span = std::move(span)]() mutable {
       caf::anon_send(comm, all_reduce_request{tag(Tag::gradients, row), std::move(span), ReduceOp::average,
-                                              world_communicator, self});
+                                              group, self});
     };
   // In place: this rank's block of the row receives the average of every rank's.
   BufferSpan mine = span;
   mine.count = span.count / static_cast<std::size_t>(o.dp);
   mine.offset_bytes += static_cast<std::size_t>(o.rank) * mine.count * sizeof(float);
-  return [comm = o.comm_agent, self, row, slot, span = std::move(span), mine = std::move(mine)]() mutable {
+  return [comm = o.comm_agent, group = o.place.group, self, row, slot, span = std::move(span),
+          mine = std::move(mine)]() mutable {
     caf::anon_send(comm,
                    reduce_scatter_request{tag(Tag::gradients, row, slot), std::move(span), std::move(mine),
-                                          ReduceOp::average, world_communicator, self});
+                                          ReduceOp::average, group, self});
   };
 }
 
@@ -262,9 +138,9 @@ Status build(StageActor* self) {
   if (z.stage == 3) {
     s.fetcher = std::make_unique<ParameterFetcher>(
         s.store, z.limits,
-        [comm = s.options.comm_agent, me](std::size_t row, BufferSpan in, BufferSpan out) {
+        [comm = s.options.comm_agent, me, group = s.group()](std::size_t row, BufferSpan in, BufferSpan out) {
           caf::anon_send(comm, all_gather_request{tag(Tag::fetch, row), std::move(in), std::move(out),
-                                                  world_communicator, me});
+                                                  group, me});
         },
         s.issue, s.options.collective_timeout_s, s.options.tracer);
   }
@@ -273,10 +149,11 @@ Status build(StageActor* self) {
     for (const auto& item : s.options.model->named_children()) names.push_back(item.key());
     s.sequence_check = std::make_unique<LayerSequenceCheck>(
         s.options.dp, s.options.rank, std::move(names),
-        [comm = s.options.comm_agent, me, issue = s.issue](uint64_t id, BufferSpan in, BufferSpan out) {
-          issue->issue([comm, me, id, in = std::move(in), out = std::move(out)]() mutable {
+        [comm = s.options.comm_agent, me, issue = s.issue, group = s.group()](uint64_t id, BufferSpan in,
+                                                                               BufferSpan out) {
+          issue->issue([comm, me, id, in = std::move(in), out = std::move(out), group]() mutable {
             caf::anon_send(comm, all_gather_request{tag(Tag::sequence, id), std::move(in), std::move(out),
-                                                    world_communicator, me});
+                                                    group, me});
           });
         },
         s.options.collective_timeout_s, s.options.tracer);
@@ -310,7 +187,7 @@ void reduce_loss(StageActor* self) {
   p.loss_issued = true;
   self->send(s.options.comm_agent,
              all_reduce_request{tag(Tag::loss), float_span(s.loss, 0, s.loss->bytes() / sizeof(float)),
-                                ReduceOp::average, world_communicator, caf::actor_cast<caf::actor>(self)});
+                                ReduceOp::average, s.group(), caf::actor_cast<caf::actor>(self)});
 }
 
 // Every gradient row and the loss are reduced: measure the gradients' norm.
@@ -329,16 +206,56 @@ void on_row_reduced(StageActor* self) {
   maybe_measure(self);
 }
 
+// The loss and the norm are known on this rank: the reduce_gradients action is done.
+void gradients_known(StageActor* self, double loss, double square_sum, int64_t tokens, double busy_s) {
+  auto& p = self->state.progress;
+  p.loss = loss;
+  p.busy_s = busy_s;
+  p.grad_norm = std::sqrt(std::max(0.0, square_sum));
+  p.tokens = tokens;
+  p.gradients_ready = true;
+  answer_gradients_ready(self);
+  pump(self);  // an optimizer_step waiting for the norm
+}
+
+// pp > 1: the loss lives on the last stage and the gradients on every stage, so every rank
+// gathers every rank's (loss, square sum, tokens) and sums them in double, in rank order:
+// the same numbers on every rank. Replicas that hold the same reduced gradients (stage 0)
+// or the same loss count once.
+void gather_summary(StageActor* self, double square_sum) {
+  auto& s = self->state;
+  const StagePlace& place = s.options.place;
+  const bool replica_zero = s.options.rank == 0;
+  double* mine = s.summary->as<double>() + kSummaryFields * static_cast<std::size_t>(place.world_rank);
+  mine[0] = s.last_stage() && replica_zero ? static_cast<double>(*s.loss->as<float>()) : 0.0;
+  mine[1] = s.options.zero.stage == 0 && !replica_zero ? 0.0 : square_sum;
+  mine[2] = s.last_stage() ? static_cast<double>(s.flow.tokens) : 0.0;
+  mine[3] = s.flow.busy_s / static_cast<double>(s.options.dp);  // summed: one replica's, on average
+  std::size_t floats = kSummaryFields * sizeof(double) / sizeof(float);  // moved as raw bytes
+  BufferSpan out = float_span(s.summary, 0, floats * static_cast<std::size_t>(place.world_size));
+  BufferSpan in = float_span(s.summary, floats * static_cast<std::size_t>(place.world_rank), floats);
+  self->send(s.options.comm_agent, all_gather_request{tag(Tag::summary), std::move(in), std::move(out),
+                                                      world_communicator, caf::actor_cast<caf::actor>(self)});
+}
+
+void on_summary(StageActor* self) {
+  auto& s = self->state;
+  const double* all = s.summary->as<double>();
+  double sums[kSummaryFields] = {};
+  for (std::size_t r = 0; r < static_cast<std::size_t>(s.options.place.world_size); ++r)
+    for (std::size_t k = 0; k < kSummaryFields; ++k) sums[k] += all[kSummaryFields * r + k];
+  gradients_known(self, sums[0], sums[1], static_cast<int64_t>(sums[2]), sums[3]);
+}
+
 void on_square_sum(StageActor* self, double sum) {
   auto& s = self->state;
-  if (s.options.zero.stage == 0) {  // every rank holds every reduced gradient
-    s.progress.grad_norm = std::sqrt(sum);
-    self->send(s.driver, gradients_ready{s.progress.step, static_cast<double>(*s.loss->as<float>())});
-    return;
-  }
+  if (s.options.place.stages > 1) return gather_summary(self, sum);
+  const int64_t tokens = s.flow.tokens * s.options.dp;  // every replica loads as many
+  if (s.options.zero.stage == 0)  // every rank holds every reduced gradient
+    return gradients_known(self, static_cast<double>(*s.loss->as<float>()), sum, tokens, s.flow.busy_s);
   *s.norm->as<float>() = static_cast<float>(sum);
   self->send(s.options.comm_agent, all_reduce_request{tag(Tag::norm), float_span(s.norm, 0, 1), ReduceOp::sum,
-                                                      world_communicator, caf::actor_cast<caf::actor>(self)});
+                                                      s.group(), caf::actor_cast<caf::actor>(self)});
 }
 
 // After the update: exchange every rank's memory peaks, then report the step.
@@ -351,7 +268,7 @@ void exchange_memory(StageActor* self) {
   BufferSpan out = float_span(s.memory, 0, floats * static_cast<std::size_t>(s.options.dp));
   BufferSpan in = float_span(s.memory, floats * static_cast<std::size_t>(s.options.rank), floats);
   self->send(s.options.comm_agent, all_gather_request{tag(Tag::memory), std::move(in), std::move(out),
-                                                      world_communicator, caf::actor_cast<caf::actor>(self)});
+                                                      s.group(), caf::actor_cast<caf::actor>(self)});
 }
 
 void report_step(StageActor* self) {
@@ -363,8 +280,12 @@ void report_step(StageActor* self) {
     largest = std::max(largest, b[0] + b[1] + b[2]);
   }
   const int64_t* mine = all + s.options.rank * static_cast<int64_t>(kMemoryFields);
-  self->send(s.driver, step_applied{s.progress.step, StepStats{s.progress.grad_norm, largest, mine[0],
-                                                               mine[1], mine[2], mine[3]}});
+  Flow& f = s.flow;
+  for (auto it = f.started.begin(); it != f.started.end();)  // the optimizer_step action is done
+    it = it->second.op == pipeline::Op::optimizer_step ? f.started.erase(it) : std::next(it);
+  StepStats stats{s.progress.grad_norm, largest, mine[0], mine[1], mine[2], mine[3]};
+  stats.activation_bytes = mine[static_cast<std::size_t>(MemoryKind::activations)];
+  self->send(f.scheduler, step_applied{s.progress.step, stats});
 }
 
 // The shard owner updated this rank's blocks: bring every rank's into every rank.
@@ -388,7 +309,7 @@ void gather_updated(StageActor* self) {
     }
     ++p.gathers_left;
     self->send(s.options.comm_agent, all_gather_request{tag(Tag::parameters, k), std::move(in),
-                                                        std::move(out), world_communicator, me});
+                                                        std::move(out), s.group(), me});
   }
   if (p.gathers_left == 0) exchange_memory(self);
 }
@@ -415,6 +336,7 @@ void on_collective(StageActor* self, const collective_done& done) {
     if (!done.error.empty()) fail(self, "gathering parameters failed: " + done.error);
     return;
   }
+  if (kind_of(done.tag) >= Tag::sent) return on_transfer_done(self, done);
   if (!done.error.empty()) return fail(self, "a collective of the stage failed: " + done.error);
   if (s.failed) return;
   auto& p = s.progress;
@@ -434,9 +356,11 @@ void on_collective(StageActor* self, const collective_done& done) {
       p.used = parameters_used(*s.loss);
       return maybe_measure(self);
     case Tag::norm:
-      p.grad_norm = std::sqrt(std::max(0.0, static_cast<double>(*s.norm->as<float>())));
-      self->send(s.driver, gradients_ready{p.step, static_cast<double>(*s.loss->as<float>())});
-      return;
+      return gradients_known(self, static_cast<double>(*s.loss->as<float>()),
+                             static_cast<double>(*s.norm->as<float>()), s.flow.tokens * s.options.dp,
+                             s.flow.busy_s);
+    case Tag::summary:
+      return on_summary(self);
     case Tag::parameters:
       if (--p.gathers_left == 0) exchange_memory(self);
       return;
@@ -444,6 +368,8 @@ void on_collective(StageActor* self, const collective_done& done) {
       return report_step(self);
     case Tag::fetch:
     case Tag::sequence:
+      return;
+    default:  // transfers between stages: above
       return;
   }
 }
@@ -492,22 +418,17 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
   s.norm = std::make_shared<HostBuffer>(sizeof(float));
   s.memory =
       std::make_shared<HostBuffer>(kMemoryFields * sizeof(int64_t) * static_cast<std::size_t>(s.options.dp));
+  s.summary = std::make_shared<HostBuffer>(kSummaryFields * sizeof(double) *
+                                           static_cast<std::size_t>(s.options.place.world_size));
   for (auto& layer : *s.options.model) s.layers.push_back(&layer);
   if (Status built = build(self); !built) fail(self, built.error().message);
   return {
-      [=](run_micro_batch& m) {
-        Tracer::Scope span(self->state.options.tracer, "stage", "run_micro_batch");
-        auto& st = self->state;
-        st.driver = caf::actor_cast<caf::actor>(self->current_sender());
-        if (!st.owner) return self->send(st.driver, stage_failed{st.failure});  // never built
-        if (m.micro == 0) {
-          st.progress = StepProgress{m.step, m.micro_count};
-          st.options.ledger->reset_peaks();
-          if (st.options.zero.stage >= 2) self->send(st.owner, begin_accumulation{});
-        }
-        st.compute->enqueue(fmt::format("forward+backward {}.{}", m.step, m.micro),
-                            [&st, m = std::move(m), me] { forward_backward(st, m, me); });
+      [=](stage_action& a) {
+        Tracer::Scope span(self->state.options.tracer, "stage", pipeline::op_name(a.action.op));
+        accept_action(self, std::move(a));
       },
+      [=](forward_computed& f) { on_forward_computed(self, f); },
+      [=](backward_computed& b) { on_backward_computed(self, b); },
       [=](collective_done& done) {
         Tracer::Scope span(self->state.options.tracer, "stage", "collective_done");
         on_collective(self, done);
@@ -518,13 +439,6 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
         on_row_reduced(self);
       },
       [=](gradient_square_sum& g) { on_square_sum(self, g.sum); },
-      [=](apply_step& a) {
-        Tracer::Scope span(self->state.options.tracer, "stage", "apply_step");
-        auto& st = self->state;
-        double scale = clip_scale(st.progress.grad_norm, st.options.zero.gradient_clipping);
-        self->send(st.owner,
-                   update_shard{a.step, scale, st.progress.used, caf::actor_cast<caf::actor>(self)});
-      },
       [=](shard_updated&) { gather_updated(self); },
       [=](collect_parameters&) { collect(self); },
       [=](parameters_collected& c) {
@@ -545,8 +459,26 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
 
 }  // namespace
 
+void begin_step(StageActor* self, int64_t step, int64_t micro_count) {
+  auto& s = self->state;
+  s.progress = StepProgress{step, micro_count};
+  s.options.ledger->reset_peaks();
+  if (s.options.zero.stage >= 2) self->send(s.owner, begin_accumulation{});
+}
+
+void apply_update(StageActor* self) {
+  Tracer::Scope span(self->state.options.tracer, "stage", "optimizer_step");
+  auto& s = self->state;
+  double scale = clip_scale(s.progress.grad_norm, s.options.zero.gradient_clipping);
+  self->send(s.owner, update_shard{s.progress.step, scale, s.progress.used, caf::actor_cast<caf::actor>(self)});
+}
+
+}  // namespace troupe::stage
+
+namespace troupe {
+
 caf::actor spawn_stage(caf::actor_system& system, StageOptions options) {
-  return system.spawn(stage_behavior, std::move(options));
+  return system.spawn(stage::stage_behavior, std::move(options));
 }
 
 }  // namespace troupe

@@ -1,26 +1,29 @@
-// The stage actor: owns one pipeline stage of the model (all of it, while pp = 1),
-// its compute stream, and — through ZeRO — where its parameters, gradients and
-// optimizer state live. It never runs LibTorch on a CAF thread: forward, backward and
-// gathers run on the compute stream; the optimizer runs in the shard owner actor;
-// completions come back as messages.
+// The stage actor: owns one pipeline stage of the model (a run of its layers; all of them
+// when pp = 1), its compute stream, and — through ZeRO, over the stage's data-parallel
+// group — where its parameters, gradients and optimizer state live. It never runs LibTorch
+// on a CAF thread: forward, backward and gathers run on the compute stream; the optimizer
+// runs in the shard owner actor; completions come back as messages.
 //
-// Per step: every micro-batch runs forward and backward; gradient rows go to the comm
-// agent as backward finishes them (all-reduce in stage 0, reduce-scatter in 1-3, the
-// reduced blocks absorbed by the shard owner in 2-3). Stage 3 gathers each layer's
-// parameters before it runs, in forward and in backward, prefetching along the order
-// recorded on the first pass. Once every row is reduced: the mean loss, the global
-// gradient norm (clipping), the shard owner's update, and in stages 1-2 an all-gather of
-// the updated rows.
+// It runs the actions its scheduler hands it (protocol/pipeline.hpp), in order, each once
+// what it needs has arrived: load a micro-batch; forward (the last stage adds the loss);
+// backward; send and receive activations and their gradients to and from the neighbouring
+// stages' ranks, through the comm agent's point-to-point transfers; reduce_gradients;
+// optimizer_step. Gradient rows go to the comm agent as backward makes them final
+// (all-reduce in stage 0, reduce-scatter in 1-3, the reduced blocks absorbed by the shard
+// owner in 2-3). Stage 3 gathers each layer's parameters before it runs, in forward and in
+// backward, prefetching along the order recorded on the first pass. Once every row is
+// reduced: the mean loss, the global gradient norm (over every stage: clipping), which
+// answer reduce_gradients; optimizer_step is the shard owner's update and, in stages 1-2,
+// an all-gather of the updated rows.
 //
 // On a GPU rank (StageOptions::device) the model lives in device memory, forward and
 // backward are issued on the rank's compute stream, the gradient rows are all-reduced by
 // the device collectives actor as soon as the kernels that made them have run, and the
 // shard owner steps on the same stream (or through host memory, with [offload]).
 //
-// Protocol (actors/protocol/stage.hpp): run_micro_batch; after the last micro-batch of a
-// step → gradients_ready; apply_step → step_applied;
-// collect_parameters → parameters_collected; any failure → stage_failed. Replies go to
-// the actor that sent run_micro_batch.
+// Protocol: stage_action → action_done (gradients_ready for reduce_gradients,
+// step_applied for optimizer_step); collect_parameters → parameters_collected; any
+// failure → stage_failed. Replies go to the actor that sent the actions.
 #pragma once
 
 #include <caf/actor.hpp>
@@ -33,6 +36,7 @@
 #include "actors/device_rank.hpp"
 #include "actors/micro_batch.hpp"
 #include "actors/offload_manager.hpp"
+#include "transport/transport.hpp"
 #include "base/trace.hpp"
 #include "memory/fetch_planner.hpp"
 #include "memory/memory_ledger.hpp"
@@ -49,14 +53,29 @@ struct ZeroOptions {
   double gradient_clipping = 0;  ///< 0 = off
 };
 
+/// Where a stage sits: its index among `stages`, its neighbours' world ranks, and the
+/// communicator of its data-parallel group (StageOptions::dp ranks, this one at
+/// StageOptions::rank).
+struct StagePlace {
+  int64_t stage = 0;
+  int64_t stages = 1;
+  int64_t previous = -1;  ///< world rank of the stage before, or -1
+  int64_t next = -1;      ///< world rank of the stage after, or -1
+  int64_t world_rank = 0;
+  int64_t world_size = 1;
+  CommunicatorId group = world_communicator;
+};
+
 struct StageOptions {
   torch::nn::Sequential model;
   LossFunction loss;
   OptimizerFactory make_optimizer;
   LayerSchedule schedule;  ///< optional: which layers run, per micro-batch
+  bool activation_checkpointing = false;  ///< forward keeps the input only; backward recomputes
   ZeroOptions zero;
+  StagePlace place;
   int64_t dp = 1;
-  int64_t rank = 0;             ///< position in the data-parallel group
+  int64_t rank = 0;             ///< position in the data-parallel group (the replica)
   int64_t compute_threads = 1;  ///< intra-op threads of the compute stream (OpenMP, per thread)
   double collective_timeout_s = 120;
   caf::actor comm_agent;

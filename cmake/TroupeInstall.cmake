@@ -3,7 +3,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(TROUPE_LIBRARIES troupe_base troupe_kernels troupe_memory troupe_transport troupe_actors troupe_front troupe_runtime)
+set(TROUPE_LIBRARIES troupe_base troupe_kernels troupe_memory troupe_pipeline troupe_transport troupe_actors troupe_front troupe_runtime)
 if(TROUPE_HAVE_CUDA)
   list(APPEND TROUPE_LIBRARIES troupe_kernels_cuda)
 endif()
@@ -17,7 +17,7 @@ install(TARGETS troupe-core RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/trou
 # The public header is include/troupe/troupe.hpp; the layer headers it includes go
 # under include/troupe/internal, keeping their folder names.
 install(FILES ${PROJECT_SOURCE_DIR}/include/troupe/troupe.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe)
-foreach(layer base kernels memory transport actors runtime)
+foreach(layer base kernels memory pipeline transport actors runtime)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${layer}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe/internal/${layer}
     FILES_MATCHING PATTERN "*.hpp")
 endforeach()

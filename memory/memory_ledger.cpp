@@ -23,6 +23,8 @@ std::string_view memory_kind_name(MemoryKind kind) {
       return "optimizer_state";
     case MemoryKind::communication:
       return "communication";
+    case MemoryKind::activations:
+      return "activations";
   }
   return "?";
 }

@@ -14,8 +14,11 @@
 
 namespace troupe {
 
-enum class MemoryKind { parameters, gradients, optimizer_state, communication };
-constexpr std::size_t memory_kind_count = 4;
+/// activations: what a pipeline stage keeps of a micro-batch between its forward and its
+/// backward that troupe holds itself (the stage's input and output tensors; the tensors
+/// autograd saves inside the layers are LibTorch's and not counted).
+enum class MemoryKind { parameters, gradients, optimizer_state, communication, activations };
+constexpr std::size_t memory_kind_count = 5;
 std::string_view memory_kind_name(MemoryKind kind);
 
 /// Bytes per kind, at one moment or at their peaks.

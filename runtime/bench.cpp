@@ -35,21 +35,6 @@ std::vector<int64_t> default_sizes() {
   return sizes;
 }
 
-// A port nobody listens on now, for the benchmark's own coordinator.
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
-
 // Counts completions of asynchronous operations and keeps the first error.
 class Completions {
  public:
@@ -206,6 +191,21 @@ int round_trips(std::shared_ptr<Transport> transport, const BenchOptions& o) {
 }
 
 }  // namespace
+
+// A port nobody listens on now, for the benchmark's own coordinator.
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
 
 const std::vector<std::string>& bench_kinds() {
   static const std::vector<std::string> kinds = {"transport", "allreduce", "reduce_scatter", "allgather",

@@ -24,6 +24,10 @@ struct BenchOptions {
   int64_t window = 16;            ///< transport: messages in flight
 };
 
+/// A port nobody listens on now on 127.0.0.1, for a benchmark's own coordinator; 0 when
+/// none could be had.
+int free_port();
+
 /// The kinds of benchmark, for the command line.
 const std::vector<std::string>& bench_kinds();
 

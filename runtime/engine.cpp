@@ -17,13 +17,14 @@
 #include "actors/protocol/engine.hpp"
 #include "actors/protocol/stage.hpp"
 #include "actors/stage.hpp"
-#include "actors/step_driver.hpp"
+#include "actors/scheduler.hpp"
 #include "memory/nvme_store.hpp"
 #include "runtime/config/token.hpp"
 #include "runtime/coordinator.hpp"
 #include "runtime/devices.hpp"
 #include "runtime/gpu_rank.hpp"
 #include "runtime/model/optimizer.hpp"
+#include "runtime/pipeline_plan.hpp"
 #include "runtime/trace_merge.hpp"
 #include "troupe/troupe.hpp"
 
@@ -183,7 +184,9 @@ class Engine::Impl {
   std::unique_ptr<GpuRank> gpu;  // before the actor system: its streams outlive the actors
   caf::actor_system_config actor_config;
   std::unique_ptr<caf::actor_system> system;
-  caf::actor comm, loader, stage, driver;
+  caf::actor comm, loader, stage, driver;  // driver: the scheduler
+  PipelinePlan plan;
+  CommunicatorId group = world_communicator;  // this rank's stage's data-parallel group
   caf::actor collectives;  // a GPU rank's (NCCL or staged)
   int64_t compute_threads = 1;
   int64_t steps_done = 0;
@@ -216,9 +219,10 @@ class Engine::Impl {
     Tracer* tr = tracer.get();
     comm = spawn_comm_agent(*system, std::move(transport), tr);
     const auto& b = config.batch;
+    const pipeline::RankPlace& place = plan.place;
     loader = spawn_data_loader(
         *system, DataLoaderOptions{std::move(t.data), b.micro_batch_size, b.gradient_accumulation_steps,
-                                   config.parallel.dp, rank.rank, config.data.prefetch_micro_batches, tr});
+                                   config.parallel.dp, place.replica, config.data.prefetch_micro_batches, tr});
     const bool own_optimizer = static_cast<bool>(t.make_optimizer);
     OptimizerFactory optimizer = t.make_optimizer;
     if (!optimizer)
@@ -226,13 +230,18 @@ class Engine::Impl {
         return make_optimizer(o, std::move(p));
       };
     StageOptions so;
-    so.model = layers;
+    so.model = stage_layers(layers, plan.first_layer,
+                            plan.layer_counts[static_cast<std::size_t>(place.stage)]);
+    so.place = StagePlace{place.stage,    config.parallel.pp, place.previous,
+                          place.next,     rank.rank,          rank.world_size,
+                          group};
     so.loss = std::move(t.loss);
     so.make_optimizer = std::move(optimizer);
     so.schedule = std::move(t.schedule);
+    so.activation_checkpointing = config.model.activation_checkpointing;
     so.zero = zero_options(config);
     so.dp = config.parallel.dp;
-    so.rank = rank.rank;
+    so.rank = place.replica;
     so.compute_threads = compute_threads;
     so.collective_timeout_s = config.cluster.collective_timeout_s;
     so.comm_agent = comm;
@@ -255,9 +264,96 @@ class Engine::Impl {
     }
     stage = spawn_stage(*system, std::move(so));
     if (gpu) gpu->report_errors_to(stage);
-    driver = spawn_step_driver(
-        *system, StepDriverOptions{stage, loader, comm, b.gradient_accumulation_steps, config.parallel.dp,
-                                   config.cluster.collective_timeout_s, tr});
+    SchedulerOptions sched;
+    sched.stage = stage;
+    sched.data_loader = loader;
+    sched.comm_agent = comm;
+    sched.program = plan.program;
+    sched.micro_count = b.gradient_accumulation_steps;
+    sched.stages = config.parallel.pp;
+    sched.window = 4 * config.parallel.pp + 4;  // room for every receive a stage posts ahead
+    sched.fetch_timeout_s = config.cluster.collective_timeout_s;
+    sched.tracer = tr;
+    driver = spawn_scheduler(*system, std::move(sched));
+  }
+
+  // This rank's stage, its layers and program, and (pp > 1) every stage's data-parallel
+  // communicator, made in stage order on every rank.
+  Status plan_stages(Transport& transport, Trainable& t) {
+    std::vector<double> costs;
+    if (config.parallel.pp > 1 && config.pipeline.partition.counts.empty() &&
+        config.pipeline.partition.method == "profile")
+      TROUPE_TRY(profile(transport, t, costs));
+    auto planned = plan_pipeline(config, layers, rank.rank, costs);
+    if (!planned) return make_error(fmt::format("rank {}: {}", rank.rank, planned.error().message));
+    plan = std::move(*planned);
+    if (config.parallel.pp == 1) return {};
+    auto order = pipeline::parse_grid_order(config.parallel.order);
+    for (int64_t s = 0; s < config.parallel.pp; ++s) {
+      auto members = pipeline::place(pipeline::Grid{config.parallel.dp, config.parallel.pp, *order},
+                                     pipeline::Grid{config.parallel.dp, config.parallel.pp, *order}.rank_of(s, 0));
+      if (!members) return members.error();
+      auto made = transport.make_communicator(members->data_parallel_group);
+      if (!made) return make_error(fmt::format("rank {}: stage {}'s data-parallel group: {}", rank.rank, s,
+                                               made.error().message));
+      if (s == plan.place.stage) group = *made;
+    }
+    return {};
+  }
+
+  // [pipeline] partition = "profile": rank 0 times each layer's forward and backward on its
+  // first micro-batch and every rank cuts by those times.
+  Status profile(Transport& transport, Trainable& t, std::vector<double>& costs) {
+    const int64_t count = static_cast<int64_t>(layers->size());
+    std::vector<float> times(static_cast<std::size_t>(count), 0.0f);
+    if (rank.rank == 0) {
+      MicroBatch batch = t.data(0, config.batch.micro_batch_size);
+      auto measured = profile_layers(layers, batch, t.loss);
+      for (int64_t i = 0; i < count; ++i) times[static_cast<std::size_t>(i)] = static_cast<float>(measured[i]);
+    }
+    TROUPE_TRY(transport.broadcast_sync(times.data(), times.size(), 0));
+    costs.assign(times.begin(), times.end());
+    return {};
+  }
+
+  // pp > 1: each stage's first replica sends its stage's parameters to rank 0, which lays
+  // them end to end in stage order (the model's order); other ranks keep their stage's.
+  Result<torch::Tensor> gather_stages(caf::scoped_actor& self, std::shared_ptr<HostBuffer> mine) {
+    auto wait = [&](const std::string& what) -> Status {
+      std::string error;
+      bool done = false;
+      self->receive([&](collective_done& d) { error = d.error, done = true; },
+                    caf::after(std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::duration<double>(step_timeout_s()))) >> [&] { error = "timed out"; });
+      if (!done || !error.empty()) return make_error(fmt::format("{}: {}", what, error));
+      return {};
+    };
+    auto order = pipeline::parse_grid_order(config.parallel.order);
+    pipeline::Grid grid{config.parallel.dp, config.parallel.pp, *order};
+    const int64_t stage = plan.place.stage;
+    if (rank.rank != 0) {
+      if (plan.place.replica == 0) {
+        std::size_t count = mine->bytes() / sizeof(float);
+        self->send(comm, send_request{0, float_span(mine, 0, count), 0, caf::actor_cast<caf::actor>(self)});
+        if (auto sent = wait("sending stage " + std::to_string(stage) + "'s parameters to rank 0"); !sent)
+          return fail(sent.error().message);
+      }
+      auto count = static_cast<int64_t>(mine->bytes() / sizeof(float));
+      return torch::from_blob(mine->data(), {count}, torch::kFloat32).clone();
+    }
+    std::vector<torch::Tensor> parts;
+    auto own = static_cast<int64_t>(mine->bytes() / sizeof(float));
+    parts.push_back(torch::from_blob(mine->data(), {own}, torch::kFloat32).clone());
+    for (int64_t s = 1; s < config.parallel.pp; ++s) {
+      auto count = static_cast<std::size_t>(plan.stage_elements[static_cast<std::size_t>(s)]);
+      auto buffer = std::make_shared<HostBuffer>(count * sizeof(float));
+      const int64_t from = grid.rank_of(s, 0);
+      self->send(comm, recv_request{0, float_span(buffer, 0, count), from, caf::actor_cast<caf::actor>(self)});
+      if (auto got = wait(fmt::format("receiving stage {}'s parameters from rank {}", s, from)); !got)
+        return fail(got.error().message);
+      parts.push_back(torch::from_blob(buffer->data(), {static_cast<int64_t>(count)}, torch::kFloat32).clone());
+    }
+    return torch::cat(parts);
   }
 
   Error fail(const std::string& what) {
@@ -299,6 +395,7 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   if (!equal)
     return make_error(
         fmt::format("rank {}: broadcasting parameters: {}", impl->rank.rank, equal.error().message));
+  TROUPE_TRY(impl->plan_stages(*shared, trainable));
   if (on_gpu) TROUPE_TRY(impl->open_gpu(*shared));
   impl->start_actors(std::move(shared), trainable);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
@@ -331,6 +428,7 @@ Result<torch::Tensor> Engine::gather_parameters() {
   if (error.empty()) error = collected.error;
   if (error.empty() && !collected.flat) error = "the stage returned no parameters";
   if (!error.empty()) return m.fail("gathering the parameters: " + error);
+  if (m.config.parallel.pp > 1) return m.gather_stages(self, std::move(collected.flat));
   auto count = static_cast<int64_t>(collected.flat->bytes() / sizeof(float));
   return torch::from_blob(collected.flat->data(), {count}, torch::kFloat32).clone();
 }

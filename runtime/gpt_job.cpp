@@ -118,6 +118,8 @@ int train_rank(const JobConfig& job, const JobOutputs& outputs, std::string& pha
     m.gradient_bytes = r->stats.gradient_bytes;
     m.optimizer_state_bytes = r->stats.optimizer_state_bytes;
     m.communication_bytes = r->stats.communication_bytes;
+    m.bubble = r->stats.bubble;
+    m.activation_bytes = r->stats.activation_bytes;
     auto written = report->step(m);
     if (!written) return fail(written.error().message);
   }

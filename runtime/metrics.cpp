@@ -42,6 +42,8 @@ Status MetricsWriter::write(const StepMetrics& metrics) {
       {"gradient_bytes", metrics.gradient_bytes},
       {"optimizer_state_bytes", metrics.optimizer_state_bytes},
       {"communication_bytes", metrics.communication_bytes},
+      {"activation_bytes", metrics.activation_bytes},
+      {"bubble", metrics.bubble},
   };
   file_ << line.dump() << '\n';
   file_.flush();

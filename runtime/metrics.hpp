@@ -33,13 +33,15 @@ struct StepMetrics {
   int64_t gradient_bytes = 0;
   int64_t optimizer_state_bytes = 0;
   int64_t communication_bytes = 0;
+  int64_t activation_bytes = 0;  ///< this rank's peak of activations held (MemoryKind::activations)
+  double bubble = 0;             ///< the pipeline's idle fraction of the step (StepStats::bubble)
 };
 
 /// Appends one JSON object per step to a file, flushed after each line, with every
 /// StepMetrics field under its own name:
 /// {"step":..,"steps_total":..,"loss":..,"tokens_per_s":..,"step_ms":..,"tokens":..,
 ///  "grad_norm":..,"params":..,"model_state_bytes":..,"parameter_bytes":..,
-///  "gradient_bytes":..,"optimizer_state_bytes":..,"communication_bytes":..}
+///  "gradient_bytes":..,"optimizer_state_bytes":..,"communication_bytes":..,"activation_bytes":..,"bubble":..}
 class MetricsWriter {
  public:
   /// Creates (truncates) `path`; fails with a sentence naming the path.

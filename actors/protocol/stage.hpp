@@ -1,5 +1,5 @@
-// Messages of the stage actor (one pipeline stage: the model's layers and its compute
-// stream) and what it reports to the step driver.
+// Messages of the stage actor (one pipeline stage: its layers and its compute stream)
+// besides the actions of protocol/pipeline.hpp, and what it reports to the scheduler.
 #pragma once
 
 #include <caf/allowed_unsafe_message_type.hpp>
@@ -14,34 +14,20 @@
 
 namespace troupe {
 
-/// Forward and backward of one micro-batch; the last of a step starts gradient reduction.
-struct run_micro_batch {
-  int64_t step = 0;
-  int64_t micro = 0;
-  int64_t micro_count = 1;
-  MicroBatchPtr batch;
-};
-
-/// Every gradient bucket of `step` is averaged across ranks; loss is the global mean.
+/// Every gradient of `step` is reduced across the stage's replicas (the reduce_gradients
+/// action is done); loss is the global batch's mean, tokens its target elements.
 struct gradients_ready {
   int64_t step = 0;
   double loss = 0;
+  int64_t tokens = 0;
+  double busy_s = 0;  ///< forward and backward time of the step, summed over one replica's stages
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gradients_ready& x) {
-  return f(caf::meta::type_name("gradients_ready"), x.step, x.loss);
+  return f(caf::meta::type_name("gradients_ready"), x.step, x.loss, x.tokens, x.busy_s);
 }
 
-/// Run the optimizer on the reduced gradients; answered with step_applied.
-struct apply_step {
-  int64_t step = 0;
-};
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, apply_step& x) {
-  return f(caf::meta::type_name("apply_step"), x.step);
-}
-
-/// The step's parameters are updated on every rank; stats holds the gradient norm and
+/// The optimizer_step action is done: the step's parameters are updated on every rank; stats holds the gradient norm and
 /// the memory the step held.
 struct step_applied {
   int64_t step = 0;
@@ -65,7 +51,7 @@ struct parameters_collected {
 };
 
 /// Anything that stops the stage from going on (an exception in compute, a failed
-/// collective); the step driver turns it into the error of the step.
+/// collective); the scheduler turns it into the error of the step.
 struct stage_failed {
   std::string error;
 };
@@ -87,5 +73,4 @@ typename Inspector::result_type inspect(Inspector& f, loss_computed& x) {
 
 }  // namespace troupe
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::run_micro_batch)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::parameters_collected)

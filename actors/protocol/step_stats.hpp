@@ -16,11 +16,16 @@ struct StepStats {
   int64_t gradient_bytes = 0;
   int64_t optimizer_state_bytes = 0;
   int64_t communication_bytes = 0;
+  int64_t activation_bytes = 0;  ///< this rank's peak of MemoryKind::activations
+  /// The pipeline's idle fraction of the step: 1 − busy compute time / (stages × step
+  /// time), busy summed over the stages (averaged over replicas); 0 on its own, one stage
+  /// idles only outside forward and backward.
+  double bubble = 0;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepStats& x) {
   return f(caf::meta::type_name("StepStats"), x.grad_norm, x.model_state_bytes, x.parameter_bytes,
-           x.gradient_bytes, x.optimizer_state_bytes, x.communication_bytes);
+           x.gradient_bytes, x.optimizer_state_bytes, x.communication_bytes, x.activation_bytes, x.bubble);
 }
 
 }  // namespace troupe

@@ -72,7 +72,8 @@ class Engine {
   int64_t world_size() const;
   const JobConfig& config() const;
   /// The model's parameters, flattened in order (for checks against a reference).
-  /// Collective: every rank calls it (ZeRO stage 3 gathers the partitions).
+  /// Collective: every rank calls it (ZeRO stage 3 gathers the partitions). With pp > 1,
+  /// rank 0 gets the whole model (every stage's, in order) and other ranks their stage's.
   Result<torch::Tensor> gather_parameters();
 
   class Impl;

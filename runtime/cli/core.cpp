@@ -13,6 +13,7 @@
 #include "runtime/bench_adam.hpp"
 #include "runtime/bench_nvme.hpp"
 #include "runtime/bench_offload.hpp"
+#include "runtime/bench_pipeline.hpp"
 #include "runtime/cli/core_program.hpp"
 #include "runtime/cli/job_arguments.hpp"
 #include "runtime/config/load.hpp"
@@ -121,6 +122,26 @@ int main(int argc, char** argv) {
   bench_adam->add_flag("--json", adam_bench.json, "one JSON object");
   bench_adam->add_option("--device", adam_bench.device, "cpu (the fused CPU kernel) or cuda (GPU 0)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  // `troupe bench pipeline`: the measured bubble beside the formula's.
+  PipelineBenchOptions pipeline_bench;
+  auto* bench_pipeline = bench->add_subcommand("pipeline", "the pipeline's measured bubble beside (p-1)/(m+p-1)");
+  auto add_pipeline_options = [&](CLI::App* command) {
+    command->add_option("--pp", pipeline_bench.pp, "stages, one rank each (default 2)")->check(CLI::Range(2, 16));
+    command->add_option("--micro-batches", pipeline_bench.micro_batches, "micro-batches per step (default 8)")
+        ->check(CLI::Range(1, 1024));
+    command->add_option("--schedule", pipeline_bench.schedule, "gpipe or 1f1b (default)")
+        ->check(CLI::IsMember({"gpipe", "1f1b"}));
+    command->add_option("--steps", pipeline_bench.steps, "measured steps after 2 warm-up steps (default 6)")
+        ->check(CLI::Range(1, 1000));
+    command->add_option("--layer-ms", pipeline_bench.layer_ms, "each stage's forward (and backward) time")
+        ->check(CLI::Range(0.1, 10000.0));
+    command->add_option("--trace", pipeline_bench.trace_path, "write the run's Perfetto trace");
+    command->add_flag("--json", pipeline_bench.json, "one JSON object with bubble and bubble_formula");
+  };
+  add_pipeline_options(bench_pipeline);
+  auto* bench_pipeline_rank = app.add_subcommand("bench-pipeline-rank", "");  // hidden: one rank of it
+  bench_pipeline_rank->group("");
+  add_pipeline_options(bench_pipeline_rank);
   bench->get_option("KIND")->required(false);
 
   CLI11_PARSE(app, argc, argv);
@@ -128,10 +149,12 @@ int main(int argc, char** argv) {
   if (*bench_nvme) return run_bench_nvme(nvme_bench);
   if (*bench_offload) return run_offload_bench(offload_bench);
   if (*bench_adam) return run_bench_adam(adam_bench);
+  if (*bench_pipeline) return run_pipeline_bench(pipeline_bench, self_program_path());
+  if (*bench_pipeline_rank) return run_pipeline_bench_rank(pipeline_bench);
   if (*bench && bench_options.kind.empty()) {
     std::fprintf(stderr,
                  "troupe: bench needs a KIND (transport, allreduce, reduce_scatter, allgather, rtt) or one "
-                 "of adam, nvme, offload (see troupe bench --help)\n");
+                 "of adam, nvme, offload, pipeline (see troupe bench --help)\n");
     return kUsageExitCode;
   }
   if (*bench) return run_bench(bench_options, self_program_path());

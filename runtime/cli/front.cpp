@@ -24,6 +24,7 @@
 #include "runtime/config/token.hpp"
 #include "runtime/coordinator.hpp"
 #include "runtime/estimate.hpp"
+#include "runtime/model/gpt_shape.hpp"
 #include "runtime/host_check.hpp"
 #include "runtime/launch/environment.hpp"
 #include "runtime/launch/launcher.hpp"
@@ -49,6 +50,7 @@ int report_config_error(const Error& e) {
 // writes, and the memory of the ranks `troupe run` starts here (world_size of them, or the
 // local world size when this runs under a launcher that says how many share this machine).
 Status check_this_machine(const JobConfig& job, const std::string& metrics_path) {
+  TROUPE_TRY(check_gpt_pipeline(job));
   TROUPE_TRY(check_output_paths(job, metrics_path));
   auto launched = detect_rank_environment(process_environment());
   if (!launched) return launched.error();

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/config/origins.hpp"
+
 namespace troupe {
 
 /// [cluster]: who takes part and how long anything may wait.
@@ -30,11 +32,27 @@ struct ClusterConfig {
   std::string secret;
 };
 
-/// [parallel]: the shape of the job. Only data parallelism exists for now.
+/// [parallel]: the shape of the job: data-parallel replicas of a pipeline of pp stages.
 struct ParallelConfig {
   int64_t dp = 0;  ///< 0 = derive from world_size / (pp × tp)
-  int64_t pp = 1;  ///< must be 1 for now
+  int64_t pp = 1;  ///< pipeline stages
   int64_t tp = 1;  ///< must be 1 for now
+  /// The rank order, fastest-varying axis first: "pp,dp" puts a pipeline's stages on
+  /// consecutive ranks, "dp,pp" a stage's replicas (pipeline/topology.hpp).
+  std::string order = "pp,dp";
+};
+
+/// [pipeline] partition: a method, or the layer count of each stage.
+struct PipelinePartition {
+  std::string method = "uniform";  ///< "uniform", "parameters" or "profile"; empty when counts are given
+  std::vector<int64_t> counts;     ///< explicit layer counts by stage
+};
+
+/// [pipeline]: how the layers are cut into stages and the order each stage runs its
+/// micro-batches in (the micro-batches are [batch] gradient_accumulation_steps).
+struct PipelineConfig {
+  std::string schedule = "1f1b";  ///< "gpipe" or "1f1b"
+  PipelinePartition partition;
 };
 
 /// [zero]: ZeRO partitioning (DeepSpeed's zero_optimization meanings; sizes in elements).
@@ -113,6 +131,9 @@ struct ModelConfig {
   int64_t n_heads = 4;
   int64_t d_ff = 0;             ///< 0 = 4 × d_model
   bool tie_embeddings = false;  ///< the output head reuses the token embedding's weight
+  /// Forward keeps only each stage's input; backward runs the stage's forward again
+  /// (with a trainer's layers too). Trades compute for the activations held.
+  bool activation_checkpointing = false;
 };
 
 /// [data]: where tokens come from.
@@ -139,8 +160,12 @@ struct TraceConfig {
 /// The whole job.
 struct JobConfig {
   std::string source = "<struct>";  ///< file name the config came from, for messages
+  /// Where each key was read (kept so checks made later, against the model, still name
+  /// the line); empty for a config built in code.
+  ConfigOrigins origins;
   ClusterConfig cluster;
   ParallelConfig parallel;
+  PipelineConfig pipeline;
   ZeroConfig zero;
   OffloadConfig offload;
   BatchConfig batch;

@@ -122,6 +122,7 @@ class ValueReader {
   }
   Status operator()(OptimizerType* out) const;
   Status operator()(BetasRef out) const;
+  Status operator()(PipelinePartition* out) const;
 
  private:
   Error type_error() const {
@@ -167,6 +168,23 @@ Status ValueReader::operator()(BetasRef out) const {
   }
   *out.beta1 = betas[0];
   *out.beta2 = betas[1];
+  return {};
+}
+
+Status ValueReader::operator()(PipelinePartition* out) const {
+  if (const auto* method = node_.as_string()) {
+    *out = PipelinePartition{method->get(), {}};  // the method is checked with the rest of the job
+    return {};
+  }
+  const auto* array = node_.as_array();
+  if (array == nullptr || array->empty()) return type_error();
+  PipelinePartition counts{"", {}};
+  for (const toml::node& element : *array) {
+    const auto* count = element.as_integer();
+    if (count == nullptr) return type_error();
+    counts.counts.push_back(count->get());
+  }
+  *out = std::move(counts);
   return {};
 }
 

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "runtime/config/schema.hpp"
 #include "runtime/config/toml_text.hpp"
@@ -17,6 +18,10 @@ struct ValueText {
   std::string operator()(const std::string* value) const { return toml_string(*value); }
   std::string operator()(const OptimizerType* value) const {
     return toml_string(optimizer_type_name(*value));
+  }
+  std::string operator()(const PipelinePartition* partition) const {
+    if (partition->counts.empty()) return toml_string(partition->method);
+    return fmt::format("[{}]", fmt::join(partition->counts, ", "));
   }
   std::string operator()(BetasRef betas) const {
     return fmt::format("[{}, {}]", toml_float(*betas.beta1), toml_float(*betas.beta2));

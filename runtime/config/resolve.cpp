@@ -1,5 +1,6 @@
 #include "runtime/config/resolve.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -9,6 +10,8 @@
 #include <tuple>
 #include <utility>
 
+#include "pipeline/schedule.hpp"
+#include "pipeline/topology.hpp"
 #include "runtime/config/schema.hpp"
 #include "runtime/config/suggest.hpp"
 #include "runtime/config/token.hpp"
@@ -111,12 +114,9 @@ Status resolve_cluster(ClusterConfig& cluster, const ConfigOrigins& origins) {
 Status resolve_parallel(JobConfig& config, const ConfigOrigins& origins) {
   ParallelConfig& parallel = config.parallel;
   int64_t& world_size = config.cluster.world_size;
-  if (parallel.pp != 1) {
-    return key_error(origins, "parallel", "pp",
-                     fmt::format("pp = {}: pipeline parallelism is not available yet; "
-                                 "pp must be 1",
-                                 parallel.pp));
-  }
+  TROUPE_TRY(require(in_range(parallel.pp, 1, kRanksMax), origins, "parallel", "pp", parallel.pp));
+  TROUPE_TRY(require(pipeline::parse_grid_order(parallel.order).ok(), origins, "parallel", "order",
+                     parallel.order));
   if (parallel.tp != 1) {
     return key_error(origins, "parallel", "tp",
                      fmt::format("tp = {}: tensor parallelism is not available yet; "
@@ -125,7 +125,7 @@ Status resolve_parallel(JobConfig& config, const ConfigOrigins& origins) {
   }
   TROUPE_TRY(require(in_range(world_size, 0, kRanksMax), origins, "cluster", "world_size", world_size));
   TROUPE_TRY(require(in_range(parallel.dp, 0, kRanksMax), origins, "parallel", "dp", parallel.dp));
-  const int64_t model_ranks = parallel.pp * parallel.tp;  // both 1 for now: no overflow
+  const int64_t model_ranks = parallel.pp * parallel.tp;  // tp is 1 for now: no overflow
   if (world_size == 0 && parallel.dp == 0) parallel.dp = 1;
   if (world_size == 0) {
     world_size = parallel.dp * model_ranks;
@@ -383,10 +383,83 @@ Status resolve_train(const TrainConfig& train, const ConfigOrigins& origins) {
   return {};
 }
 
+const std::vector<std::string>& partition_methods() {
+  static const std::vector<std::string> names = {"uniform", "parameters", "profile"};
+  return names;
+}
+
+// "unknown X; did you mean Y?" or the list of allowed names.
+std::string one_of(const std::string& got, const std::vector<std::string>& names) {
+  if (auto close = suggest(got, names)) return fmt::format("got {}; did you mean {}?", toml_string(got), toml_string(*close));
+  std::string allowed;
+  for (const auto& name : names) allowed += (allowed.empty() ? "" : ", ") + toml_string(name);
+  return fmt::format("got {}; the allowed values are {}", toml_string(got), allowed);
+}
+
+// The [pipeline] keys that do not depend on the model: the schedule's name and shape, and
+// the partition's method or counts. The layer count is checked by check_pipeline_layers.
+Status resolve_pipeline(const JobConfig& job, const ConfigOrigins& origins) {
+  const PipelineConfig& p = job.pipeline;
+  const auto& schedules = pipeline::schedule_names();
+  if (std::find(schedules.begin(), schedules.end(), p.schedule) == schedules.end())
+    return key_error(origins, "pipeline", "schedule",
+                     fmt::format("schedule must be a schedule's name, {}", one_of(p.schedule, schedules)));
+  const int64_t micro = job.batch.gradient_accumulation_steps;
+  if (job.parallel.pp > 1 && p.schedule == "1f1b" && micro < job.parallel.pp) {
+    // Blamed on the schedule where the file names it, else on pp.
+    if (origins.by_key.count("pipeline.schedule"))
+      return key_error(origins, "pipeline", "schedule",
+                       fmt::format("schedule \"1f1b\" needs at least as many micro-batches as stages, but "
+                                   "[batch] gradient_accumulation_steps = {} is below [parallel] pp = {}; raise "
+                                   "gradient_accumulation_steps or use \"gpipe\"",
+                                   micro, job.parallel.pp));
+    return key_error(origins, "parallel", "pp",
+                     fmt::format("pp = {} stages with schedule \"1f1b\" need at least {} micro-batches, but "
+                                 "[batch] gradient_accumulation_steps = {}; raise gradient_accumulation_steps or "
+                                 "use [pipeline] schedule = \"gpipe\"",
+                                 job.parallel.pp, job.parallel.pp, micro));
+  }
+  const PipelinePartition& cut = p.partition;
+  if (cut.counts.empty()) {
+    const auto& methods = partition_methods();
+    if (std::find(methods.begin(), methods.end(), cut.method) == methods.end())
+      return key_error(origins, "pipeline", "partition",
+                       fmt::format("partition must be a method or layer counts, {}", one_of(cut.method, methods)));
+    return {};
+  }
+  if (static_cast<int64_t>(cut.counts.size()) != job.parallel.pp)
+    return key_error(origins, "pipeline", "partition",
+                     fmt::format("partition lists {} stages' layer counts but [parallel] pp = {}",
+                                 cut.counts.size(), job.parallel.pp));
+  for (std::size_t s = 0; s < cut.counts.size(); ++s)
+    if (!in_range(cut.counts[s], 1, int64_t{1} << 20))
+      return key_error(origins, "pipeline", "partition",
+                       fmt::format("partition gives stage {} {} layers; every stage needs at least 1", s,
+                                   cut.counts[s]));
+  return {};
+}
+
 }  // namespace
 
+Status check_pipeline_layers(const JobConfig& job, int64_t layers, const std::string& model) {
+  const ConfigOrigins& origins = job.origins.source.empty() ? ConfigOrigins{job.source, {}} : job.origins;
+  const int64_t pp = job.parallel.pp;
+  if (pp > layers)
+    return key_error(origins, "parallel", "pp",
+                     fmt::format("pp = {} stages, but {} has {} layers; each stage needs at least one", pp,
+                                 model, layers));
+  const auto& counts = job.pipeline.partition.counts;
+  if (counts.empty()) return {};
+  int64_t sum = 0;
+  for (int64_t c : counts) sum += c;
+  if (sum != layers)
+    return key_error(origins, "pipeline", "partition",
+                     fmt::format("partition counts {} layers in all, but {} has {}", sum, model, layers));
+  return {};
+}
+
 Result<JobConfig> resolve_config(JobConfig raw) {
-  ConfigOrigins origins;
+  ConfigOrigins origins = raw.origins;  // a loaded config keeps its positions
   origins.source = raw.source;
   return resolve_config(std::move(raw), origins);
 }
@@ -394,6 +467,22 @@ Result<JobConfig> resolve_config(JobConfig raw) {
 // A GPU rank keeps the whole model on its GPU (ZeRO stage 0): the partitions, buckets and
 // gathered rows of stages 1-3 live in host buffers the comm agent and the NVMe tier read.
 Status resolve_device(const JobConfig& raw, const ConfigOrigins& origins) {
+  if (raw.cluster.device == "cuda" && raw.parallel.pp > 1)
+    return key_error(origins, "parallel", "pp",
+                     fmt::format("pp = {} with [cluster] device = \"cuda\": pipeline stages run on CPU ranks "
+                                 "so far; set device = \"cpu\" or pp = 1",
+                                 raw.parallel.pp));
+  if (raw.model.activation_checkpointing && raw.zero.stage == 3)
+    return key_error(origins, "model", "activation_checkpointing",
+                     "activation_checkpointing = true with [zero] stage = 3: stage 3's prefetch follows one "
+                     "forward and one backward per micro-batch, and the recomputed forward would be a third "
+                     "pass; use stages 0-2 with checkpointing");
+  if (raw.parallel.pp > 1 && raw.zero.stage == 3)
+    return key_error(origins, "zero", "stage",
+                     fmt::format("stage = 3 with [parallel] pp = {}: a pipeline stage partitions with ZeRO "
+                                 "stages 0-2 so far (stage 3's prefetch follows one forward and backward at "
+                                 "a time, which a pipeline interleaves)",
+                                 raw.parallel.pp));
   if (raw.cluster.device != "cuda" || raw.zero.stage == 0) return {};
   return key_error(origins, "zero", "stage",
                    fmt::format("stage = {} with [cluster] device = \"cuda\": a GPU rank trains with stage 0 "
@@ -414,6 +503,8 @@ Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins) {
   TROUPE_TRY(resolve_model(raw.model, origins));
   TROUPE_TRY(resolve_data(raw.data, raw.model.seq_len, origins));
   TROUPE_TRY(resolve_train(raw.train, origins));
+  TROUPE_TRY(resolve_pipeline(raw, origins));
+  raw.origins = origins;
   return raw;
 }
 

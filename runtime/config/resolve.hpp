@@ -26,4 +26,9 @@ Result<JobConfig> resolve_config(JobConfig raw);
 /// Used by the TOML loader.
 Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins);
 
+/// Whether the pipeline of a resolved `job` fits a model of `layers` layers (`model`
+/// names it in the message, e.g. "the [model] GPT"): at most one stage per layer, and an
+/// explicit partition that counts every layer. Messages name the key's line.
+Status check_pipeline_layers(const JobConfig& job, int64_t layers, const std::string& model);
+
 }  // namespace troupe

@@ -33,10 +33,18 @@ std::vector<KeySpec> make_key_specs() {
 
       {"parallel", "dp", "an integer from 0 to 65536 (0 = world_size / (pp × tp))",
        [](C& c) -> FieldRef { return &c.parallel.dp; }},
-      {"parallel", "pp", "the integer 1 (pipeline parallelism is not available yet)",
+      {"parallel", "pp", "an integer from 1 to 65536 (pipeline stages)",
        [](C& c) -> FieldRef { return &c.parallel.pp; }},
       {"parallel", "tp", "the integer 1 (tensor parallelism is not available yet)",
        [](C& c) -> FieldRef { return &c.parallel.tp; }},
+      {"parallel", "order", R"(one of "pp,dp" or "dp,pp" (the fastest-varying axis first))",
+       [](C& c) -> FieldRef { return &c.parallel.order; }},
+
+      {"pipeline", "schedule", R"(one of "gpipe" or "1f1b")",
+       [](C& c) -> FieldRef { return &c.pipeline.schedule; }},
+      {"pipeline", "partition",
+       R"(one of "uniform", "parameters" or "profile", or an array of layer counts by stage)",
+       [](C& c) -> FieldRef { return &c.pipeline.partition; }},
 
       {"zero", "stage", "one of 0, 1, 2 or 3", [](C& c) -> FieldRef { return &c.zero.stage; }},
       {"zero", "reduce_bucket_size", "a positive integer up to 2^40 (elements)",
@@ -107,6 +115,8 @@ std::vector<KeySpec> make_key_specs() {
       {"model", "d_ff", "an integer from 0 to 2^20 (0 = 4 × d_model)",
        [](C& c) -> FieldRef { return &c.model.d_ff; }},
       {"model", "tie_embeddings", "true or false", [](C& c) -> FieldRef { return &c.model.tie_embeddings; }},
+      {"model", "activation_checkpointing", "true or false",
+       [](C& c) -> FieldRef { return &c.model.activation_checkpointing; }},
 
       {"data", "path", "a path to a readable file, or empty for a synthetic corpus",
        [](C& c) -> FieldRef { return &c.data.path; }},
@@ -146,8 +156,9 @@ const std::vector<KeySpec>& key_specs() {
 }
 
 const std::vector<std::string>& section_names() {
-  static const std::vector<std::string> names = {"cluster",   "parallel", "zero", "offload", "batch",
-                                                 "optimizer", "model",    "data", "train",   "trace"};
+  static const std::vector<std::string> names = {"cluster", "parallel",  "pipeline", "zero",  "offload",
+                                                 "batch",   "optimizer", "model",    "data",  "train",
+                                                 "trace"};
   return names;
 }
 

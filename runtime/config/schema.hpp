@@ -24,7 +24,8 @@ struct BetasRef {
 };
 
 /// A pointer to the field one key fills; the alternative says the key's TOML type.
-using FieldRef = std::variant<int64_t*, double*, bool*, std::string*, OptimizerType*, BetasRef>;
+using FieldRef =
+    std::variant<int64_t*, double*, bool*, std::string*, OptimizerType*, BetasRef, PipelinePartition*>;
 
 /// One key of one section.
 struct KeySpec {

@@ -1,5 +1,9 @@
 #include "runtime/model/gpt_shape.hpp"
 
+#include <fmt/format.h>
+
+#include "runtime/config/resolve.hpp"
+
 namespace troupe {
 
 GptShape gpt_shape(const ModelConfig& model) {
@@ -21,6 +25,17 @@ GptShape gpt_shape(const ModelConfig& model) {
   for (const auto& layer : shape.layers)
     for (std::size_t count : layer) shape.parameters += static_cast<int64_t>(count);
   return shape;
+}
+
+Status check_gpt_pipeline(const JobConfig& job) {
+  TROUPE_TRY(check_pipeline_layers(job, job.model.n_layers + 2, "the [model] GPT"));
+  if (job.parallel.pp > 1 && job.model.tie_embeddings)
+    return make_error(fmt::format(
+        "{}: [model] tie_embeddings = true with [parallel] pp = {}: the head on the last stage would share the "
+        "token embedding's weight with stage 0, and troupe does not yet sum a weight's gradients across "
+        "stages; set tie_embeddings = false or pp = 1",
+        job.origins.where("model", "tie_embeddings"), job.parallel.pp));
+  return {};
 }
 
 }  // namespace troupe

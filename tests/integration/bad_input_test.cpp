@@ -87,9 +87,58 @@ TEST(BadInput, WorldSizeMustEqualDpTimesPpTimesTp) {
   EXPECT_NE(r.output.find("dp 2"), std::string::npos) << r.output;
 }
 
-TEST(BadInput, PipelineParallelismIsRefusedForNow) {
-  auto r = run_on("check", "[parallel]\npp = 2\n[batch]\nmicro_batch_size = 1\n");
-  expect_refused(r, "pp must be 1");
+// The tiny GPT of these jobs has 4 layers: embedding, 2 blocks, head.
+const char* kPipelineJob = "[cluster]\nworld_size = 2\n[parallel]\npp = 2\n[batch]\nmicro_batch_size = 1\n"
+                           "gradient_accumulation_steps = 4\n[model]\nn_layers = 2\n";
+
+TEST(BadInput, PipelineStagesThatDoNotDivideTheWorldAreRefused) {
+  std::string path;
+  auto r = run_on("check", "[cluster]\nworld_size = 3\n[parallel]\npp = 2\n[batch]\nmicro_batch_size = 1\n", &path);
+  expect_refused(r, path + ":2:");
+  expect_refused(r, "world_size = 3 is not divisible by pp 2");
+}
+
+TEST(BadInput, MoreStagesThanLayersAreRefused) {
+  std::string path;
+  auto r = run_on("check",
+                  "[cluster]\nworld_size = 5\n[parallel]\npp = 5\n[batch]\nmicro_batch_size = 1\n"
+                  "gradient_accumulation_steps = 5\n[model]\nn_layers = 2\n",
+                  &path);
+  expect_refused(r, path + ":4:");
+  expect_refused(r, "[parallel] pp = 5 stages, but the [model] GPT has 4 layers");
+}
+
+TEST(BadInput, AnExplicitPartitionMustCountEveryLayer) {
+  std::string path;
+  auto r = run_on("check", std::string(kPipelineJob) + "[pipeline]\npartition = [2, 1]\n", &path);
+  expect_refused(r, path + ":11:");
+  expect_refused(r, "[pipeline] partition counts 3 layers in all, but the [model] GPT has 4");
+  r = run_on("check", std::string(kPipelineJob) + "[pipeline]\npartition = [4]\n", &path);
+  expect_refused(r, "partition lists 1 stages' layer counts but [parallel] pp = 2");
+}
+
+TEST(BadInput, UnknownScheduleAndPartitionSuggestTheClosest) {
+  std::string path;
+  auto r = run_on("check", std::string(kPipelineJob) + "[pipeline]\nschedule = \"1fb1\"\n", &path);
+  expect_refused(r, path + ":11:");
+  expect_refused(r, "did you mean \"1f1b\"?");
+  r = run_on("check", std::string(kPipelineJob) + "[pipeline]\npartition = \"unifrom\"\n", &path);
+  expect_refused(r, path + ":11:");
+  expect_refused(r, "did you mean \"uniform\"?");
+  r = run_on("check",
+             "[cluster]\nworld_size = 2\n[parallel]\npp = 2\norder = \"tp,dp\"\n[batch]\nmicro_batch_size = 1\n"
+             "gradient_accumulation_steps = 4\n");
+  expect_refused(r, "[parallel] order must be one of \"pp,dp\" or \"dp,pp\"");
+}
+
+TEST(BadInput, OneFOneBWithFewerMicroBatchesThanStagesIsRefused) {
+  std::string path;
+  auto r = run_on("check",
+                  "[cluster]\nworld_size = 4\n[parallel]\npp = 4\n[batch]\nmicro_batch_size = 1\n"
+                  "gradient_accumulation_steps = 2\n[pipeline]\nschedule = \"1f1b\"\n",
+                  &path);
+  expect_refused(r, path + ":9:");
+  expect_refused(r, "gradient_accumulation_steps = 2 is below [parallel] pp = 4");
 }
 
 TEST(BadInput, OverrideOfAnUnknownKeyIsRefused) {

@@ -23,7 +23,8 @@
 #include "actors/protocol/stage.hpp"
 #include "actors/stage.hpp"
 #include "actors/staged_comm.hpp"
-#include "actors/step_driver.hpp"
+#include "actors/scheduler.hpp"
+#include "pipeline/schedule.hpp"
 #include "tests/support/rank_transport.hpp"
 
 namespace troupe {
@@ -67,6 +68,8 @@ int train(caf::actor_system& system, caf::actor agent, int64_t rank, int64_t wor
   };
   so.dp = world;
   so.rank = rank;
+  so.place.world_rank = rank;
+  so.place.world_size = world;
   so.collective_timeout_s = 30;
   so.comm_agent = agent;
   so.ledger = std::make_shared<MemoryLedger>();
@@ -89,8 +92,13 @@ int train(caf::actor_system& system, caf::actor agent, int64_t rank, int64_t wor
   caf::actor loader =
       spawn_data_loader(system, DataLoaderOptions{samples, kGlobalBatch / world / kAccumulation,
                                                   kAccumulation, world, rank, 2, nullptr});
-  caf::actor driver =
-      spawn_step_driver(system, StepDriverOptions{stage, loader, agent, kAccumulation, world, 30, nullptr});
+  SchedulerOptions sched;
+  sched.stage = stage;
+  sched.data_loader = loader;
+  sched.comm_agent = agent;
+  sched.program = *pipeline::make_program("1f1b", {1, kAccumulation}, 0);
+  sched.micro_count = kAccumulation;
+  caf::actor driver = spawn_scheduler(system, std::move(sched));
   caf::scoped_actor self{system};
   int failures = 0;
   for (int step = 0; step < steps && failures == 0; ++step)

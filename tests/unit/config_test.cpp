@@ -238,7 +238,7 @@ TEST(ConfigLoad, UnknownSectionSuggestsTheClosestSection) {
 TEST(ConfigLoad, UnknownSectionWithNothingCloseListsTheSections) {
   EXPECT_EQ(error_of(load("[logging]\nlevel = 1\n")),
             "job.toml:1:2: unknown section [logging]; the sections are [cluster], [parallel], "
-            "[zero], [offload], [batch], [optimizer], [model], [data], [train], [trace]");
+            "[pipeline], [zero], [offload], [batch], [optimizer], [model], [data], [train], [trace]");
 }
 
 TEST(ConfigLoad, KeyOutsideAnySectionNamesItsSection) {
@@ -414,10 +414,11 @@ TEST(ConfigResolve, WorldSizeThatDisagreesWithDpShowsTheArithmetic) {
             "job.toml:4:14: [cluster] world_size = 3 does not equal dp 2 × pp 1 × tp 1 = 2");
 }
 
-TEST(ConfigResolve, PipelineParallelismIsNotAvailableYet) {
+TEST(ConfigResolve, OneFOneBNeedsAtLeastAsManyMicroBatchesAsStages) {
   EXPECT_EQ(error_of(load(std::string(kMinimal) + "[parallel]\npp = 2\n")),
-            "job.toml:4:6: [parallel] pp = 2: pipeline parallelism is not available yet; "
-            "pp must be 1");
+            "job.toml:4:6: [parallel] pp = 2 stages with schedule \"1f1b\" need at least 2 micro-batches, but "
+            "[batch] gradient_accumulation_steps = 1; raise gradient_accumulation_steps or use [pipeline] "
+            "schedule = \"gpipe\"");
 }
 
 TEST(ConfigResolve, TensorParallelismIsNotAvailableYet) {

@@ -1,0 +1,65 @@
+// Messages between a rank's scheduler actor and its stage actor: the scheduler walks the
+// stage's program (pipeline/action.hpp) and hands the stage its actions in order, a
+// window at a time; the stage runs each when what it needs has arrived (a micro-batch, a
+// neighbour's activation or gradient) and answers every one. reduce_gradients is answered
+// with gradients_ready and optimizer_step with step_applied (protocol/stage.hpp), the
+// others with action_done.
+#pragma once
+
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "actors/protocol/data.hpp"
+#include "memory/host_buffer.hpp"
+#include "pipeline/action.hpp"
+
+namespace troupe {
+
+/// Action `index` of the stage's program for `step`. A load carries its micro-batch.
+struct stage_action {
+  int64_t step = 0;
+  int64_t index = 0;
+  pipeline::Action action;
+  int64_t micro_count = 1;
+  MicroBatchPtr batch;  ///< load only
+};
+
+/// Action `index` of `step` has finished: its compute ran, its message arrived or its
+/// buffer was handed to the peer.
+struct action_done {
+  int64_t step = 0;
+  int64_t index = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, action_done& x) {
+  return f(caf::meta::type_name("action_done"), x.step, x.index);
+}
+
+/// Internal to the stage: a forward ran on the compute stream. `output` holds the bytes
+/// for the next stage (none on the last, whose forward ends in the loss), shaped `shape`.
+struct forward_computed {
+  int64_t step = 0;
+  int64_t micro = 0;
+  std::shared_ptr<HostBuffer> output;
+  std::vector<int64_t> shape;
+  double seconds = 0;  ///< the work item's time on the stream
+};
+
+/// Internal to the stage: a backward ran; `input_gradient` is the gradient of the
+/// forward's input for the previous stage (none on the first stage).
+struct backward_computed {
+  int64_t step = 0;
+  int64_t micro = 0;
+  std::shared_ptr<HostBuffer> input_gradient;
+  double seconds = 0;
+};
+
+}  // namespace troupe
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::stage_action)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::forward_computed)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::backward_computed)

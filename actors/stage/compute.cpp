@@ -1,0 +1,169 @@
+// The stage's work items on its compute stream: a micro-batch's forward through the
+// stage's layers (ending in the loss on the last stage) and its backward. Each takes what
+// it needs by value, keeps what the backward needs in the ComputeSide, and answers with a
+// message; the bytes that cross to a neighbour are copied into a buffer of their own.
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "actors/stage/state.hpp"
+#include "actors/zero/parameter_fetcher.hpp"
+
+namespace troupe::stage {
+namespace {
+
+// The layers micro-batch (step, micro) runs: the trainer's schedule, or all in order.
+std::vector<int64_t> layer_sequence(const StageState& s, int64_t step, int64_t micro) {
+  auto count = static_cast<int64_t>(s.layers.size());
+  std::vector<int64_t> sequence;
+  if (!s.options.schedule) {
+    for (int64_t i = 0; i < count; ++i) sequence.push_back(i);
+    return sequence;
+  }
+  sequence = s.options.schedule(step, micro);
+  for (int64_t index : sequence)
+    if (index < 0 || index >= count)
+      throw std::runtime_error(
+          fmt::format("the layer schedule of step {}, micro-batch {} names layer {}, but the "
+                      "model has layers 0 to {}",
+                      step + 1, micro, index, count - 1));
+  return sequence;
+}
+
+torch::Device device_of(const StageState& s) {
+  return s.options.device ? s.options.device->device : torch::Device(torch::kCPU);
+}
+
+// A float32 tensor's bytes in a buffer of their own (what travels to a neighbour).
+std::shared_ptr<HostBuffer> bytes_of(const torch::Tensor& t) {
+  torch::Tensor host = t.detach().to(torch::kCPU).contiguous();
+  auto buffer = std::make_shared<HostBuffer>(static_cast<std::size_t>(host.numel()) * sizeof(float));
+  std::memcpy(buffer->data(), host.data_ptr<float>(), buffer->bytes());
+  return buffer;
+}
+
+// A received buffer as a tensor on the stage's device (the buffer outlives the view).
+torch::Tensor tensor_of(const std::shared_ptr<HostBuffer>& buffer, const std::vector<int64_t>& shape,
+                        torch::Device device) {
+  torch::Tensor view = torch::from_blob(
+      buffer->data(), shape, [keep = buffer](void*) {}, torch::kFloat32);
+  return device.is_cpu() ? view : view.to(device);
+}
+
+}  // namespace
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The stage's layers `sequence` on x (stage 3: gathering each layer's parameters first).
+torch::Tensor run_layers(StageState& s, const std::vector<int64_t>& sequence, torch::Tensor x) {
+  ParameterFetcher* fetcher = s.fetcher.get();
+  static const std::vector<std::size_t> none;
+  for (int64_t index : sequence) {
+    // Stage 3: the layer's own row and the rows of the tensors it borrows (tied weights).
+    const auto& rows = fetcher ? s.store->plan().layer_rows[static_cast<std::size_t>(index)] : none;
+    for (std::size_t row : rows) fetcher->acquire(row);
+    x = s.layers[static_cast<std::size_t>(index)]->forward(x);
+    for (auto row = rows.rbegin(); row != rows.rend(); ++row) x = gather_before_backward(x, fetcher, *row);
+    for (std::size_t row : rows) fetcher->release(row);
+  }
+  return x;
+}
+
+// The last stage's share of the step's loss for micro-batch `micro`.
+torch::Tensor loss_of(StageState& s, const torch::Tensor& output, const torch::Tensor& target,
+                      int64_t micro_count) {
+  return s.options.loss(output, target) / static_cast<double>(micro_count);
+}
+
+int64_t bytes_of_tensor(const torch::Tensor& t) {
+  return t.defined() ? static_cast<int64_t>(t.numel() * t.element_size()) : 0;
+}
+
+void run_forward(StageState& s, ComputeSide& c, const ForwardWork& w, caf::actor self) {
+  if (*s.stopped) return;  // this rank failed: issuing collectives alone would only confuse peers
+  const auto start = Clock::now();
+  if (w.micro == 0) c.loss_sum = 0;
+  const bool checkpointing = s.options.activation_checkpointing;
+  Saved saved;
+  saved.sequence = layer_sequence(s, w.step, w.micro);
+  if (s.sequence_check) s.sequence_check->agree(w.step, w.micro, saved.sequence);
+  if (s.fetcher) s.fetcher->begin_pass();
+  torch::Device device = device_of(s);
+  saved.input = s.first_stage() ? w.batch->input.to(device)
+                                : tensor_of(w.input, w.input_shape, device).requires_grad_(true);
+  if (s.last_stage()) saved.target = w.batch->target.to(device);
+  torch::Tensor x;
+  {
+    // Checkpointing: nothing inside the layers is kept; backward runs them again.
+    std::optional<torch::NoGradGuard> keep_nothing;
+    if (checkpointing) keep_nothing.emplace();
+    x = run_layers(s, saved.sequence, saved.input);
+  }
+  forward_computed done{w.step, w.micro, nullptr, {}};
+  if (s.last_stage()) {
+    torch::Tensor loss = loss_of(s, x, saved.target, w.micro_count);
+    c.loss_sum += loss.item<double>();
+    if (!checkpointing) saved.output = loss;
+  } else {
+    if (x.scalar_type() != torch::kFloat32)
+      throw std::runtime_error(
+          fmt::format("stage {} passes {} activations to the next stage; the pipeline "
+                      "moves float32 activations",
+                      s.options.place.stage, c10::toString(x.scalar_type())));
+    if (!checkpointing) saved.output = x;
+    done.output = bytes_of(x);
+    done.shape = x.sizes().vec();
+  }
+  saved.held = MemoryCharge(s.options.ledger, MemoryKind::activations,
+                            bytes_of_tensor(saved.input) + bytes_of_tensor(saved.output));
+  c.saved[w.micro] = std::move(saved);
+  done.seconds = seconds_since(start);
+  caf::anon_send(self, std::move(done));
+}
+
+void run_backward(StageState& s, ComputeSide& c, const BackwardWork& w, caf::actor self) {
+  if (*s.stopped) return;
+  const auto start = Clock::now();
+  bool last = w.micro == w.micro_count - 1;
+  if (w.micro == 0) s.rows->begin_step();
+  s.rows->begin_micro(last);
+  auto found = c.saved.find(w.micro);
+  if (found == c.saved.end())
+    throw std::runtime_error(fmt::format("backward of micro-batch {} before its forward", w.micro));
+  Saved saved = std::move(found->second);
+  c.saved.erase(found);
+  if (!saved.output.defined()) {  // checkpointed: the same forward again, now keeping its graph
+    torch::Tensor x = run_layers(s, saved.sequence, saved.input);
+    saved.output = s.last_stage() ? loss_of(s, x, saved.target, w.micro_count) : x;
+  }
+  {
+    // Closed before this item's messages go (the work item's own span closes after them,
+    // possibly after the step has ended): what the trace test checks reduction against.
+    Tracer::Scope span(s.options.tracer, "stream compute", "autograd backward");
+    if (s.last_stage())
+      saved.output.backward();
+    else
+      saved.output.backward(tensor_of(w.output_gradient, w.output_shape, saved.output.device()));
+  }
+  s.rows->flush();
+  if (s.fetcher) s.fetcher->end_pass();
+  backward_computed done{w.step, w.micro, nullptr};
+  if (!s.first_stage()) done.input_gradient = bytes_of(saved.input.grad());
+  saved = Saved{};  // the micro-batch's activations go now, not when the message is read
+  if (last) {
+    *s.loss->as<float>() = static_cast<float>(s.last_stage() ? c.loss_sum : 0.0);
+    std::copy(s.rows->used().begin(), s.rows->used().end(), s.loss->as<float>() + 1);
+  }
+  done.seconds = seconds_since(start);
+  caf::anon_send(self, std::move(done));
+  if (last) caf::anon_send(self, loss_computed{w.step});  // see reduce_loss
+}
+
+}  // namespace troupe::stage

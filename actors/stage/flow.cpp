@@ -1,0 +1,295 @@
+// The stage's actions (protocol/pipeline.hpp): taken in program order, each started once
+// what it needs is there — a forward its micro-batch or the previous stage's activation,
+// a backward the next stage's gradient, a send the output it sends. Receives are posted
+// as soon as they are reached, so they wait in the transport while compute runs, and
+// sends go out as soon as their compute has run; neither holds up the next action.
+//
+// Between stages travel float32 tensors, the payload's bytes alone: the shape of the
+// activations crosses once, as a header before the first payload, and both sides keep it
+// (the gradient coming back has the shape of the activation that went).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "actors/stage/state.hpp"
+
+namespace troupe::stage {
+namespace {
+
+using pipeline::Op;
+
+constexpr int64_t kHeaderMagic = 0x7472'6f75'7065'0001;  // "troupe", version 1
+constexpr std::size_t kHeaderFields = 8;                 // magic, rank count, up to 6 sizes
+constexpr std::size_t kMaxDims = kHeaderFields - 2;
+
+caf::actor me(StageActor* self) {
+  return caf::actor_cast<caf::actor>(self);
+}
+
+std::size_t element_count(const std::vector<int64_t>& shape) {
+  std::size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<std::size_t>(d);
+  return n;
+}
+
+void send_bytes(StageActor* self, Tag kind, int64_t index, std::shared_ptr<HostBuffer> buffer, int64_t peer) {
+  std::size_t count = buffer->bytes() / sizeof(float);
+  self->send(self->state.options.comm_agent,
+             send_request{tag(kind, static_cast<uint64_t>(index)), float_span(std::move(buffer), 0, count),
+                          peer, me(self)});
+}
+
+void receive_bytes(StageActor* self, Tag kind, int64_t index, std::shared_ptr<HostBuffer> buffer,
+                   int64_t peer) {
+  std::size_t count = buffer->bytes() / sizeof(float);
+  self->send(self->state.options.comm_agent,
+             recv_request{tag(kind, static_cast<uint64_t>(index)), float_span(std::move(buffer), 0, count),
+                          peer, me(self)});
+}
+
+std::shared_ptr<HostBuffer> header_of(const std::vector<int64_t>& shape) {
+  auto header = std::make_shared<HostBuffer>(kHeaderFields * sizeof(int64_t));
+  int64_t* field = header->as<int64_t>();
+  field[0] = kHeaderMagic;
+  field[1] = static_cast<int64_t>(shape.size());
+  for (std::size_t d = 0; d < shape.size(); ++d) field[2 + d] = shape[d];
+  return header;
+}
+
+Result<std::vector<int64_t>> shape_of_header(const HostBuffer& header) {
+  const int64_t* field = header.as<int64_t>();
+  if (field[0] != kHeaderMagic || field[1] < 1 || field[1] > static_cast<int64_t>(kMaxDims))
+    return make_error("the previous stage's activation header is not troupe's");
+  std::vector<int64_t> shape(field + 2, field + 2 + field[1]);
+  for (int64_t d : shape)
+    if (d < 1 || d > (int64_t{1} << 40))
+      return make_error(fmt::format("the previous stage sent shape [{}]", fmt::join(shape, ", ")));
+  return shape;
+}
+
+void start(StageActor* self, const stage_action& a) {
+  self->state.flow.started[a.index] = a.action;
+}
+
+// The started action of kind `op` on micro-batch `micro`: its index, or -1.
+int64_t started_index(const Flow& f, Op op, int64_t micro) {
+  for (const auto& [index, action] : f.started)
+    if (action.op == op && action.micro == micro) return index;
+  return -1;
+}
+
+// Action `index` has finished: the scheduler hears of it.
+void finish(StageActor* self, int64_t index) {
+  Flow& f = self->state.flow;
+  f.started.erase(index);
+  self->send(f.scheduler, action_done{f.step, index});
+}
+
+bool start_forward(StageActor* self, const stage_action& a) {
+  auto& s = self->state;
+  Flow& f = s.flow;
+  const int64_t m = a.action.micro;
+  if ((s.first_stage() || s.last_stage()) && !f.batches.count(m)) return false;
+  if (!s.first_stage() && !f.inputs_arrived.count(m)) return false;
+  ForwardWork w{a.step, m, a.micro_count, nullptr, nullptr, f.input_shape};
+  if (auto batch = f.batches.find(m); batch != f.batches.end()) w.batch = batch->second;
+  if (!s.first_stage()) w.input = f.inputs[m];
+  f.batches.erase(m);
+  f.inputs.erase(m);
+  f.inputs_arrived.erase(m);
+  start(self, a);
+  s.compute->enqueue(
+      fmt::format("forward {}.{}", a.step, m),
+      [&s, c = s.compute_side, w = std::move(w), self = me(self)] { run_forward(s, *c, w, self); });
+  return true;
+}
+
+bool start_backward(StageActor* self, const stage_action& a) {
+  auto& s = self->state;
+  Flow& f = s.flow;
+  const int64_t m = a.action.micro;
+  if (!s.last_stage() && !f.output_grads_arrived.count(m)) return false;
+  BackwardWork w{a.step, m, a.micro_count, nullptr, f.output_shape};
+  if (!s.last_stage()) w.output_gradient = f.output_grads[m];
+  f.output_grads.erase(m);
+  f.output_grads_arrived.erase(m);
+  start(self, a);
+  s.compute->enqueue(
+      fmt::format("backward {}.{}", a.step, m),
+      [&s, c = s.compute_side, w = std::move(w), self = me(self)] { run_backward(s, *c, w, self); });
+  return true;
+}
+
+bool start_receive(StageActor* self, const stage_action& a) {
+  auto& s = self->state;
+  Flow& f = s.flow;
+  const int64_t m = a.action.micro;
+  const bool activation = a.action.op == Op::recv_activation;
+  if (activation && f.input_shape.empty()) {  // the first from the previous stage: its shape first
+    if (!f.header_posted) {
+      f.header_posted = true;
+      f.header_in = std::make_shared<HostBuffer>(kHeaderFields * sizeof(int64_t));
+      receive_bytes(self, Tag::header_received, a.index, f.header_in, s.options.place.previous);
+    }
+    return false;
+  }
+  if (!activation && f.output_shape.empty()) return false;  // known once the first forward has run
+  const auto& shape = activation ? f.input_shape : f.output_shape;
+  auto buffer = std::make_shared<HostBuffer>(element_count(shape) * sizeof(float));
+  (activation ? f.inputs : f.output_grads)[m] = buffer;
+  start(self, a);
+  receive_bytes(self, Tag::received, a.index, std::move(buffer),
+                activation ? s.options.place.previous : s.options.place.next);
+  return true;
+}
+
+bool start_send(StageActor* self, const stage_action& a) {
+  auto& s = self->state;
+  Flow& f = s.flow;
+  const bool activation = a.action.op == Op::send_activation;
+  auto& pending = activation ? f.outputs : f.input_grads;
+  auto found = pending.find(a.action.micro);
+  if (found == pending.end()) return false;  // its compute has not run yet
+  const int64_t peer = activation ? s.options.place.next : s.options.place.previous;
+  if (activation && !f.header_sent) {
+    f.header_sent = true;
+    send_bytes(self, Tag::header_sent, a.index, header_of(f.output_shape), peer);
+  }
+  start(self, a);
+  send_bytes(self, Tag::sent, a.index, found->second, peer);
+  pending.erase(found);
+  return true;
+}
+
+// Whether `a` could start; if so it has. False leaves it first in the queue.
+bool try_start(StageActor* self, const stage_action& a) {
+  auto& s = self->state;
+  Flow& f = s.flow;
+  switch (a.action.op) {
+    case Op::load:
+      f.batches[a.action.micro] = a.batch;
+      if (s.last_stage() && a.batch) f.tokens += a.batch->target.numel();
+      self->send(f.scheduler, action_done{a.step, a.index});
+      return true;
+    case Op::recv_activation:
+    case Op::recv_gradient:
+      return start_receive(self, a);
+    case Op::send_activation:
+    case Op::send_gradient:
+      return start_send(self, a);
+    case Op::forward:
+      return start_forward(self, a);
+    case Op::backward:
+      return start_backward(self, a);
+    case Op::reduce_gradients:
+      // Reduction began as backward made each row final; the answer comes with the norm.
+      start(self, a);
+      if (s.progress.gradients_ready) answer_gradients_ready(self);
+      return true;
+    case Op::optimizer_step:
+      if (!s.progress.gradients_ready) return false;
+      start(self, a);
+      apply_update(self);
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void accept_action(StageActor* self, stage_action action) {
+  auto& s = self->state;
+  s.flow.scheduler = caf::actor_cast<caf::actor>(self->current_sender());
+  if (s.failed || !s.owner) {
+    self->send(s.flow.scheduler, stage_failed{s.failure});
+    return;
+  }
+  if (action.step != s.flow.step) {
+    s.flow.step = action.step;
+    s.flow.micro_count = action.micro_count;
+    s.flow.tokens = 0;
+    s.flow.busy_s = 0;
+    begin_step(self, action.step, action.micro_count);
+  }
+  s.flow.queue.push_back(std::move(action));
+  pump(self);
+}
+
+void pump(StageActor* self) {
+  auto& q = self->state.flow.queue;
+  while (!q.empty() && !self->state.failed && try_start(self, q.front())) q.pop_front();
+}
+
+void on_transfer_done(StageActor* self, const collective_done& done) {
+  auto& s = self->state;
+  Flow& f = s.flow;
+  const auto index = static_cast<int64_t>(row_of(done.tag));
+  const Tag kind = kind_of(done.tag);
+  if (!done.error.empty()) {
+    const bool from_previous = kind == Tag::header_received ||
+                               (f.started.count(index) && f.started[index].op == Op::recv_activation) ||
+                               (f.started.count(index) && f.started[index].op == Op::send_gradient);
+    return fail(self,
+                fmt::format("{} stage {} (rank {}) failed: {}",
+                            kind == Tag::sent || kind == Tag::header_sent ? "sending to" : "receiving from",
+                            s.options.place.stage + (from_previous ? -1 : 1),
+                            from_previous ? s.options.place.previous : s.options.place.next, done.error));
+  }
+  if (kind == Tag::header_sent) return;
+  if (kind == Tag::header_received) {
+    auto shape = shape_of_header(*f.header_in);
+    if (!shape) return fail(self, shape.error().message);
+    f.input_shape = std::move(*shape);
+    return pump(self);
+  }
+  auto found = f.started.find(index);
+  if (found == f.started.end()) return;
+  if (found->second.op == Op::recv_activation) f.inputs_arrived.insert(found->second.micro);
+  if (found->second.op == Op::recv_gradient) f.output_grads_arrived.insert(found->second.micro);
+  finish(self, index);
+  pump(self);
+}
+
+void on_forward_computed(StageActor* self, forward_computed& computed) {
+  auto& s = self->state;
+  Flow& f = s.flow;
+  if (s.failed || computed.step != f.step) return;
+  f.busy_s += computed.seconds;
+  if (computed.output) {
+    if (f.output_shape.empty()) {
+      if (computed.shape.empty() || computed.shape.size() > kMaxDims)
+        return fail(self, fmt::format("stage {}'s output has {} dimensions; between stages troupe moves "
+                                      "tensors of 1 to {}",
+                                      s.options.place.stage, computed.shape.size(), kMaxDims));
+      f.output_shape = computed.shape;
+    } else if (computed.shape != f.output_shape) {
+      return fail(self, fmt::format("stage {}'s output of micro-batch {} has shape [{}] but earlier ones had "
+                                    "[{}]: the pipeline keeps one activation shape per stage boundary",
+                                    s.options.place.stage, computed.micro, fmt::join(computed.shape, ", "),
+                                    fmt::join(f.output_shape, ", ")));
+    }
+    f.outputs[computed.micro] = std::move(computed.output);
+  }
+  if (int64_t index = started_index(f, Op::forward, computed.micro); index >= 0) finish(self, index);
+  pump(self);
+}
+
+void on_backward_computed(StageActor* self, backward_computed& computed) {
+  auto& s = self->state;
+  Flow& f = s.flow;
+  if (s.failed || computed.step != f.step) return;
+  f.busy_s += computed.seconds;
+  if (computed.input_gradient) f.input_grads[computed.micro] = std::move(computed.input_gradient);
+  if (int64_t index = started_index(f, Op::backward, computed.micro); index >= 0) finish(self, index);
+  pump(self);
+}
+
+void answer_gradients_ready(StageActor* self) {
+  auto& s = self->state;
+  Flow& f = s.flow;
+  int64_t index = started_index(f, Op::reduce_gradients, -1);
+  if (index < 0) return;  // not reached yet: answered when it is
+  f.started.erase(index);
+  self->send(f.scheduler, gradients_ready{s.progress.step, s.progress.loss, s.progress.tokens, s.progress.busy_s});
+}
+
+}  // namespace troupe::stage

@@ -1,0 +1,192 @@
+// The stage actor's state and the functions its files share (actors/stage.cpp: building,
+// gradient reduction and the update; stage/flow.cpp: the actions and the point-to-point
+// transfers between stages; stage/compute.cpp: the work items of the compute stream).
+// Private to the stage actor.
+//
+// What the compute stream touches: the model's layers, the parameter store, gradient rows,
+// fetcher and sequence check (each documented as owned by the compute thread), and the
+// ComputeSide below, which only work items read and write. Everything else here belongs to
+// the actor thread; work items get copies of what they need and answer with messages.
+#pragma once
+
+#include <torch/torch.h>
+#include <caf/all.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "actors/protocol/comm.hpp"
+#include "actors/protocol/pipeline.hpp"
+#include "actors/protocol/stage.hpp"
+#include "actors/stage.hpp"
+#include "actors/stream.hpp"
+#include "actors/zero/gradient_rows.hpp"
+#include "actors/zero/issue_queue.hpp"
+#include "actors/zero/parameter_fetcher.hpp"
+#include "actors/zero/sequence_check.hpp"
+
+namespace troupe::stage {
+
+// Collective tags of the stage: kind in the top byte, then bucket slot, then row (or, for
+// transfers between stages, the action's index).
+enum class Tag : uint64_t {
+  gradients = 1,
+  loss,
+  norm,
+  parameters,
+  fetch,
+  memory,
+  sequence,
+  summary,      // pp > 1: every rank's loss, square sum, tokens and compute time, gathered
+  sent,         // an activation or gradient handed to a neighbour
+  received,     // an activation or gradient arrived
+  header_sent,  // the shape of the activations to the next stage
+  header_received,
+};
+inline uint64_t tag(Tag kind, uint64_t row = 0, uint64_t slot = 0) {
+  return static_cast<uint64_t>(kind) << 56 | slot << 40 | row;
+}
+inline Tag kind_of(uint64_t t) {
+  return static_cast<Tag>(t >> 56);
+}
+inline uint64_t row_of(uint64_t t) {
+  return t & ((uint64_t{1} << 40) - 1);
+}
+inline uint64_t slot_of(uint64_t t) {
+  return (t >> 40) & 0xffff;
+}
+
+constexpr std::size_t kMemoryFields = memory_kind_count;  // by MemoryKind
+constexpr std::size_t kSummaryFields = 4;  // loss, gradient square sum, tokens, compute seconds
+
+struct StepProgress {
+  int64_t step = 0;
+  int64_t micro_count = 1;
+  std::size_t reduced = 0;  // gradient rows reduced (and absorbed)
+  bool loss_reduced = false;
+  ParameterUse used = nullptr;  // once the loss is reduced: the parameters any rank gave a gradient
+  bool loss_ready = false, loss_issued = false;  // see reduce_loss
+  bool norm_asked = false;
+  bool gradients_ready = false;  // the norm and the loss are known
+  double loss = 0;
+  int64_t tokens = 0;  // of the global batch, once gradients are ready
+  double busy_s = 0;   // the pipeline's compute time, once gradients are ready
+  double grad_norm = 0;
+  std::size_t gathers_left = 0;
+};
+
+// The step's actions and what they wait for (actor thread only).
+struct Flow {
+  std::deque<stage_action> queue;  // handed over, not started yet, in program order
+  caf::actor scheduler;
+  int64_t step = -1;
+  int64_t micro_count = 1;
+  std::map<int64_t, MicroBatchPtr> batches;                     // loaded, by micro-batch
+  std::map<int64_t, std::shared_ptr<HostBuffer>> inputs;        // activations received
+  std::map<int64_t, std::shared_ptr<HostBuffer>> output_grads;  // gradients of our output received
+  std::map<int64_t, std::shared_ptr<HostBuffer>> outputs;       // forward outputs, to send
+  std::map<int64_t, std::shared_ptr<HostBuffer>> input_grads;   // backward results, to send
+  std::set<int64_t> inputs_arrived, output_grads_arrived;
+  // Actions started and not finished, by index: their micro-batch and kind.
+  std::map<int64_t, pipeline::Action> started;
+  int64_t tokens = 0;  // target elements loaded this step (last stage)
+  double busy_s = 0;   // forward and backward time on the stream this step
+  // Shapes crossing the stage's boundaries: sent once and cached on both sides.
+  std::vector<int64_t> input_shape;   // from the previous stage's header
+  std::vector<int64_t> output_shape;  // of this stage's forward output
+  bool header_sent = false;
+  bool header_posted = false;  // a receive for the previous stage's header is out
+  std::shared_ptr<HostBuffer> header_in;
+};
+
+// What a micro-batch's backward needs from its forward.
+struct Saved {
+  torch::Tensor input;   // requires grad on every stage but the first
+  torch::Tensor output;  // the loss on the last stage; undefined when checkpointing
+  torch::Tensor target;  // the last stage's, for the loss
+  std::vector<int64_t> sequence;  // the layers the forward ran
+  MemoryCharge held;              // input and output bytes, as MemoryKind::activations
+};
+// Owned by the compute stream's work items; the actor only holds the pointer.
+struct ComputeSide {
+  std::map<int64_t, Saved> saved;
+  double loss_sum = 0;
+};
+
+struct StageState {
+  StageOptions options;
+  std::shared_ptr<ParameterStore> store;
+  std::shared_ptr<BucketPool> pool;
+  std::unique_ptr<GradientRows> rows;
+  std::unique_ptr<ParameterFetcher> fetcher;
+  std::unique_ptr<LayerSequenceCheck> sequence_check;
+  std::vector<torch::nn::AnyModule*> layers;
+  caf::actor owner;
+  std::unique_ptr<Stream> compute;  // after what its work touches: its thread stops first
+  std::shared_ptr<ComputeSide> compute_side = std::make_shared<ComputeSide>();
+  StepProgress progress;
+  Flow flow;
+  // This rank's loss of the step, then the stage group's mean; after it, by layout
+  // position, 1 where the parameter got a gradient, then the mean of that over the group.
+  std::shared_ptr<HostBuffer> loss;
+  std::shared_ptr<HostBuffer> norm;     // this rank's gradient square sum, then the group's
+  std::shared_ptr<HostBuffer> memory;   // every group rank's peak bytes by kind (int64, gathered)
+  std::shared_ptr<HostBuffer> summary;  // pp > 1: kSummaryFields doubles by world rank
+  std::vector<caf::response_promise> collecting;
+  // Every collective the compute thread issues, in order (see issue_queue.hpp).
+  std::shared_ptr<IssueQueue> issue = std::make_shared<IssueQueue>();
+  bool failed = false;
+  std::string failure;  // why, once failed
+  std::shared_ptr<std::atomic<bool>> stopped =
+      std::make_shared<std::atomic<bool>>(false);  // compute reads it
+  static inline const char* name = "stage";
+
+  bool first_stage() const { return options.place.stage == 0; }
+  bool last_stage() const { return options.place.stage == options.place.stages - 1; }
+  CommunicatorId group() const { return options.place.group; }
+};
+
+using StageActor = caf::stateful_actor<StageState>;
+
+// stage.cpp
+void fail(StageActor* self, const std::string& error);
+/// The first action of a step: progress and peaks reset, stage 2-3 accumulation begun.
+void begin_step(StageActor* self, int64_t step, int64_t micro_count);
+/// The optimizer_step action: update, gather, report step_applied to the scheduler.
+void apply_update(StageActor* self);
+
+// flow.cpp
+/// Queues an action from the scheduler and starts what can start.
+void accept_action(StageActor* self, stage_action action);
+/// Starts queued actions, in order, while the first one has what it needs.
+void pump(StageActor* self);
+/// A transfer between stages finished (collective_done with a transfer tag).
+void on_transfer_done(StageActor* self, const collective_done& done);
+void on_forward_computed(StageActor* self, forward_computed& f);
+void on_backward_computed(StageActor* self, backward_computed& b);
+/// reduce_gradients is done once gradients_ready is known: answers the scheduler.
+void answer_gradients_ready(StageActor* self);
+
+// compute.cpp: work items of the compute stream.
+struct ForwardWork {
+  int64_t step = 0, micro = 0, micro_count = 1;
+  MicroBatchPtr batch;                // first and last stage
+  std::shared_ptr<HostBuffer> input;  // received activations (not on the first stage)
+  std::vector<int64_t> input_shape;
+};
+void run_forward(StageState& s, ComputeSide& c, const ForwardWork& w, caf::actor self);
+struct BackwardWork {
+  int64_t step = 0, micro = 0, micro_count = 1;
+  std::shared_ptr<HostBuffer> output_gradient;  // not on the last stage
+  std::vector<int64_t> output_shape;
+};
+void run_backward(StageState& s, ComputeSide& c, const BackwardWork& w, caf::actor self);
+
+}  // namespace troupe::stage

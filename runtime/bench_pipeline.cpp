@@ -1,0 +1,157 @@
+#include "runtime/bench_pipeline.hpp"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/bench.hpp"
+#include "runtime/launch/environment.hpp"
+#include "runtime/launch/launcher.hpp"
+#include "troupe/troupe.hpp"
+
+namespace troupe {
+namespace {
+
+constexpr int64_t kWidth = 16;
+constexpr int64_t kWarmUpSteps = 2;
+
+// y = x ⊙ w, taking `ms` in forward and again in backward: a layer of controlled cost.
+struct TimedProduct : public torch::autograd::Function<TimedProduct> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, torch::Tensor w,
+                               double ms) {
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["ms"] = ms;
+    return x * w;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list gradient) {
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ctx->saved_data["ms"].toDouble()));
+    auto saved = ctx->get_saved_variables();
+    return {gradient[0] * saved[1], (gradient[0] * saved[0]).sum(0), torch::Tensor()};
+  }
+};
+
+class TimedLayerImpl : public torch::nn::Module {
+ public:
+  explicit TimedLayerImpl(double ms) : ms_(ms) { weight_ = register_parameter("weight", torch::ones({kWidth})); }
+  torch::Tensor forward(torch::Tensor x) { return TimedProduct::apply(x, weight_, ms_); }
+
+ private:
+  double ms_;
+  torch::Tensor weight_;
+};
+TORCH_MODULE(TimedLayer);
+
+JobConfig bench_job(const PipelineBenchOptions& o, const RankEnvironment& rank) {
+  JobConfig job;
+  job.source = "troupe bench pipeline";
+  job.cluster.world_size = o.pp;
+  job.cluster.coordinator = rank.coordinator;
+  job.parallel.pp = o.pp;
+  job.parallel.dp = 1;
+  job.pipeline.schedule = o.schedule;
+  job.batch.micro_batch_size = 1;
+  job.batch.gradient_accumulation_steps = o.micro_batches;
+  job.batch.global_batch_size = o.micro_batches;
+  job.optimizer.type = OptimizerType::sgd;
+  job.optimizer.lr = 1e-3;
+  job.optimizer.weight_decay = 0;
+  job.train.threads = 1;
+  job.trace.path = o.trace_path;
+  return job;
+}
+
+Trainable timed_model(const PipelineBenchOptions& o) {
+  Trainable t;
+  t.layers = torch::nn::Sequential();
+  for (int64_t s = 0; s < o.pp; ++s) t.layers->push_back(TimedLayer(o.layer_ms));
+  t.loss = [](const torch::Tensor& out, const torch::Tensor& target) { return torch::mse_loss(out, target); };
+  t.data = [](int64_t, int64_t count) {
+    return MicroBatch{torch::ones({count, kWidth}), torch::zeros({count, kWidth})};
+  };
+  return t;
+}
+
+void report(const PipelineBenchOptions& o, double bubble, double step_ms) {
+  const double p = static_cast<double>(o.pp), m = static_cast<double>(o.micro_batches);
+  const double formula = (p - 1) / (m + p - 1);
+  if (o.json) {
+    nlohmann::ordered_json line{{"bench", "pipeline"}, {"pp", o.pp},           {"micro_batches", o.micro_batches},
+                                {"schedule", o.schedule}, {"layer_ms", o.layer_ms}, {"steps", o.steps},
+                                {"bubble", bubble},     {"bubble_formula", formula}, {"step_ms", step_ms}};
+    std::printf("%s\n", line.dump().c_str());
+  } else {
+    std::printf("pipeline  pp %lld  m %lld  %s  bubble %.4f  formula %.4f  step %.1f ms\n",
+                static_cast<long long>(o.pp), static_cast<long long>(o.micro_batches), o.schedule.c_str(), bubble,
+                formula, step_ms);
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int run_pipeline_bench(const PipelineBenchOptions& o, const std::string& troupe_program) {
+  int port = free_port();
+  if (port == 0) {
+    std::fprintf(stderr, "troupe: bench pipeline: no free port on 127.0.0.1 for the coordinator\n");
+    return 1;
+  }
+  LaunchOptions launch;
+  launch.ranks = o.pp;
+  launch.argv = {troupe_program,
+                 "bench-pipeline-rank",
+                 "--pp",
+                 std::to_string(o.pp),
+                 "--micro-batches",
+                 std::to_string(o.micro_batches),
+                 "--schedule",
+                 o.schedule,
+                 "--steps",
+                 std::to_string(o.steps),
+                 "--layer-ms",
+                 fmt::format("{}", o.layer_ms)};
+  if (!o.trace_path.empty()) launch.argv.insert(launch.argv.end(), {"--trace", o.trace_path});
+  if (o.json) launch.argv.push_back("--json");
+  launch.prefix_stdout = false;  // only rank 0 prints the result
+  launch.extra_env = {{"TROUPE_COORDINATOR", fmt::format("127.0.0.1:{}", port)}};
+  return launch_ranks(launch);
+}
+
+int run_pipeline_bench_rank(const PipelineBenchOptions& o) {
+  auto env = detect_rank_environment(process_environment());
+  if (!env || !*env) {
+    std::fprintf(stderr, "troupe: bench-pipeline-rank runs under `troupe bench pipeline`, which sets its rank\n");
+    return 2;
+  }
+  torch::manual_seed(1);
+  auto engine = Engine::make(bench_job(o, **env), timed_model(o), **env);
+  if (!engine) {
+    std::fprintf(stderr, "troupe: bench pipeline: %s\n", engine.error().message.c_str());
+    return 1;
+  }
+  double bubble = 0, step_ms = 0;
+  for (int64_t s = 0; s < kWarmUpSteps + o.steps; ++s) {
+    auto r = (*engine)->train_batch();
+    if (!r) {
+      std::fprintf(stderr, "troupe: bench pipeline: %s\n", r.error().message.c_str());
+      return 1;
+    }
+    if (s < kWarmUpSteps) continue;
+    bubble += r->stats.bubble / static_cast<double>(o.steps);
+    step_ms += r->step_ms / static_cast<double>(o.steps);
+  }
+  if (auto finished = (*engine)->finish(); !finished) {
+    std::fprintf(stderr, "troupe: bench pipeline: %s\n", finished.error().message.c_str());
+    return 1;
+  }
+  if ((*engine)->rank() == 0) report(o, bubble, step_ms);
+  return 0;
+}
+
+}  // namespace troupe

@@ -1,0 +1,42 @@
+// A rank's part of the pipeline: where it sits in the dp × pp grid, which layers its stage
+// runs, and its stage's program for one step. Derived identically on every rank from the
+// config and the model, so no rank has to be told.
+// Thread safety: plan_pipeline reads the model; the plan is a plain value.
+#pragma once
+
+#include <torch/nn/modules/container/sequential.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "actors/micro_batch.hpp"
+#include "base/result.hpp"
+#include "pipeline/action.hpp"
+#include "pipeline/topology.hpp"
+#include "runtime/config/config.hpp"
+
+namespace troupe {
+
+struct PipelinePlan {
+  pipeline::RankPlace place;
+  std::vector<int64_t> layer_counts;    ///< by stage
+  std::vector<int64_t> stage_elements;  ///< by stage: the parameters it owns (each tensor once)
+  int64_t first_layer = 0;              ///< this rank's stage's first layer
+  pipeline::Program program;            ///< this rank's stage's actions for one step
+};
+
+/// What one micro-batch's forward and backward cost each layer, in seconds (the best of a
+/// few runs), for [pipeline] partition = "profile". Leaves no gradient behind.
+std::vector<double> profile_layers(torch::nn::Sequential layers, const MicroBatch& batch,
+                                   const LossFunction& loss);
+
+/// The plan of `rank`; `costs` by layer are used when the partition is "profile". An error
+/// names the config key (too many stages, counts that do not add up, a weight tied across
+/// stages, a schedule the simulator finds stuck).
+Result<PipelinePlan> plan_pipeline(const JobConfig& job, const torch::nn::Sequential& layers, int64_t rank,
+                                   const std::vector<double>& costs = {});
+
+/// The layers [first, first + count) of `all`, the same modules under the same names.
+torch::nn::Sequential stage_layers(torch::nn::Sequential all, int64_t first, int64_t count);
+
+}  // namespace troupe
