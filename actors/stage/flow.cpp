@@ -20,6 +20,7 @@ using pipeline::Op;
 constexpr int64_t kHeaderMagic = 0x7472'6f75'7065'0001;  // "troupe", version 1
 constexpr std::size_t kHeaderFields = 8;                 // magic, rank count, up to 6 sizes
 constexpr std::size_t kMaxDims = kHeaderFields - 2;
+constexpr std::size_t kCredits = 2;  // receive buffers per neighbour posted and not yet used
 
 caf::actor me(StageActor* self) {
   return caf::actor_cast<caf::actor>(self);
@@ -214,9 +215,35 @@ void accept_action(StageActor* self, stage_action action) {
   pump(self);
 }
 
+// Receives further down the queue are posted ahead of their turn, in program order per
+// neighbour, while fewer than kCredits buffers from that neighbour wait to be used: the
+// transfer then runs while this stage computes, and no stage runs unboundedly ahead.
+void post_receives_ahead(StageActor* self) {
+  Flow& f = self->state.flow;
+  bool activations = true, gradients = true;  // still posting this kind, in order
+  for (const stage_action& a : f.queue) {
+    if (!activations && !gradients) return;
+    const Op op = a.action.op;
+    bool& posting = op == Op::recv_activation ? activations : gradients;
+    if ((op != Op::recv_activation && op != Op::recv_gradient) || !posting) continue;
+    if (f.posted_ahead.count(a.index)) continue;
+    const auto& waiting = op == Op::recv_activation ? f.inputs : f.output_grads;
+    if (waiting.size() >= kCredits || !start_receive(self, a))
+      posting = false;
+    else
+      f.posted_ahead.insert(a.index);
+  }
+}
+
 void pump(StageActor* self) {
   auto& q = self->state.flow.queue;
-  while (!q.empty() && !self->state.failed && try_start(self, q.front())) q.pop_front();
+  Flow& f = self->state.flow;
+  while (!q.empty() && !self->state.failed) {
+    const stage_action& head = q.front();
+    if (!f.posted_ahead.erase(head.index) && !try_start(self, head)) break;
+    q.pop_front();
+  }
+  if (!self->state.failed) post_receives_ahead(self);
 }
 
 void on_transfer_done(StageActor* self, const collective_done& done) {

@@ -94,6 +94,7 @@ struct Flow {
   std::map<int64_t, std::shared_ptr<HostBuffer>> outputs;       // forward outputs, to send
   std::map<int64_t, std::shared_ptr<HostBuffer>> input_grads;   // backward results, to send
   std::set<int64_t> inputs_arrived, output_grads_arrived;
+  std::set<int64_t> posted_ahead;  // receive actions still queued whose receive is posted
   // Actions started and not finished, by index: their micro-batch and kind.
   std::map<int64_t, pipeline::Action> started;
   int64_t tokens = 0;  // target elements loaded this step (last stage)

@@ -35,30 +35,50 @@ int find_process(const std::string& marker, const std::string& env) {
   return found;
 }
 
-TEST(Failure, KilledRankStopsTheJobWithinTenSecondsAndIsNamed) {
+struct Killed {
+  testing::CommandResult result;
+  double stop_s = 0;
+};
+
+// Trains the tiny GPT with `settings` until steps are under way, then kills `rank`.
+Killed kill_mid_run(const std::string& settings, int rank) {
   std::string dir = testing::make_temp_dir();
   std::string metrics = dir + "/metrics.jsonl";
   std::string command = std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR + "/configs/tiny-gpt.toml" +
                         " --set train.steps=100000 --set cluster.coordinator=" + testing::free_coordinator() +
-                        " --metrics " + metrics;
-  testing::CommandResult result;
+                        settings + " --metrics " + metrics;
+  Killed killed;
   Clock::time_point killed_at;
-  std::thread job([&] { result = testing::run_command(command, 120); });
-
-  // Wait until training is under way, then kill rank 1.
+  std::thread job([&] { killed.result = testing::run_command(command, 120); });
   auto deadline = Clock::now() + std::chrono::seconds(60);
   while (testing::read_file(metrics).size() < 200 && Clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  int pid = find_process(metrics, "TROUPE_RANK=1");
-  ASSERT_GT(pid, 0) << "rank 1 not found";
+  int pid = find_process(metrics, "TROUPE_RANK=" + std::to_string(rank));
+  EXPECT_GT(pid, 0) << "rank " << rank << " not found";
   killed_at = Clock::now();
-  kill(pid, SIGKILL);
+  if (pid > 0) kill(pid, SIGKILL);
   job.join();
-  double stop_s = std::chrono::duration<double>(Clock::now() - killed_at).count();
+  killed.stop_s = std::chrono::duration<double>(Clock::now() - killed_at).count();
+  return killed;
+}
 
-  EXPECT_NE(result.exit_code, 0) << result.output;
-  EXPECT_LT(stop_s, 10.0) << result.output;
-  EXPECT_NE(result.output.find("rank 1 was killed by signal 9"), std::string::npos) << result.output;
+TEST(Failure, KilledRankStopsTheJobWithinTenSecondsAndIsNamed) {
+  Killed k = kill_mid_run("", 1);
+  EXPECT_NE(k.result.exit_code, 0) << k.result.output;
+  EXPECT_LT(k.stop_s, 10.0) << k.result.output;
+  EXPECT_NE(k.result.output.find("rank 1 was killed by signal 9"), std::string::npos) << k.result.output;
+}
+
+// A middle stage of a 4-stage pipeline: its neighbours wait on transfers from it, the
+// others on nothing it sends directly; every rank still stops, and the message names it.
+TEST(Failure, KilledPipelineStageStopsEveryRankWithinTenSecondsAndIsNamed) {
+  Killed k = kill_mid_run(
+      " --set cluster.world_size=4 --set parallel.dp=1 --set parallel.pp=4 --set batch.micro_batch_size=2"
+      " --set batch.gradient_accumulation_steps=4",
+      2);
+  EXPECT_NE(k.result.exit_code, 0) << k.result.output;
+  EXPECT_LT(k.stop_s, 10.0) << k.result.output;
+  EXPECT_NE(k.result.output.find("rank 2 was killed by signal 9"), std::string::npos) << k.result.output;
 }
 
 TEST(Failure, RankOutsideALauncherLosesItsPeerAndNamesIt) {
