@@ -75,6 +75,9 @@ torch::Tensor mse(const torch::Tensor& out, const torch::Tensor& y) {
 struct Tensors {
   std::vector<torch::Tensor> tensors;
   std::vector<std::string> names;
+  // Taken before the engine starts: ZeRO stage 3 swaps a partitioned tensor's data for an
+  // empty one while the stage actor builds, concurrently with this thread.
+  std::vector<int64_t> counts;
 };
 Tensors unique_tensors(const torch::nn::Sequential& model) {
   Tensors t;
@@ -83,6 +86,7 @@ Tensors unique_tensors(const torch::nn::Sequential& model) {
     if (seen.insert(p.value().unsafeGetTensorImpl()).second) {
       t.tensors.push_back(p.value());
       t.names.push_back(p.key());
+      t.counts.push_back(p.value().numel());
     }
   return t;
 }
@@ -102,8 +106,8 @@ void describe(const Tensors& t, const std::string& dir, const torch::Tensor& ini
   int64_t offset = 0;
   for (std::size_t i = 0; i < t.tensors.size(); ++i) {
     std::printf("tensor %s %lld %lld\n", t.names[i].c_str(), static_cast<long long>(offset),
-                static_cast<long long>(t.tensors[i].numel()));
-    offset += t.tensors[i].numel();
+                static_cast<long long>(t.counts[i]));
+    offset += t.counts[i];
   }
   write(dir + "/initial.bin", initial);
 }
