@@ -450,6 +450,8 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
       [=](loss_computed& l) {
         auto& st = self->state;
         if (st.failed || l.step != st.progress.step) return;
+        *st.loss->as<float>() = l.loss;  // the buffer the loss all-reduce reads
+        std::copy(l.used.begin(), l.used.end(), st.loss->as<float>() + 1);
         st.progress.loss_ready = true;
         reduce_loss(self);
       },

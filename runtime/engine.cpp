@@ -288,10 +288,8 @@ class Engine::Impl {
     if (!planned) return make_error(fmt::format("rank {}: {}", rank.rank, planned.error().message));
     plan = std::move(*planned);
     if (config.parallel.pp == 1) return {};
-    auto order = pipeline::parse_grid_order(config.parallel.order);
     for (int64_t s = 0; s < config.parallel.pp; ++s) {
-      auto members = pipeline::place(pipeline::Grid{config.parallel.dp, config.parallel.pp, *order},
-                                     pipeline::Grid{config.parallel.dp, config.parallel.pp, *order}.rank_of(s, 0));
+      auto members = pipeline::place(plan.grid, plan.grid.rank_of(s, 0));
       if (!members) return members.error();
       auto made = transport.make_communicator(members->data_parallel_group);
       if (!made) return make_error(fmt::format("rank {}: stage {}'s data-parallel group: {}", rank.rank, s,
@@ -328,8 +326,7 @@ class Engine::Impl {
       if (!done || !error.empty()) return make_error(fmt::format("{}: {}", what, error));
       return {};
     };
-    auto order = pipeline::parse_grid_order(config.parallel.order);
-    pipeline::Grid grid{config.parallel.dp, config.parallel.pp, *order};
+    const pipeline::Grid& grid = plan.grid;
     const int64_t stage = plan.place.stage;
     if (rank.rank != 0) {
       if (plan.place.replica == 0) {

@@ -102,7 +102,8 @@ Result<PipelinePlan> plan_pipeline(const JobConfig& job, const torch::nn::Sequen
   PipelinePlan plan;
   auto order = pipeline::parse_grid_order(job.parallel.order);
   if (!order) return order.error();
-  auto place = pipeline::place(pipeline::Grid{job.parallel.dp, job.parallel.pp, *order}, rank);
+  plan.grid = pipeline::Grid{job.parallel.dp, job.parallel.pp, *order};
+  auto place = pipeline::place(plan.grid, rank);
   if (!place) return place.error();
   plan.place = std::move(*place);
   TROUPE_TRY(check_pipeline_layers(job, static_cast<int64_t>(layers->size()), "the model"));

@@ -18,6 +18,7 @@
 namespace troupe {
 
 struct PipelinePlan {
+  pipeline::Grid grid;  ///< every rank's place: dp × pp in [parallel] order
   pipeline::RankPlace place;
   std::vector<int64_t> layer_counts;    ///< by stage
   std::vector<int64_t> stage_elements;  ///< by stage: the parameters it owns (each tensor once)

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "actors/protocol/data.hpp"
 #include "actors/protocol/step_stats.hpp"
@@ -60,15 +61,17 @@ typename Inspector::result_type inspect(Inspector& f, stage_failed& x) {
   return f(caf::meta::type_name("stage_failed"), x.error);
 }
 
-/// Internal: the compute thread has this step's loss (in the stage's loss buffer). Its
+/// Internal: the compute thread has this step's loss and which parameters got gradients. Its
 /// all-reduce waits until every gradient row has been reduced, so that every rank hands the
 /// comm agent the same calls in the same order however the rows travelled.
 struct loss_computed {
   int64_t step = 0;
+  float loss = 0;           ///< this rank's share of the step's loss (0 before the last stage)
+  std::vector<float> used;  ///< by layout position: 1 where the parameter got a gradient
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, loss_computed& x) {
-  return f(caf::meta::type_name("loss_computed"), x.step);
+  return f(caf::meta::type_name("loss_computed"), x.step, x.loss, x.used);
 }
 
 }  // namespace troupe

@@ -157,13 +157,11 @@ void run_backward(StageState& s, ComputeSide& c, const BackwardWork& w, caf::act
   backward_computed done{w.step, w.micro, nullptr};
   if (!s.first_stage()) done.input_gradient = bytes_of(saved.input.grad());
   saved = Saved{};  // the micro-batch's activations go now, not when the message is read
-  if (last) {
-    *s.loss->as<float>() = static_cast<float>(s.last_stage() ? c.loss_sum : 0.0);
-    std::copy(s.rows->used().begin(), s.rows->used().end(), s.loss->as<float>() + 1);
-  }
   done.seconds = seconds_since(start);
   caf::anon_send(self, std::move(done));
-  if (last) caf::anon_send(self, loss_computed{w.step});  // see reduce_loss
+  if (last)  // see reduce_loss
+    caf::anon_send(self, loss_computed{w.step, static_cast<float>(s.last_stage() ? c.loss_sum : 0.0),
+                                       s.rows->used()});
 }
 
 }  // namespace troupe::stage

@@ -252,14 +252,15 @@ void on_transfer_done(StageActor* self, const collective_done& done) {
   const auto index = static_cast<int64_t>(row_of(done.tag));
   const Tag kind = kind_of(done.tag);
   if (!done.error.empty()) {
-    const bool from_previous = kind == Tag::header_received ||
-                               (f.started.count(index) && f.started[index].op == Op::recv_activation) ||
-                               (f.started.count(index) && f.started[index].op == Op::send_gradient);
-    return fail(self,
-                fmt::format("{} stage {} (rank {}) failed: {}",
-                            kind == Tag::sent || kind == Tag::header_sent ? "sending to" : "receiving from",
-                            s.options.place.stage + (from_previous ? -1 : 1),
-                            from_previous ? s.options.place.previous : s.options.place.next, done.error));
+    // Activations come from the previous stage and gradients go back to it.
+    auto started = f.started.find(index);
+    const bool previous = kind == Tag::header_received ||
+                          (started != f.started.end() && (started->second.op == Op::recv_activation ||
+                                                          started->second.op == Op::send_gradient));
+    const bool sending = kind == Tag::sent || kind == Tag::header_sent;
+    return fail(self, fmt::format("{} stage {} (rank {}) failed: {}", sending ? "sending to" : "receiving from",
+                                  s.options.place.stage + (previous ? -1 : 1),
+                                  previous ? s.options.place.previous : s.options.place.next, done.error));
   }
   if (kind == Tag::header_sent) return;
   if (kind == Tag::header_received) {

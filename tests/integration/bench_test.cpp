@@ -61,6 +61,21 @@ TEST(Bench, ActorRoundTripReportsMedianAndTailOverManySamples) {
   EXPECT_GE(lines[0].at("p99_us").get<double>(), lines[0].at("median_us").get<double>());
 }
 
+// Two stages, four micro-batches of 20 ms layers: the formula's idle fraction is 1/5, and
+// the measured one is near it (a bubble of 0, or of a whole step, would be a broken measure).
+TEST(Bench, PipelinePrintsTheMeasuredBubbleBesideTheFormula) {
+  auto r = testing::run_command(std::string(TROUPE_BINARY) +
+                                    " bench pipeline --pp 2 --micro-batches 4 --layer-ms 20 --steps 2 --json",
+                                120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto json = nlohmann::json::parse(r.output.substr(r.output.find('{')), nullptr, false);
+  ASSERT_FALSE(json.is_discarded()) << r.output;
+  EXPECT_EQ(json.at("bench"), "pipeline");
+  EXPECT_DOUBLE_EQ(json.at("bubble_formula").get<double>(), 0.2);
+  EXPECT_GT(json.at("bubble").get<double>(), 0.1) << r.output;
+  EXPECT_LT(json.at("bubble").get<double>(), 0.6) << r.output;
+}
+
 TEST(Bench, UnknownKindIsRefused) {
   auto r = testing::run_command(std::string(TROUPE_BINARY) + " bench alltoall");
   EXPECT_NE(r.exit_code, 0);

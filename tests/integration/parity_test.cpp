@@ -13,6 +13,7 @@
 
 #include "tests/integration/command.hpp"
 #include "tests/support/free_port.hpp"
+#include "tests/support/parity.hpp"
 #include "tests/support/trained_run.hpp"
 
 namespace troupe {
@@ -77,31 +78,11 @@ TEST_P(Parity, LossesAndParametersMatchTheReference) {
   const Job j = GetParam();
   const TrainedRun& ref = reference(j);
   TrainedRun ranks = train("", j);
-  ASSERT_EQ(ref.losses.size(), 20u);
-  ASSERT_EQ(ranks.losses.size(), 20u);
-  double worst = 0, worst_norm = 0;
-  for (std::size_t s = 0; s < 20; ++s) {
-    EXPECT_NEAR(ranks.losses[s], ref.losses[s], 1e-5 * std::abs(ref.losses[s])) << "step " << s + 1;
-    EXPECT_NEAR(ranks.grad_norms[s], ref.grad_norms[s], 1e-4 * ref.grad_norms[s]) << "step " << s + 1;
-    worst = std::max(worst, std::abs(ranks.losses[s] - ref.losses[s]) / std::abs(ref.losses[s]));
-    worst_norm = std::max(worst_norm, std::abs(ranks.grad_norms[s] - ref.grad_norms[s]) / ref.grad_norms[s]);
-  }
-  EXPECT_LT(ref.losses.back(), ref.losses.front());
-  if (j.clip > 0) {
-    int clipped = 0;
-    for (double n : ref.grad_norms) clipped += n > j.clip;
-    EXPECT_GT(clipped, 10) << "the clip threshold must bind in most steps to test clipping";
-  }
-
-  // Parameters: relative to the parameters' norm (see parameter_distance).
-  ASSERT_EQ(ranks.parameters.size(), ref.parameters.size());
-  ASSERT_FALSE(ref.parameters.empty());
-  double distance = testing::parameter_distance(ranks.parameters, ref.parameters);
-  EXPECT_LT(distance, 1e-5);
+  testing::ParityFigures worst = testing::expect_parity(ranks, ref, 20, j.clip);
   // The figures docs/DESIGN.md quotes: `ctest -R parity_test -V` prints them.
   std::printf(
       "parity: %s: worst loss difference %.2e relative, gradient norm %.2e, parameters %.2e of their norm\n",
-      describe(j).c_str(), worst, worst_norm, distance);
+      describe(j).c_str(), worst.loss, worst.grad_norm, worst.parameters);
 }
 
 std::vector<Job> jobs() {

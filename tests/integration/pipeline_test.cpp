@@ -18,6 +18,7 @@
 
 #include "tests/integration/command.hpp"
 #include "tests/support/free_port.hpp"
+#include "tests/support/parity.hpp"
 #include "tests/support/trained_run.hpp"
 
 namespace troupe {
@@ -79,27 +80,10 @@ TEST_P(PipelineParity, LossesNormsAndParametersMatchTheReference) {
   const Job j = GetParam();
   const TrainedRun& ref = reference(j.clip);
   TrainedRun run = train("", j);
-  ASSERT_EQ(ref.losses.size(), 20u);
-  ASSERT_EQ(run.losses.size(), 20u);
-  double worst = 0, worst_norm = 0;
-  for (std::size_t s = 0; s < 20; ++s) {
-    EXPECT_NEAR(run.losses[s], ref.losses[s], 1e-5 * std::abs(ref.losses[s])) << "step " << s + 1;
-    EXPECT_NEAR(run.grad_norms[s], ref.grad_norms[s], 1e-4 * ref.grad_norms[s]) << "step " << s + 1;
-    worst = std::max(worst, std::abs(run.losses[s] - ref.losses[s]) / std::abs(ref.losses[s]));
-    worst_norm = std::max(worst_norm, std::abs(run.grad_norms[s] - ref.grad_norms[s]) / ref.grad_norms[s]);
-  }
-  EXPECT_LT(ref.losses.back(), ref.losses.front());
-  if (j.clip > 0) {
-    int clipped = 0;
-    for (double n : ref.grad_norms) clipped += n > j.clip;
-    EXPECT_GT(clipped, 10) << "the clip threshold must bind in most steps to test clipping";
-  }
-  ASSERT_EQ(run.parameters.size(), ref.parameters.size());
-  double distance = testing::parameter_distance(run.parameters, ref.parameters);
-  EXPECT_LT(distance, 1e-5);
+  testing::ParityFigures worst = testing::expect_parity(run, ref, 20, j.clip);
   std::printf(
       "pipeline parity: %s: worst loss %.2e relative, gradient norm %.2e, parameters %.2e of their norm\n",
-      describe(j).c_str(), worst, worst_norm, distance);
+      describe(j).c_str(), worst.loss, worst.grad_norm, worst.parameters);
 }
 
 std::vector<Job> jobs() {
