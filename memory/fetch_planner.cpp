@@ -15,22 +15,26 @@ FetchPlanner::FetchPlanner(std::vector<std::size_t> row_sizes, std::vector<bool>
     if (persistent_[r]) hold(r);
 }
 
-void FetchPlanner::begin_pass() {
-  if (mode_ == Mode::invalid) {
-    trace_.clear();
-    mode_ = Mode::record;
-  } else if (mode_ == Mode::record) {
-    mode_ = Mode::complete;
+void FetchPlanner::begin_pass(std::size_t kind) {
+  if (kind >= recordings_.size()) recordings_.resize(kind + 1);
+  kind_ = kind;
+  Recording& r = current();
+  if (r.mode == Mode::invalid) {
+    r.trace.clear();
+    r.mode = Mode::record;
+  } else if (r.mode == Mode::record) {
+    r.mode = Mode::complete;
   }
   position_ = 0;
 }
 
 std::vector<std::size_t> FetchPlanner::acquire(std::size_t row) {
   std::vector<std::size_t> gather;
-  if (mode_ == Mode::record) {
-    trace_.push_back(row);
-  } else if (mode_ == Mode::complete && (position_ >= trace_.size() || trace_[position_] != row)) {
-    mode_ = Mode::invalid;  // this pass runs another order: stop predicting it
+  Recording& r = current();
+  if (r.mode == Mode::record) {
+    r.trace.push_back(row);
+  } else if (r.mode == Mode::complete && (position_ >= r.trace.size() || r.trace[position_] != row)) {
+    r.mode = Mode::invalid;  // this pass runs another order: stop predicting it
     ++invalidations_;
   }
   if (!held_[row]) {
@@ -38,7 +42,7 @@ std::vector<std::size_t> FetchPlanner::acquire(std::size_t row) {
     gather.push_back(row);
   }
   acquired_at_[row] = position_;
-  if (mode_ == Mode::complete) prefetch_after(position_, gather);
+  if (r.mode == Mode::complete) prefetch_after(position_, gather);
   ++position_;
   return gather;
 }
@@ -48,8 +52,9 @@ void FetchPlanner::prefetch_after(std::size_t position, std::vector<std::size_t>
       limits_.max_live_parameters > held_elements_ ? limits_.max_live_parameters - held_elements_ : 0;
   std::size_t budget = std::min(limits_.prefetch_bucket_size, room);
   std::size_t planned = 0;
-  for (std::size_t j = position + 1; j < trace_.size(); ++j) {
-    std::size_t r = trace_[j];
+  const std::vector<std::size_t>& trace = current().trace;
+  for (std::size_t j = position + 1; j < trace.size(); ++j) {
+    std::size_t r = trace[j];
     if (held_[r]) continue;
     if (planned + sizes_[r] > budget) break;
     planned += sizes_[r];
@@ -59,11 +64,12 @@ void FetchPlanner::prefetch_after(std::size_t position, std::vector<std::size_t>
 }
 
 bool FetchPlanner::reused_soon(std::size_t row) const {
-  if (mode_ != Mode::complete) return false;
+  const Recording& r = current();
+  if (r.mode != Mode::complete) return false;
   std::size_t between = 0;
-  for (std::size_t j = acquired_at_[row] + 1; j < trace_.size(); ++j) {
-    if (trace_[j] == row) return true;
-    between += sizes_[trace_[j]];
+  for (std::size_t j = acquired_at_[row] + 1; j < r.trace.size(); ++j) {
+    if (r.trace[j] == row) return true;
+    between += sizes_[r.trace[j]];
     if (between > limits_.max_reuse_distance) return false;
   }
   return false;

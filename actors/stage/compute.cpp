@@ -53,6 +53,16 @@ torch::Tensor tensor_of(const std::shared_ptr<HostBuffer>& buffer, const std::ve
   return device.is_cpu() ? view : view.to(device);
 }
 
+// Stage 3's passes (FetchPlanner): with one stage a micro-batch's backward follows its
+// forward, and rows gathered at the end of the forward serve the start of the backward.
+// A pipeline runs other micro-batches' work in between, so each forward and each
+// backward (with its recomputed forward, when checkpointing) is a pass of its own.
+enum PassKind : std::size_t { whole_micro_batch, forward_only, backward_only };
+
+bool split_passes(const StageState& s) {
+  return s.options.place.stages > 1;
+}
+
 }  // namespace
 
 using Clock = std::chrono::steady_clock;
@@ -94,7 +104,7 @@ void run_forward(StageState& s, ComputeSide& c, const ForwardWork& w, caf::actor
   Saved saved;
   saved.sequence = layer_sequence(s, w.step, w.micro);
   if (s.sequence_check) s.sequence_check->agree(w.step, w.micro, saved.sequence);
-  if (s.fetcher) s.fetcher->begin_pass();
+  if (s.fetcher) s.fetcher->begin_pass(split_passes(s) ? forward_only : whole_micro_batch);
   torch::Device device = device_of(s);
   saved.input = s.first_stage() ? w.batch->input.to(device)
                                 : tensor_of(w.input, w.input_shape, device).requires_grad_(true);
@@ -106,6 +116,7 @@ void run_forward(StageState& s, ComputeSide& c, const ForwardWork& w, caf::actor
     if (checkpointing) keep_nothing.emplace();
     x = run_layers(s, saved.sequence, saved.input);
   }
+  if (s.fetcher && split_passes(s)) s.fetcher->end_pass();
   forward_computed done{w.step, w.micro, nullptr, {}};
   if (s.last_stage()) {
     torch::Tensor loss = loss_of(s, x, saved.target, w.micro_count);
@@ -139,6 +150,7 @@ void run_backward(StageState& s, ComputeSide& c, const BackwardWork& w, caf::act
     throw std::runtime_error(fmt::format("backward of micro-batch {} before its forward", w.micro));
   Saved saved = std::move(found->second);
   c.saved.erase(found);
+  if (s.fetcher && split_passes(s)) s.fetcher->begin_pass(backward_only);
   if (!saved.output.defined()) {  // checkpointed: the same forward again, now keeping its graph
     torch::Tensor x = run_layers(s, saved.sequence, saved.input);
     saved.output = s.last_stage() ? loss_of(s, x, saved.target, w.micro_count) : x;

@@ -31,8 +31,8 @@ void ParameterFetcher::Arrivals::fail(const std::string& why) {
   changed.notify_all();
 }
 
-void ParameterFetcher::begin_pass() {
-  planner_.begin_pass();
+void ParameterFetcher::begin_pass(std::size_t kind) {
+  planner_.begin_pass(kind);
 }
 
 void ParameterFetcher::issue(std::size_t row) {

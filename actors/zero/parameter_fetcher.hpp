@@ -42,7 +42,8 @@ class ParameterFetcher {
   ParameterFetcher(std::shared_ptr<ParameterStore> store, FetchPlanner::Limits limits, Gather gather,
                    std::shared_ptr<IssueQueue> queue, double timeout_s, Tracer* tracer = nullptr);
 
-  void begin_pass();
+  /// A pass of kind `kind` (see FetchPlanner::begin_pass).
+  void begin_pass(std::size_t kind = 0);
   /// Row `row` gathered and bound when this returns; throws std::runtime_error on failure.
   void acquire(std::size_t row);
   void release(std::size_t row);

@@ -472,17 +472,6 @@ Status resolve_device(const JobConfig& raw, const ConfigOrigins& origins) {
                      fmt::format("pp = {} with [cluster] device = \"cuda\": pipeline stages run on CPU ranks "
                                  "so far; set device = \"cpu\" or pp = 1",
                                  raw.parallel.pp));
-  if (raw.model.activation_checkpointing && raw.zero.stage == 3)
-    return key_error(origins, "model", "activation_checkpointing",
-                     "activation_checkpointing = true with [zero] stage = 3: stage 3's prefetch follows one "
-                     "forward and one backward per micro-batch, and the recomputed forward would be a third "
-                     "pass; use stages 0-2 with checkpointing");
-  if (raw.parallel.pp > 1 && raw.zero.stage == 3)
-    return key_error(origins, "zero", "stage",
-                     fmt::format("stage = 3 with [parallel] pp = {}: a pipeline stage partitions with ZeRO "
-                                 "stages 0-2 so far (stage 3's prefetch follows one forward and backward at "
-                                 "a time, which a pipeline interleaves)",
-                                 raw.parallel.pp));
   if (raw.cluster.device != "cuda" || raw.zero.stage == 0) return {};
   return key_error(origins, "zero", "stage",
                    fmt::format("stage = {} with [cluster] device = \"cuda\": a GPU rank trains with stage 0 "

@@ -105,6 +105,9 @@ std::vector<Job> jobs() {
       Job{2, 2, 4, "1f1b", 2, 0.5, dp_fastest},
       Job{2, 2, 8, "1f1b", 2, 0, ""},
       Job{4, 2, 4, "1f1b", 1, 0.5, ""},
+      // Stage 3: each forward and each backward gathers the stage's rows over its group.
+      Job{2, 2, 4, "1f1b", 3, 0.5, ""},
+      Job{2, 2, 8, "gpipe", 3, 0, dp_fastest},
   };
 }
 
@@ -159,10 +162,13 @@ TEST(PipelineMemory, StageZeroHoldsPpMicroBatchesWithOneFOneBAndAllWithGPipe) {
 }
 
 // Recomputing a stage's forward in backward gives the same losses, bit for bit, and the
-// same gradient norms: one pipeline and one plain data-parallel job.
+// same gradient norms: a pipeline, a plain data-parallel job, and a pipeline whose stages
+// gather their parameters for each forward, recomputed forward and backward (ZeRO 3).
 TEST(ActivationCheckpointing, GivesTheSameLossesBitForBit) {
   for (const std::string& shape : {std::string(" --set pipeline.schedule=1f1b"),
                                    std::string(" --set parallel.pp=1 --set parallel.dp=2 --set zero.stage=2"
+                                               " --set batch.micro_batch_size=1"),
+                                   std::string(" --set parallel.dp=2 --set cluster.world_size=4 --set zero.stage=3"
                                                " --set batch.micro_batch_size=1")}) {
     auto off = metrics_of(shape);
     auto on = metrics_of(shape + " --set model.activation_checkpointing=true");

@@ -196,6 +196,37 @@ TEST(FetchPlanner, AChangedOrderDiscardsTheTraceAndRecordsAgain) {
   EXPECT_EQ(planner.invalidations(), 1);
 }
 
+// A pipeline interleaves micro-batches: forwards and backwards are passes of their own
+// kinds, each replaying its own trace, so alternating them never discards a trace.
+TEST(FetchPlanner, PassKindsKeepTheirOwnTraces) {
+  FetchPlanner planner({10, 10, 10, 10}, {}, limits(20, 1000, 0));
+  auto run = [&](std::size_t kind, std::vector<std::size_t> order) {
+    std::vector<std::size_t> gathered;
+    planner.begin_pass(kind);
+    for (std::size_t r : order) {
+      for (std::size_t g : planner.acquire(r)) gathered.push_back(g);
+      planner.release(r);
+    }
+    planner.end_pass();
+    return gathered;
+  };
+  const std::vector<std::size_t> forward{0, 1, 2, 3}, backward{3, 2, 1, 0};
+  run(1, forward);  // warm-up of a 1F1B stage: two forwards, then alternate
+  run(1, forward);
+  EXPECT_EQ(planner.mode(), FetchPlanner::Mode::complete);
+  run(2, backward);
+  EXPECT_EQ(planner.mode(), FetchPlanner::Mode::record);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(run(1, forward), forward);
+    EXPECT_EQ(planner.mode(), FetchPlanner::Mode::complete);
+    EXPECT_EQ(run(2, backward), backward);
+  }
+  EXPECT_EQ(planner.mode(), FetchPlanner::Mode::complete) << "the backward trace is replayed too";
+  EXPECT_EQ(planner.invalidations(), 0);
+  EXPECT_GT(planner.peak_held_elements(), 10u) << "replayed passes prefetch ahead";
+  EXPECT_EQ(planner.held_elements(), 0u);
+}
+
 TEST(MemoryLedger, ChargesFollowBufferLifetimesAndPeaksReset) {
   auto ledger = std::make_shared<MemoryLedger>();
   {
