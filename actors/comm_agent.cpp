@@ -14,27 +14,13 @@
 #include "actors/protocol/comm.hpp"
 
 namespace troupe {
-namespace {
-
-// Buffers of collectives that failed: the transport may still touch them until it is
-// closed (it waits a bounded time for transfers in flight), so they live as long as it.
-class FailedBuffers {
- public:
-  void keep(std::shared_ptr<HostBuffer> buffer) {
-    std::lock_guard lock(mutex_);
-    buffers_.push_back(std::move(buffer));
-  }
-
- private:
-  std::mutex mutex_;
-  std::vector<std::shared_ptr<HostBuffer>> buffers_;
-};
 
 // The local actors other ranks may address, by (role, index). The agent registers them;
 // the transport's progress thread delivers arriving messages straight to them (one
 // thread hop fewer per message than through the agent), so it is shared and locked. The
 // transport can outlive the agent and its actor system (a caller may hold it), so the
-// agent closes the registry when it ends: frames arriving later are dropped.
+// agent closes the registry when it ends: frames arriving later are dropped, and so are
+// couriers' messages.
 class Registry {
  public:
   explicit Registry(caf::actor_system& system) : system_(&system) {}
@@ -58,6 +44,12 @@ class Registry {
     std::lock_guard lock(mutex_);
     deliver_locked(role, index, std::move(message), from);
   }
+  // The frame of a message for another rank (packed with this system's serializer).
+  Result<std::vector<uint8_t>> pack(const std::string& role, int64_t index, caf::message message) const {
+    std::lock_guard lock(mutex_);
+    if (system_ == nullptr) return make_error("the comm agent has ended");
+    return pack_envelope(*system_, Envelope{role, index, std::move(message)});
+  }
   void add(std::string role, int64_t index, caf::actor actor) {
     std::lock_guard lock(mutex_);
     actors_[{std::move(role), index}] = std::move(actor);
@@ -77,11 +69,51 @@ class Registry {
   std::map<std::pair<std::string, int64_t>, caf::actor> actors_;
 };
 
+Courier::Courier(std::shared_ptr<Registry> registry, std::weak_ptr<Transport> transport)
+    : registry_(std::move(registry)), transport_(std::move(transport)) {}
+
+bool Courier::send(int64_t rank, const std::string& role, int64_t index, caf::message message) const {
+  std::shared_ptr<Transport> transport = transport_.lock();
+  if (!registry_ || !transport) return false;
+  if (rank == transport->rank()) {
+    registry_->deliver(role, index, std::move(message), rank);
+    return true;
+  }
+  auto bytes = registry_->pack(role, index, std::move(message));
+  if (!bytes) {
+    spdlog::warn("comm_agent: message for {}[{}] on rank {} not sent: {}", role, index, rank,
+                 bytes.error().message);
+    return false;
+  }
+  transport->post_message(rank, std::move(*bytes), [rank, role](Status status) {
+    if (!status)
+      spdlog::warn("comm_agent: message for {} on rank {} not sent: {}", role, rank, status.error().message);
+  });
+  return true;
+}
+
+namespace {
+
+// Buffers of collectives that failed: the transport may still touch them until it is
+// closed (it waits a bounded time for transfers in flight), so they live as long as it.
+class FailedBuffers {
+ public:
+  void keep(std::shared_ptr<HostBuffer> buffer) {
+    std::lock_guard lock(mutex_);
+    buffers_.push_back(std::move(buffer));
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<HostBuffer>> buffers_;
+};
+
 struct CommAgentState {
   std::shared_ptr<FailedBuffers> failed_buffers = std::make_shared<FailedBuffers>();  // outlives transport
   std::shared_ptr<Transport> transport;
   Tracer* tracer = nullptr;
   std::shared_ptr<Registry> registry;
+  Courier courier;  // the agent's own remote_sends take the same path
   static inline const char* name = "comm_agent";
 };
 using CommAgent = caf::stateful_actor<CommAgentState>;
@@ -125,24 +157,12 @@ Completion reply(caf::actor to, uint64_t tag, Buffers keep, std::shared_ptr<Fail
   };
 }
 
-// Actor messages between ranks: serialized into an envelope, carried by the transport,
-// delivered by the receiving rank's agent to the actor registered under (role, index).
-void route_out(CommAgent* self, remote_send& r) {
-  auto& s = self->state;
-  if (r.rank == s.transport->rank())
-    return s.registry->deliver(r.role, r.index, std::move(r.message), r.rank);
-  auto bytes = pack_envelope(self->system(), Envelope{r.role, r.index, r.message});
-  if (!bytes) return spdlog::warn("comm_agent: {}", bytes.error().message);
-  s.transport->post_message(r.rank, std::move(*bytes), [rank = r.rank, role = r.role](Status status) {
-    if (!status)
-      spdlog::warn("comm_agent: message for {} on rank {} not sent: {}", role, rank, status.error().message);
-  });
-}
-
-caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> transport, Tracer* tracer) {
+caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> transport, Tracer* tracer,
+                                  std::shared_ptr<Registry> registry) {
   self->state.transport = std::move(transport);
   self->state.tracer = tracer;
-  self->state.registry = std::make_shared<Registry>(self->system());
+  self->state.registry = std::move(registry);
+  self->state.courier = Courier(self->state.registry, self->state.transport);
   self->state.transport->on_message(
       [registry = self->state.registry](int64_t from, std::vector<uint8_t> bytes) {
         registry->deliver_frame(from, bytes);
@@ -155,7 +175,7 @@ caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> tr
       },
       [=](remote_send& r) {
         Tracer::Scope span(tracer, "comm_agent", "remote_send");
-        route_out(self, r);
+        self->state.courier.send(r.rank, r.role, r.index, std::move(r.message));
       },
       // Each request's buffer handles move into the completion (pointers are taken first),
       // which is made before the transport is called: neither the request message nor
@@ -214,8 +234,13 @@ caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> tr
 
 }  // namespace
 
-caf::actor spawn_comm_agent(caf::actor_system& system, std::shared_ptr<Transport> transport, Tracer* tracer) {
-  return system.spawn(comm_agent_behavior, std::move(transport), tracer);
+caf::actor spawn_comm_agent(caf::actor_system& system, std::shared_ptr<Transport> transport, Tracer* tracer,
+                            Courier* courier) {
+  // The registry is made here, not in the agent, so the courier exists before the
+  // agent's first message is handled.
+  auto registry = std::make_shared<Registry>(system);
+  if (courier) *courier = Courier(registry, transport);
+  return system.spawn(comm_agent_behavior, std::move(transport), tracer, std::move(registry));
 }
 
 }  // namespace troupe

@@ -179,12 +179,16 @@ int round_trips(std::shared_ptr<Transport> transport, const BenchOptions& o) {
                                 {"bytes", bytes},
                                 {"samples", r->samples},
                                 {"median_us", r->median_us},
-                                {"p99_us", r->p99_us}};
+                                {"p99_us", r->p99_us},
+                                {"wake_pair_us", r->wake_pair_us}};
     if (o.json)
       std::printf("%s\n", line.dump().c_str());
     else
-      std::printf("rtt  %8lld B  median %8.2f us  p99 %8.2f us  (%lld round trips)\n",
-                  static_cast<long long>(bytes), r->median_us, r->p99_us, static_cast<long long>(r->samples));
+      std::printf(
+          "rtt  %8lld B  median %8.2f us  p99 %8.2f us  (%lld round trips); two threads waking each other: "
+          "%.2f us\n",
+          static_cast<long long>(bytes), r->median_us, r->p99_us, static_cast<long long>(r->samples),
+          r->wake_pair_us);
     std::fflush(stdout);
   }
   return 0;

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -18,9 +21,10 @@ using pong_atom = caf::atom_constant<caf::atom("pong")>;
 using Clock = std::chrono::steady_clock;
 constexpr auto answer_timeout = std::chrono::seconds(10);
 
-caf::behavior echo(caf::event_based_actor* self, caf::actor agent) {
+// Both ends send with the rank's Courier, from their own thread (see comm_agent.hpp).
+caf::behavior echo(caf::event_based_actor*, Courier courier) {
   return {[=](ping_atom, int64_t from, uint64_t sequence, const std::string& pad) {
-    self->send(agent, remote_send{from, "pinger", 0, caf::make_message(pong_atom::value, sequence, pad)});
+    courier.send(from, "pinger", 0, caf::make_message(pong_atom::value, sequence, pad));
   }};
 }
 
@@ -32,7 +36,7 @@ Status register_as(caf::scoped_actor& self, const caf::actor& agent, const std::
   return result;
 }
 
-Result<RoundTrips> ping(caf::scoped_actor& self, const caf::actor& agent, int64_t payload_bytes,
+Result<RoundTrips> ping(caf::scoped_actor& self, const Courier& courier, int64_t payload_bytes,
                         double seconds) {
   std::string pad(static_cast<std::size_t>(payload_bytes), 'x');
   std::vector<double> samples;
@@ -40,8 +44,7 @@ Result<RoundTrips> ping(caf::scoped_actor& self, const caf::actor& agent, int64_
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   for (uint64_t sequence = 0; Clock::now() < end || samples.size() < 100; ++sequence) {
     auto start = Clock::now();
-    self->send(agent,
-               remote_send{1, "echo", 0, caf::make_message(ping_atom::value, int64_t{0}, sequence, pad)});
+    courier.send(1, "echo", 0, caf::make_message(ping_atom::value, int64_t{0}, sequence, pad));
     bool answered = false;
     self->receive([&](pong_atom, uint64_t s, const std::string&) { answered = s == sequence; },
                   caf::after(answer_timeout) >> [] {});
@@ -54,7 +57,48 @@ Result<RoundTrips> ping(caf::scoped_actor& self, const caf::actor& agent, int64_
                     samples[std::min(samples.size() - 1, samples.size() * 99 / 100)]};
 }
 
+// A turn-taking token: each side sleeps until the other hands it over.
+class Baton {
+ public:
+  void pass_to(int side) {
+    {
+      std::lock_guard lock(mutex_);
+      holder_ = side;
+    }
+    changed_.notify_one();
+  }
+  void await(int side) {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return holder_ == side; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int holder_ = 0;
+};
+
 }  // namespace
+
+double measure_wake_pair(int64_t count) {
+  Baton baton;
+  std::thread other([&] {
+    for (int64_t i = 0; i < count; ++i) {
+      baton.await(1);
+      baton.pass_to(0);
+    }
+  });
+  std::vector<double> samples;
+  for (int64_t i = 0; i < count; ++i) {
+    auto start = Clock::now();
+    baton.pass_to(1);
+    baton.await(0);
+    samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+  }
+  other.join();
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
 
 Result<RoundTrips> measure_round_trips(std::shared_ptr<Transport> transport, int64_t payload_bytes,
                                        double seconds) {
@@ -62,7 +106,8 @@ Result<RoundTrips> measure_round_trips(std::shared_ptr<Transport> transport, int
   config.set("scheduler.policy", caf::atom("sharing"));
   config.set("scheduler.max-threads", 2);
   caf::actor_system system{config};
-  caf::actor agent = spawn_comm_agent(system, transport, nullptr);
+  Courier courier;
+  caf::actor agent = spawn_comm_agent(system, transport, nullptr, &courier);
   Result<RoundTrips> result = RoundTrips{};
   {
     caf::scoped_actor self{system};
@@ -71,12 +116,13 @@ Result<RoundTrips> measure_round_trips(std::shared_ptr<Transport> transport, int
     if (transport->rank() == 0) {
       registered = register_as(self, agent, "pinger", caf::actor{self});
     } else {
-      responder = system.spawn(echo, agent);
+      responder = system.spawn(echo, courier);
       registered = register_as(self, agent, "echo", responder);
     }
     if (!registered) return registered.error();
     TROUPE_TRY(transport->barrier_sync());  // both ends registered
-    if (transport->rank() == 0) result = ping(self, agent, payload_bytes, seconds);
+    if (transport->rank() == 0) result = ping(self, courier, payload_bytes, seconds);
+    if (transport->rank() == 0 && result.ok()) result->wake_pair_us = measure_wake_pair(10000);
     auto done = transport->barrier_sync();
     if (result.ok() && !done) result = done.error();
     if (responder) caf::anon_send_exit(responder, caf::exit_reason::user_shutdown);

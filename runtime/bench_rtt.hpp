@@ -1,6 +1,7 @@
 // `troupe bench rtt`: the round trip of an actor message between two ranks — rank 0's
 // pinger sends through its comm agent to rank 1's echo actor, which answers the same
-// way — reported as median and 99th percentile over many round trips.
+// way — reported as median and 99th percentile over many round trips, beside the
+// machine's cost of waking sleeping threads, measured in the same run.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,15 @@ struct RoundTrips {
   int64_t samples = 0;
   double median_us = 0;
   double p99_us = 0;
+  /// The machine's floor, measured in the same run: the median round trip of two threads
+  /// of one process handing a token back and forth through a condition variable, each
+  /// asleep until woken. An actor round trip between ranks wakes at least that many
+  /// sleeping threads (the pinger, and on the far side the actor the message is for).
+  double wake_pair_us = 0;
 };
+
+/// The median of `count` condition-variable round trips between two threads, in µs.
+double measure_wake_pair(int64_t count);
 
 /// Runs on both ranks; rank 0 returns the figures, rank 1 an empty RoundTrips.
 Result<RoundTrips> measure_round_trips(std::shared_ptr<Transport> transport, int64_t payload_bytes,

@@ -59,6 +59,7 @@ TEST(Bench, ActorRoundTripReportsMedianAndTailOverManySamples) {
   EXPECT_GE(lines[0].at("samples").get<int64_t>(), 50);
   EXPECT_GT(lines[0].at("median_us").get<double>(), 0);
   EXPECT_GE(lines[0].at("p99_us").get<double>(), lines[0].at("median_us").get<double>());
+  EXPECT_GT(lines[0].at("wake_pair_us").get<double>(), 0) << "the machine's floor, measured beside it";
 }
 
 // Two stages, four micro-batches of 20 ms layers: the formula's idle fraction is 1/5, and

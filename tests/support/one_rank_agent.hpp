@@ -19,13 +19,16 @@ class OneRankAgent : public ::testing::Test {
     TransportOptions options;  // rank 0 of 1
     auto transport = Transport::make(options);
     ASSERT_TRUE(transport.ok()) << transport.error().message;
-    agent_ = spawn_comm_agent(system_, std::shared_ptr<Transport>(std::move(*transport)), nullptr);
+    agent_ = spawn_comm_agent(system_, std::shared_ptr<Transport>(std::move(*transport)), nullptr, &courier_);
   }
-  void TearDown() override { caf::anon_send_exit(agent_, caf::exit_reason::user_shutdown); }
+  void TearDown() override {
+    if (agent_) caf::anon_send_exit(agent_, caf::exit_reason::user_shutdown);
+  }
 
   caf::actor_system_config config_;
   caf::actor_system system_{config_};
   caf::actor agent_;
+  Courier courier_;  // the agent's rank's
 };
 
 }  // namespace troupe::testing

@@ -72,6 +72,27 @@ TEST_F(CommAgentTest, MessagesReachTheActorRegisteredUnderTheirAddress) {
   EXPECT_EQ(got, 42);
 }
 
+// The courier delivers from the caller's thread: here to the actor registered on this
+// rank; once the agent has ended it sends nothing and says so.
+TEST_F(CommAgentTest, TheCourierDeliversToRegisteredActorsUntilTheAgentEnds) {
+  caf::scoped_actor self{system_};
+  bool registered = false;
+  self->request(agent_, wait_bound, register_actor{"worker", 3, caf::actor{self}})
+      .receive([&](collective_done&) { registered = true; }, [](caf::error&) {});
+  ASSERT_TRUE(registered);
+  EXPECT_TRUE(courier_.send(0, "worker", 3, caf::make_message(int64_t{7})));
+  int64_t got = 0;
+  self->receive([&](int64_t v) { got = v; }, caf::after(wait_bound) >> [] {});
+  EXPECT_EQ(got, 7);
+  EXPECT_FALSE(Courier().send(0, "worker", 3, caf::make_message(int64_t{8}))) << "no courier: nothing sent";
+  self->send_exit(agent_, caf::exit_reason::user_shutdown);
+  self->wait_for(agent_);
+  agent_ = caf::actor{};
+  EXPECT_FALSE(courier_.send(0, "worker", 3, caf::make_message(int64_t{9})));
+  self->receive([&](int64_t v) { got = v; }, caf::after(std::chrono::milliseconds(100)) >> [] {});
+  EXPECT_EQ(got, 7) << "nothing arrives once the agent has ended";
+}
+
 // Pins the calling thread, and the threads it makes from now on, to its first CPU; the
 // thread's CPUs are as before again when this goes.
 class OneCpu {
