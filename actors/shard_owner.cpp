@@ -82,10 +82,11 @@ int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
   return bytes;
 }
 
-double square_sum(const std::vector<torch::Tensor>& gradients) {
+double square_sum(const std::vector<torch::Tensor>& gradients, const std::vector<bool>& outside) {
   double sum = 0;
-  for (const auto& g : gradients) {
-    torch::Tensor c = g.contiguous();
+  for (std::size_t k = 0; k < gradients.size(); ++k) {
+    if (k < outside.size() && outside[k]) continue;
+    torch::Tensor c = gradients[k].contiguous();
     sum += kernels::sum_squares(c.data_ptr<float>(), static_cast<std::size_t>(c.numel()));
   }
   return sum;
@@ -337,7 +338,7 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
         auto sum = std::make_shared<double>(0);
         st.stream->enqueue("gradient norm", [&st, sum] {
           *sum = st.options.device ? device_square_sum(*st.options.store, st.stream->native_handle())
-                                   : square_sum(st.gradients);
+                                   : square_sum(st.gradients, st.options.outside_norm);
         });
         st.stream->record().on_complete(
             [sum, to = m.reply_to] { caf::anon_send(to, gradient_square_sum{*sum}); });

@@ -43,6 +43,9 @@ struct ShardOwnerOptions {
   /// with one, the gradients go to host memory, the tier updates the host's fp32 master
   /// copy, and the parameters come back (ZeRO-Offload).
   std::optional<DeviceRank> device;
+  /// By shard (ParameterStore::shards()), or empty: shards the gradient norm leaves out
+  /// (a pipeline stage's copy of a weight another stage owns and counts).
+  std::vector<bool> outside_norm;
 };
 
 caf::actor spawn_shard_owner(caf::actor_system& system, ShardOwnerOptions options);

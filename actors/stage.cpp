@@ -89,6 +89,35 @@ bool parameters_on_nvme(const StageOptions& o) {
   return o.zero.stage == 3 && o.offload && o.offload->param_tier == "nvme";
 }
 
+// Where this rank holds its reduced block of each tied weight's row, and which shards the
+// norm leaves out: a copy's (the owning stage counts the weight once for all of them).
+void place_ties(StageState& s, std::vector<bool>& outside_norm) {
+  const ParameterStore& store = *s.store;
+  const FlatLayout& layout = store.layout();
+  const std::size_t shards = store.stage() == 0 ? store.plan().parameter_of.size() : layout.row_count();
+  outside_norm.assign(shards, false);
+  for (const TiedWeight& t : s.options.ties) {
+    const auto& of = store.plan().parameter_of;
+    std::size_t position = static_cast<std::size_t>(std::find(of.begin(), of.end(), t.parameter) - of.begin());
+    std::size_t k = layout.row_of_parameter(position);
+    const auto& row = layout.row(k);
+    TieSlot slot{{}, position, t.comm};
+    switch (store.stage()) {
+      case 0:
+        slot.gradient = float_span(store.flat_gradients(), row.begin, layout.row_elements(k));
+        break;
+      case 1:
+        slot.gradient = float_span(store.flat_gradients(), layout.block_begin(k, s.options.rank), row.block);
+        break;
+      default:
+        slot.gradient = float_span(store.partition_gradients(), row.partition_offset, row.block);
+    }
+    s.ties.push_back(std::move(slot));
+    if (!t.owner) outside_norm[store.stage() == 0 ? t.parameter : k] = true;
+  }
+  s.tie_marks = std::make_shared<HostBuffer>(std::max<std::size_t>(1, s.ties.size()) * sizeof(float));
+}
+
 // Lays out and partitions the parameters; an error (the nvme tier) fails the first step.
 Status build(StageActor* self) {
   auto& s = self->state;
@@ -100,13 +129,16 @@ Status build(StageActor* self) {
   caf::actor me = caf::actor_cast<caf::actor>(self);
   auto parameters = model_parameters(s.options.model);
   if (!parameters) return parameters.error();
-  ZeroPlanInput input{z.stage,
-                      s.options.dp,
-                      parameters->owned_counts(),
-                      parameters->borrowed,
-                      static_cast<std::size_t>(z.reduce_bucket_size),
-                      static_cast<std::size_t>(z.persistence_threshold)};
+  ZeroPlanInput input;
+  input.stage = z.stage;
+  input.dp = s.options.dp;
+  input.layers = parameters->owned_counts();
+  input.borrowed = parameters->borrowed;
+  input.reduce_bucket_size = static_cast<std::size_t>(z.reduce_bucket_size);
+  input.persistence_threshold = static_cast<std::size_t>(z.persistence_threshold);
   if (parameters_on_nvme(s.options)) input.block_align = page_block_align;
+  input.dedicated.assign(parameters->tensors.size(), false);
+  for (const TiedWeight& t : s.options.ties) input.dedicated.at(t.parameter) = true;
   auto plan = plan_zero(input);
   TROUPE_CHECK(plan.ok(), "a validated config gives a valid ZeRO plan");
   std::shared_ptr<ParameterSwap> swap;
@@ -170,7 +202,8 @@ Status build(StageActor* self) {
               : GradientRows::RowDone());
   ShardOwnerOptions owner{
       s.store,           s.options.make_optimizer, s.options.compute_threads, s.options.tracer, me,
-      s.options.offload, s.options.rule,           s.options.device};
+      s.options.offload, s.options.rule,           s.options.device,          {}};
+  place_ties(s, owner.outside_norm);
   s.owner = spawn_shard_owner(self->system(), std::move(owner));
   self->link_to(s.owner);
   return {};
@@ -190,11 +223,51 @@ void reduce_loss(StageActor* self) {
                                 ReduceOp::average, s.group(), caf::actor_cast<caf::actor>(self)});
 }
 
-// Every gradient row and the loss are reduced: measure the gradients' norm.
+// Every gradient row and the loss are reduced: each tied weight's gradients are summed
+// with the other stages that hold it, with whether any of them used it (so every copy
+// is updated, or none). Tie after tie, gradients then mark, in the same order on every
+// stage of a tie.
+void sum_ties(StageActor* self) {
+  auto& s = self->state;
+  auto& p = s.progress;
+  if (p.ties_issued) return;
+  p.ties_issued = true;
+  p.ties_left = 2 * s.ties.size();
+  if (s.ties.empty()) {
+    p.ties_summed = true;
+    return;
+  }
+  caf::actor me = caf::actor_cast<caf::actor>(self);
+  for (std::size_t t = 0; t < s.ties.size(); ++t) {
+    const TieSlot& tie = s.ties[t];
+    s.tie_marks->as<float>()[t] = !p.used || (*p.used)[tie.position] ? 1.0f : 0.0f;
+    self->send(s.options.comm_agent, all_reduce_request{tag(Tag::tie, t), tie.gradient, ReduceOp::sum, tie.comm, me});
+    self->send(s.options.comm_agent, all_reduce_request{tag(Tag::tie, t, 1), float_span(s.tie_marks, t, 1),
+                                                        ReduceOp::sum, tie.comm, me});
+  }
+}
+
+// One more sum of a tied weight is done; after the last, a weight any stage used is used.
+void on_tie_summed(StageActor* self) {
+  auto& s = self->state;
+  auto& p = s.progress;
+  if (--p.ties_left > 0) return;
+  if (p.used) {
+    auto used = std::make_shared<std::vector<bool>>(*p.used);
+    for (std::size_t t = 0; t < s.ties.size(); ++t)
+      if (s.tie_marks->as<float>()[t] > 0) (*used)[s.ties[t].position] = true;
+    p.used = std::move(used);
+  }
+  p.ties_summed = true;
+}
+
+// Every gradient row and the loss are reduced, tied weights summed: measure the norm.
 void maybe_measure(StageActor* self) {
   auto& s = self->state;
   auto& p = s.progress;
   if (p.norm_asked || !p.loss_reduced || p.reduced < s.rows->posts_per_step(p.micro_count)) return;
+  sum_ties(self);
+  if (!p.ties_summed) return;
   p.norm_asked = true;
   self->send(s.owner, measure_gradients{caf::actor_cast<caf::actor>(self)});
 }
@@ -361,6 +434,9 @@ void on_collective(StageActor* self, const collective_done& done) {
                              s.flow.busy_s);
     case Tag::summary:
       return on_summary(self);
+    case Tag::tie:
+      on_tie_summed(self);
+      return maybe_measure(self);
     case Tag::parameters:
       if (--p.gathers_left == 0) exchange_memory(self);
       return;

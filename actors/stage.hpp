@@ -32,6 +32,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "actors/device_rank.hpp"
 #include "actors/micro_batch.hpp"
@@ -66,12 +68,24 @@ struct StagePlace {
   CommunicatorId group = world_communicator;
 };
 
+/// A weight this stage shares with other pipeline stages (DeepSpeed's TiedLayerSpec):
+/// each step, once the stage's data-parallel group has reduced its gradients, the
+/// stages sum their reduced blocks of it (each has it in a row of its own, so the blocks
+/// are the same elements), and every copy takes the same update.
+struct TiedWeight {
+  std::size_t parameter = 0;  ///< index among the stage's parameters (model_parameters order)
+  CommunicatorId comm = world_communicator;  ///< this replica of every stage that uses it
+  bool owner = false;  ///< the first of those stages: the one whose copy counts in the norm
+  std::string name;
+};
+
 struct StageOptions {
   torch::nn::Sequential model;
   LossFunction loss;
   OptimizerFactory make_optimizer;
   LayerSchedule schedule;  ///< optional: which layers run, per micro-batch
   bool activation_checkpointing = false;  ///< forward keeps the input only; backward recomputes
+  std::vector<TiedWeight> ties;
   ZeroOptions zero;
   StagePlace place;
   int64_t dp = 1;

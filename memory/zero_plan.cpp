@@ -9,12 +9,36 @@ namespace {
 
 constexpr int64_t kFloatBytes = 4;
 
+bool dedicated(const ZeroPlanInput& in, std::size_t parameter) {
+  return parameter < in.dedicated.size() && in.dedicated[parameter];
+}
+
+// Rows of at most reduce_bucket_size elements, filled in order, a dedicated parameter
+// alone in its row.
+std::vector<std::size_t> bucket_starts(const ZeroPlanInput& in, const ZeroPlan& plan,
+                                       const std::vector<std::size_t>& counts) {
+  std::vector<std::size_t> starts;
+  std::size_t filled = 0;
+  bool alone = false;  // the row being filled holds a dedicated parameter
+  for (std::size_t p = 0; p < counts.size(); ++p) {
+    const bool own = dedicated(in, plan.parameter_of[p]);
+    if (p > 0 && filled > 0 && (own || alone || filled + counts[p] > in.reduce_bucket_size)) {
+      starts.push_back(p);
+      filled = 0;
+    }
+    filled += counts[p];
+    alone = own;
+  }
+  return starts;
+}
+
 Result<ZeroPlan> plan_bucketed(const ZeroPlanInput& in, const std::vector<std::size_t>& counts) {
   ZeroPlan plan;
   for (std::size_t i = counts.size(); i-- > 0;) plan.parameter_of.push_back(i);
   std::vector<std::size_t> reversed;
   for (std::size_t i : plan.parameter_of) reversed.push_back(counts[i]);
-  auto layout = FlatLayout::make_bucketed(reversed, in.stage == 0 ? 1 : in.dp, in.reduce_bucket_size);
+  auto layout = FlatLayout::make(reversed, in.stage == 0 ? 1 : in.dp, FlatLayout::default_align,
+                                 bucket_starts(in, plan, reversed));
   if (!layout) return layout.error();
   plan.layout = std::move(*layout);
   return plan;
@@ -40,7 +64,7 @@ Result<ZeroPlan> plan_by_layer(const ZeroPlanInput& in) {
   // The persistent row first: every small parameter of every layer.
   for (const auto& layer : in.layers)
     for (std::size_t c : layer) {
-      if (c <= in.persistence_threshold) {
+      if (c <= in.persistence_threshold && !dedicated(in, index)) {
         plan.parameter_of.push_back(index);
         ordered.push_back(c);
       }
@@ -51,22 +75,31 @@ Result<ZeroPlan> plan_by_layer(const ZeroPlanInput& in) {
     plan.persistent_rows.push_back(true);
     plan.row_layer.push_back(-1);
   }
+  // Then each layer's row, and after it a row for each of its dedicated parameters.
+  auto new_row = [&] {
+    starts.push_back(ordered.size());
+    plan.layer_rows.back().push_back(plan.persistent_rows.size());
+    plan.persistent_rows.push_back(false);
+    plan.row_layer.push_back(static_cast<int64_t>(plan.layer_rows.size() - 1));
+  };
   index = 0;
   for (const auto& layer : in.layers) {
     plan.layer_rows.emplace_back();
+    const std::size_t first = index;
     for (std::size_t c : layer) {
-      if (c > in.persistence_threshold) {
-        if (plan.layer_rows.back().empty()) {
-          starts.push_back(ordered.size());
-          plan.layer_rows.back().push_back(plan.persistent_rows.size());
-          plan.persistent_rows.push_back(false);
-          plan.row_layer.push_back(static_cast<int64_t>(plan.layer_rows.size() - 1));
-        }
+      if (c > in.persistence_threshold && !dedicated(in, index)) {
+        if (plan.layer_rows.back().empty()) new_row();
         plan.parameter_of.push_back(index);
         ordered.push_back(c);
       }
       ++index;
     }
+    for (std::size_t i = 0; i < layer.size(); ++i)
+      if (dedicated(in, first + i)) {
+        new_row();
+        plan.parameter_of.push_back(first + i);
+        ordered.push_back(layer[i]);
+      }
   }
   if (!starts.empty() && starts.front() == 0) starts.erase(starts.begin());
   auto layout = FlatLayout::make(ordered, in.dp, FlatLayout::default_align, starts, in.block_align);

@@ -9,7 +9,7 @@
 // param_persistence_threshold elements into one persistent row that stays gathered.
 //
 // A tensor several layers use (tied weights) is laid out once, in the first layer that
-// uses it; the later ones borrow it. In stage 3 a layer's rows are then its own and the
+// uses it; the later ones borrow it. A dedicated parameter has a row to itself. In stage 3 a layer's rows are then its own and the
 // rows of what it borrows, all gathered before it runs.
 //
 // estimate_model_state() predicts what the runtime allocates, byte for byte, from the
@@ -43,6 +43,11 @@ struct ZeroPlanInput {
   /// Stage 3: elements each rank's block of a row is aligned to (see FlatLayout::make);
   /// page_block_align when the parameter partition lives on NVMe.
   std::size_t block_align = FlatLayout::default_align;
+  /// By parameter index (or empty: none): parameters that get a row of their own, never
+  /// the persistent one. A weight tied across pipeline stages is laid out so on every
+  /// stage that uses it, so each rank's block of it is the same elements everywhere and
+  /// the stages can sum its reduced gradients block for block.
+  std::vector<bool> dedicated;
 };
 
 /// Block alignment that puts every rank's block on a 4 KiB page (fp32).

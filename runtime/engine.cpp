@@ -187,6 +187,7 @@ class Engine::Impl {
   caf::actor comm, loader, stage, driver;  // driver: the scheduler
   PipelinePlan plan;
   CommunicatorId group = world_communicator;  // this rank's stage's data-parallel group
+  std::vector<TiedWeight> ties;                // what this rank's stage shares with others
   caf::actor collectives;  // a GPU rank's (NCCL or staged)
   int64_t compute_threads = 1;
   int64_t steps_done = 0;
@@ -239,6 +240,7 @@ class Engine::Impl {
     so.make_optimizer = std::move(optimizer);
     so.schedule = std::move(t.schedule);
     so.activation_checkpointing = config.model.activation_checkpointing;
+    so.ties = ties;
     so.zero = zero_options(config);
     so.dp = config.parallel.dp;
     so.rank = place.replica;
@@ -278,7 +280,8 @@ class Engine::Impl {
   }
 
   // This rank's stage, its layers and program, and (pp > 1) every stage's data-parallel
-  // communicator, made in stage order on every rank.
+  // communicator, made in stage order on every rank, then one communicator per tied
+  // weight and replica over the stages that use it.
   Status plan_stages(Transport& transport, Trainable& t) {
     std::vector<double> costs;
     if (config.parallel.pp > 1 && config.pipeline.partition.counts.empty() &&
@@ -295,6 +298,26 @@ class Engine::Impl {
       if (!made) return make_error(fmt::format("rank {}: stage {}'s data-parallel group: {}", rank.rank, s,
                                                made.error().message));
       if (s == plan.place.stage) group = *made;
+    }
+    return tie_stages(transport);
+  }
+
+  // A weight tied across stages: replica r of each stage that uses it sums its gradients
+  // with replica r of the others (ties in model order, replicas in order, on every rank).
+  Status tie_stages(Transport& transport) {
+    for (std::size_t t = 0; t < plan.ties.size(); ++t) {
+      const PipelineTie& tie = plan.ties[t];
+      for (int64_t r = 0; r < config.parallel.dp; ++r) {
+        std::vector<int64_t> members;
+        for (int64_t s : tie.stages) members.push_back(plan.grid.rank_of(s, r));
+        auto made = transport.make_communicator(members);
+        if (!made)
+          return make_error(fmt::format("rank {}: the stages sharing {}: {}", rank.rank, tie.name,
+                                        made.error().message));
+        if (r == plan.place.replica && plan.tie_parameter[t] >= 0)
+          ties.push_back(TiedWeight{static_cast<std::size_t>(plan.tie_parameter[t]), *made,
+                                    tie.stages.front() == plan.place.stage, tie.name});
+      }
     }
     return {};
   }
@@ -339,8 +362,11 @@ class Engine::Impl {
       return torch::from_blob(mine->data(), {count}, torch::kFloat32).clone();
     }
     std::vector<torch::Tensor> parts;
+    std::map<std::size_t, torch::Tensor> owned;  // tied weights, by tensor: the owner's copy
     auto own = static_cast<int64_t>(mine->bytes() / sizeof(float));
-    parts.push_back(torch::from_blob(mine->data(), {own}, torch::kFloat32).clone());
+    auto kept = without_copies(torch::from_blob(mine->data(), {own}, torch::kFloat32), 0, owned);
+    if (!kept) return fail(kept.error().message);
+    parts.push_back(*kept);
     for (int64_t s = 1; s < config.parallel.pp; ++s) {
       auto count = static_cast<std::size_t>(plan.stage_elements[static_cast<std::size_t>(s)]);
       auto buffer = std::make_shared<HostBuffer>(count * sizeof(float));
@@ -348,9 +374,42 @@ class Engine::Impl {
       self->send(comm, recv_request{0, float_span(buffer, 0, count), from, caf::actor_cast<caf::actor>(self)});
       if (auto got = wait(fmt::format("receiving stage {}'s parameters from rank {}", s, from)); !got)
         return fail(got.error().message);
-      parts.push_back(torch::from_blob(buffer->data(), {static_cast<int64_t>(count)}, torch::kFloat32).clone());
+      auto theirs =
+          without_copies(torch::from_blob(buffer->data(), {static_cast<int64_t>(count)}, torch::kFloat32), s, owned);
+      if (!theirs) return fail(theirs.error().message);
+      parts.push_back(*theirs);
     }
     return torch::cat(parts);
+  }
+
+  // Stage `s`'s parameters, flat, less its copies of weights an earlier stage owns: what
+  // is left, stage after stage, is every tensor once in the model's order. Every copy
+  // must equal its owner's to the bit (same gradients, same update): a difference is an
+  // error naming the weight, not a silent choice of one.
+  Result<torch::Tensor> without_copies(const torch::Tensor& flat, int64_t s,
+                                       std::map<std::size_t, torch::Tensor>& owned) const {
+    std::vector<torch::Tensor> kept;
+    int64_t offset = 0;
+    for (const StageTensor& t : plan.stage_tensors[static_cast<std::size_t>(s)]) {
+      torch::Tensor piece = flat.narrow(0, offset, t.elements);
+      offset += t.elements;
+      auto owner = owned.find(t.tensor);
+      if (t.copy && owner != owned.end() && !torch::equal(piece, owner->second)) {
+        double apart = (piece - owner->second).abs().max().item<double>();
+        return make_error(fmt::format("stage {}'s copy of the tied weight {} differs from its owner's by up to {}",
+                                      s, tie_name(t.tensor), apart));
+      }
+      if (t.copy) continue;
+      kept.push_back(piece.clone());
+      owned[t.tensor] = kept.back();
+    }
+    return kept.empty() ? torch::empty({0}, torch::kFloat32) : torch::cat(kept);
+  }
+
+  std::string tie_name(std::size_t tensor) const {
+    for (const PipelineTie& tie : plan.ties)
+      if (tie.tensor == tensor) return tie.name;
+    return "#" + std::to_string(tensor);
   }
 
   Error fail(const std::string& what) {

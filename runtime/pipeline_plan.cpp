@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -41,22 +42,55 @@ Result<std::vector<int64_t>> layer_counts(const JobConfig& job, const ModelParam
   return pipeline::partition_balanced(weights, stages);
 }
 
-// A tensor used by layers of two stages would need its gradients summed between them.
-Status check_no_tie_across_stages(const ModelParameters& parameters, const std::vector<int64_t>& counts) {
+// Which stage runs each layer.
+std::vector<int64_t> stage_of_layers(const std::vector<int64_t>& counts) {
   std::vector<int64_t> stage_of_layer;
   for (std::size_t s = 0; s < counts.size(); ++s)
     for (int64_t i = 0; i < counts[s]; ++i) stage_of_layer.push_back(static_cast<int64_t>(s));
-  std::vector<int64_t> owner_stage(parameters.tensors.size(), -1);
-  for (std::size_t layer = 0; layer < parameters.owned.size(); ++layer)
-    for (std::size_t t : parameters.owned[layer]) owner_stage[t] = stage_of_layer[layer];
-  for (std::size_t layer = 0; layer < parameters.borrowed.size(); ++layer)
-    for (std::size_t t : parameters.borrowed[layer])
-      if (owner_stage[t] != stage_of_layer[layer])
-        return make_error(fmt::format(
-            "parameter {} is used by layer {} on stage {} and owned by stage {}: troupe does not yet sum "
-            "the gradients of a weight tied across pipeline stages; place both layers on one stage "
-            "([pipeline] partition) or untie them (the built-in GPT: [model] tie_embeddings = false)",
-            parameters.names[t], layer, stage_of_layer[layer], owner_stage[t]));
+  return stage_of_layer;
+}
+
+// The tensors layers of several stages use, and each stage's parameters as it lays them
+// out: a stage's own model_parameters over its layers, each tensor matched to the whole
+// model's by identity.
+Status plan_ties(const torch::nn::Sequential& layers, const ModelParameters& whole, PipelinePlan& plan) {
+  const std::vector<int64_t> stage_of_layer = stage_of_layers(plan.layer_counts);
+  std::vector<std::vector<int64_t>> users(whole.tensors.size());  // by tensor: stages, increasing
+  auto use = [&](std::size_t tensor, std::size_t layer) {
+    auto& stages = users[tensor];
+    if (stages.empty() || stages.back() != stage_of_layer[layer]) stages.push_back(stage_of_layer[layer]);
+  };
+  for (std::size_t layer = 0; layer < whole.owned.size(); ++layer) {
+    for (std::size_t t : whole.owned[layer]) use(t, layer);
+    for (std::size_t t : whole.borrowed[layer]) use(t, layer);
+  }
+  std::map<const void*, std::size_t> index_of;  // the whole model's tensors by identity
+  for (std::size_t t = 0; t < whole.tensors.size(); ++t) index_of[whole.tensors[t].unsafeGetTensorImpl()] = t;
+  std::map<std::size_t, std::size_t> tie_of;  // tensor -> tie
+  for (std::size_t t = 0; t < whole.tensors.size(); ++t)
+    if (users[t].size() > 1) {
+      tie_of[t] = plan.ties.size();
+      plan.ties.push_back(PipelineTie{users[t], whole.names[t], t});
+    }
+  plan.tie_parameter.assign(plan.ties.size(), -1);
+  int64_t first = 0;
+  for (std::size_t s = 0; s < plan.layer_counts.size(); ++s) {
+    auto mine = model_parameters(stage_layers(layers, first, plan.layer_counts[s]));
+    if (!mine) return mine.error();
+    first += plan.layer_counts[s];
+    std::vector<StageTensor> tensors;
+    int64_t elements = 0;
+    for (std::size_t local = 0; local < mine->tensors.size(); ++local) {
+      std::size_t t = index_of.at(mine->tensors[local].unsafeGetTensorImpl());
+      tensors.push_back(StageTensor{mine->tensors[local].numel(), users[t].front() != static_cast<int64_t>(s), t});
+      elements += tensors.back().elements;
+      auto tie = tie_of.find(t);
+      if (tie != tie_of.end() && static_cast<int64_t>(s) == plan.place.stage)
+        plan.tie_parameter[tie->second] = static_cast<int64_t>(local);
+    }
+    plan.stage_tensors.push_back(std::move(tensors));
+    plan.stage_elements.push_back(elements);
+  }
   return {};
 }
 
@@ -112,16 +146,8 @@ Result<PipelinePlan> plan_pipeline(const JobConfig& job, const torch::nn::Sequen
   auto counts = layer_counts(job, *parameters, costs);
   if (!counts) return counts.error();
   plan.layer_counts = std::move(*counts);
-  TROUPE_TRY(check_no_tie_across_stages(*parameters, plan.layer_counts));
-  auto owned = parameters->owned_counts();
-  std::size_t layer = 0;
-  for (std::size_t s = 0; s < plan.layer_counts.size(); ++s) {
-    if (static_cast<int64_t>(s) == plan.place.stage) plan.first_layer = static_cast<int64_t>(layer);
-    int64_t elements = 0;
-    for (int64_t i = 0; i < plan.layer_counts[s]; ++i, ++layer)
-      for (std::size_t n : owned[layer]) elements += static_cast<int64_t>(n);
-    plan.stage_elements.push_back(elements);
-  }
+  for (int64_t s = 0; s < plan.place.stage; ++s) plan.first_layer += plan.layer_counts[static_cast<std::size_t>(s)];
+  TROUPE_TRY(plan_ties(layers, *parameters, plan));
   // One stage runs its micro-batches forward then backward, one at a time, whatever the
   // schedule: the 1f1b program of a single stage.
   const bool piped = job.parallel.pp > 1;

@@ -12,16 +12,38 @@
 #include "actors/micro_batch.hpp"
 #include "base/result.hpp"
 #include "pipeline/action.hpp"
+#include <string>
+#include <vector>
+
 #include "pipeline/topology.hpp"
 #include "runtime/config/config.hpp"
 
 namespace troupe {
 
+/// A tensor the layers of several stages use (DeepSpeed's TiedLayerSpec): each of those
+/// stages holds a copy, and their gradients are summed between them every step.
+struct PipelineTie {
+  std::vector<int64_t> stages;  ///< in order; the first owns the tensor (its copy is the one saved)
+  std::string name;             ///< where the model first uses it
+  std::size_t tensor = 0;       ///< its index among the whole model's parameters
+};
+
+/// One of a stage's parameters, as that stage lays them out (its layers' first-use order).
+struct StageTensor {
+  int64_t elements = 0;
+  bool copy = false;       ///< tied, and an earlier stage owns it
+  std::size_t tensor = 0;  ///< its index among the whole model's parameters
+};
+
 struct PipelinePlan {
   pipeline::Grid grid;  ///< every rank's place: dp × pp in [parallel] order
   pipeline::RankPlace place;
   std::vector<int64_t> layer_counts;    ///< by stage
-  std::vector<int64_t> stage_elements;  ///< by stage: the parameters it owns (each tensor once)
+  std::vector<int64_t> stage_elements;  ///< by stage: its parameters' elements, copies of tied ones included
+  std::vector<std::vector<StageTensor>> stage_tensors;  ///< by stage
+  std::vector<PipelineTie> ties;                        ///< in model order
+  /// By tie: its index among this rank's stage's parameters, or -1 when the stage does not use it.
+  std::vector<int64_t> tie_parameter;
   int64_t first_layer = 0;              ///< this rank's stage's first layer
   pipeline::Program program;            ///< this rank's stage's actions for one step
 };
@@ -32,8 +54,8 @@ std::vector<double> profile_layers(torch::nn::Sequential layers, const MicroBatc
                                    const LossFunction& loss);
 
 /// The plan of `rank`; `costs` by layer are used when the partition is "profile". An error
-/// names the config key (too many stages, counts that do not add up, a weight tied across
-/// stages, a schedule the simulator finds stuck).
+/// names the config key (too many stages, counts that do not add up, a schedule the
+/// simulator finds stuck).
 Result<PipelinePlan> plan_pipeline(const JobConfig& job, const torch::nn::Sequential& layers, int64_t rank,
                                    const std::vector<double>& costs = {});
 

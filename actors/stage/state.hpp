@@ -45,6 +45,7 @@ enum class Tag : uint64_t {
   memory,
   sequence,
   summary,      // pp > 1: every rank's loss, square sum, tokens and compute time, gathered
+  tie,          // a tied weight's gradients (row = tie) or used mark (slot 1) summed between stages
   sent,         // an activation or gradient handed to a neighbour
   received,     // an activation or gradient arrived
   header_sent,  // the shape of the activations to the next stage
@@ -73,6 +74,9 @@ struct StepProgress {
   bool loss_reduced = false;
   ParameterUse used = nullptr;  // once the loss is reduced: the parameters any rank gave a gradient
   bool loss_ready = false, loss_issued = false;  // see reduce_loss
+  std::size_t ties_left = 0;  // tied weights' sums in flight
+  bool ties_issued = false;
+  bool ties_summed = false;  // every tied weight's gradients summed between its stages
   bool norm_asked = false;
   bool gradients_ready = false;  // the norm and the loss are known
   double loss = 0;
@@ -121,8 +125,17 @@ struct ComputeSide {
   double loss_sum = 0;
 };
 
+// A weight shared with other stages (StageOptions::ties), as this stage holds it.
+struct TieSlot {
+  BufferSpan gradient;       // this rank's reduced block of its row
+  std::size_t position = 0;  // in the layout
+  CommunicatorId comm = world_communicator;
+};
+
 struct StageState {
   StageOptions options;
+  std::vector<TieSlot> ties;
+  std::shared_ptr<HostBuffer> tie_marks;  // by tie: 1 when a rank of this stage used it this step
   std::shared_ptr<ParameterStore> store;
   std::shared_ptr<BucketPool> pool;
   std::unique_ptr<GradientRows> rows;

@@ -29,12 +29,6 @@ GptShape gpt_shape(const ModelConfig& model) {
 
 Status check_gpt_pipeline(const JobConfig& job) {
   TROUPE_TRY(check_pipeline_layers(job, job.model.n_layers + 2, "the [model] GPT"));
-  if (job.parallel.pp > 1 && job.model.tie_embeddings)
-    return make_error(fmt::format(
-        "{}: [model] tie_embeddings = true with [parallel] pp = {}: the head on the last stage would share the "
-        "token embedding's weight with stage 0, and troupe does not yet sum a weight's gradients across "
-        "stages; set tie_embeddings = false or pp = 1",
-        job.origins.where("model", "tie_embeddings"), job.parallel.pp));
   return {};
 }
 

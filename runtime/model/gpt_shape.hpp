@@ -25,8 +25,8 @@ struct GptShape {
 /// `model` must be resolved (d_ff set).
 GptShape gpt_shape(const ModelConfig& model);
 
-/// Whether `job`'s pipeline fits the built-in GPT it trains (n_layers + 2 layers; a tied
-/// head would share a weight across stages); the error names the key and its line.
+/// Whether `job`'s pipeline fits the built-in GPT it trains (n_layers + 2 layers); the
+/// error names the key and its line.
 Status check_gpt_pipeline(const JobConfig& job);
 
 }  // namespace troupe

@@ -34,12 +34,13 @@ struct Job {
   int zero = 0;
   double clip = 0;
   std::string settings;  ///< more --set flags (partition, order)
+  bool tied = false;     ///< [model] tie_embeddings: the head on the last stage uses stage 0's embedding
 };
 
 std::string describe(const Job& j) {
   return "pp " + std::to_string(j.pp) + ", dp " + std::to_string(j.dp) + ", " + j.schedule + ", m " +
          std::to_string(j.micro_batches) + ", zero " + std::to_string(j.zero) +
-         (j.clip > 0 ? ", clipping" : "") + j.settings;
+         (j.clip > 0 ? ", clipping" : "") + (j.tied ? ", tied embeddings" : "") + j.settings;
 }
 
 // 20 steps of the tiny GPT (4 layers: embedding, 2 blocks, head) on a global batch of 16.
@@ -55,7 +56,8 @@ TrainedRun train(const std::string& how, const Job& j) {
       " --set batch.gradient_accumulation_steps=" + std::to_string(j.micro_batches) +
       " --set batch.global_batch_size=16 --set pipeline.schedule=" + j.schedule +
       " --set zero.stage=" + std::to_string(j.zero) + " --set zero.reduce_bucket_size=16384" +
-      " --set optimizer.gradient_clipping=" + std::to_string(j.clip) + j.settings +
+      " --set optimizer.gradient_clipping=" + std::to_string(j.clip) +
+      " --set model.tie_embeddings=" + (j.tied ? "true" : "false") + j.settings +
       " --set cluster.coordinator=" + testing::free_coordinator() + " --metrics " + dir +
       "/metrics.jsonl --parameters-out " + dir + "/parameters.bin";
   auto r = testing::run_command(command, 300);
@@ -63,13 +65,13 @@ TrainedRun train(const std::string& how, const Job& j) {
   return testing::read_run(dir + "/metrics.jsonl", dir + "/parameters.bin");
 }
 
-// The reference: one process, the whole batch at once, the same optimizer and clipping.
-const TrainedRun& reference(double clip) {
-  static std::map<double, TrainedRun> cache;
-  auto found = cache.find(clip);
+// The reference: one process, the whole batch at once, the same model, optimizer and clipping.
+const TrainedRun& reference(double clip, bool tied) {
+  static std::map<std::pair<double, bool>, TrainedRun> cache;
+  auto found = cache.find({clip, tied});
   if (found == cache.end()) {
-    Job one{1, 1, 1, "1f1b", 0, clip, ""};
-    found = cache.emplace(clip, train(" --reference", one)).first;
+    Job one{1, 1, 1, "1f1b", 0, clip, "", tied};
+    found = cache.emplace(std::make_pair(clip, tied), train(" --reference", one)).first;
   }
   return found->second;
 }
@@ -78,7 +80,7 @@ class PipelineParity : public ::testing::TestWithParam<Job> {};
 
 TEST_P(PipelineParity, LossesNormsAndParametersMatchTheReference) {
   const Job j = GetParam();
-  const TrainedRun& ref = reference(j.clip);
+  const TrainedRun& ref = reference(j.clip, j.tied);
   TrainedRun run = train("", j);
   testing::ParityFigures worst = testing::expect_parity(run, ref, 20, j.clip);
   std::printf(
@@ -108,6 +110,13 @@ std::vector<Job> jobs() {
       // Stage 3: each forward and each backward gathers the stage's rows over its group.
       Job{2, 2, 4, "1f1b", 3, 0.5, ""},
       Job{2, 2, 8, "gpipe", 3, 0, dp_fastest},
+      // The embedding tied to the head on the last stage: both stages hold it, their
+      // gradients are summed between them, and rank 0 checks the copies agree to the bit.
+      Job{2, 1, 4, "1f1b", 0, 0, "", true},
+      Job{4, 1, 8, "gpipe", 0, 0.5, "", true},
+      Job{2, 2, 4, "1f1b", 1, 0.5, "", true},
+      Job{2, 2, 8, "gpipe", 2, 0, dp_fastest, true},
+      Job{2, 2, 4, "1f1b", 3, 0.5, "", true},
   };
 }
 
@@ -117,6 +126,7 @@ INSTANTIATE_TEST_SUITE_P(Stages, PipelineParity, ::testing::ValuesIn(jobs()), []
                      (j.schedule == "1f1b" ? "OneFOneB" : "GPipe") + "_m" + std::to_string(j.micro_batches) +
                      "_zero" + std::to_string(j.zero);
   if (j.clip > 0) name += "_clip";
+  if (j.tied) name += "_tied";
   if (j.settings.find("parameters") != std::string::npos) name += "_byParameters";
   if (j.settings.find("profile") != std::string::npos) name += "_profiled";
   if (j.settings.find("[3,1]") != std::string::npos) name += "_explicit";

@@ -1,6 +1,8 @@
 // ZeRO's plan (layout per stage, memory estimate) and stage 3's fetch planner, on their own.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "memory/fetch_planner.hpp"
 #include "memory/zero_plan.hpp"
 
@@ -66,6 +68,38 @@ TEST(ZeroPlan, ABorrowedTensorIsLaidOutOnceAndGatheredForEveryLayerThatUsesIt) {
   auto persistent = plan_zero(small);
   ASSERT_TRUE(persistent.ok());
   EXPECT_TRUE(persistent->layer_rows.back().empty());
+}
+
+// A weight tied across pipeline stages: on the stage that owns it (the embedding's 1000
+// among the model's tensors) and on one that holds a copy (the head's 1000 beside other
+// tensors), the dedicated tensor gets a row of its own, never persistent, so each rank's
+// block of it is the same elements on both stages, whatever else each stage holds.
+TEST(ZeroPlan, ADedicatedTensorHasARowOfItsOwnWithTheSameBlocksOnEveryLayout) {
+  for (int64_t stage : {0, 1, 2, 3}) {
+    ZeroPlanInput embedding_stage = model(stage, 2), head_stage = model(stage, 2);
+    embedding_stage.layers = {{1000, 64}, {64, 64, 4000}};
+    embedding_stage.dedicated = {true, false, false, false, false};
+    head_stage.layers = {{64, 64, 4000}, {64, 1000}};
+    head_stage.dedicated = {false, false, false, false, true};
+    auto a = plan_zero(embedding_stage), b = plan_zero(head_stage);
+    ASSERT_TRUE(a.ok() && b.ok());
+    auto row_holding = [](const ZeroPlan& plan, std::size_t parameter) {
+      for (std::size_t p = 0; p < plan.parameter_of.size(); ++p)
+        if (plan.parameter_of[p] == parameter) return plan.layout.row_of_parameter(p);
+      return std::size_t{0};
+    };
+    std::size_t ra = row_holding(*a, 0), rb = row_holding(*b, 4);
+    EXPECT_EQ(a->layout.row(ra).parameter_count, 1u) << "stage " << stage;
+    EXPECT_EQ(b->layout.row(rb).parameter_count, 1u) << "stage " << stage;
+    EXPECT_EQ(a->layout.row(ra).block, b->layout.row(rb).block) << "stage " << stage;
+    EXPECT_EQ(a->layout.row_elements(ra), b->layout.row_elements(rb));
+    if (stage == 3) {
+      EXPECT_FALSE(a->persistent_rows[ra]);
+      EXPECT_EQ(a->row_layer[ra], 0);
+      EXPECT_EQ(b->row_layer[rb], 1);
+      EXPECT_NE(std::find(b->layer_rows[1].begin(), b->layer_rows[1].end(), rb), b->layer_rows[1].end());
+    }
+  }
 }
 
 TEST(ZeroPlan, BorrowingFromALaterLayerIsRefused) {
