@@ -94,7 +94,7 @@ void Transport::recv(void* data, std::size_t bytes, int64_t peer, Completion don
   impl_->submit([impl = impl_.get(), data, bytes, peer, done = std::move(done)]() mutable {
     if (auto ok = impl->check_peer(peer); !ok) return done(ok.error());
     auto [id, tag] = impl->next_point_to_point(peer, true);
-    impl->issue(id, make_recv(id, peer, data, bytes, tag), std::move(done));
+    impl->issue_receive(id, make_recv(id, peer, data, bytes, tag), std::move(done));
   });
 }
 

@@ -38,7 +38,8 @@ namespace transport_limits {
 using Clock = std::chrono::steady_clock;
 constexpr auto mismatch_probe_period = std::chrono::milliseconds(50);
 constexpr std::size_t early_messages_max = 4096;  // actor messages kept until a handler is set
-constexpr int busy_wait_ms = 1;                   // longest sleep while operations are in flight
+constexpr int busy_wait_ms = 1;                   // longest sleep while collectives or sends are in flight
+constexpr int receive_wait_ms = 10;               // longest sleep while only posted receives wait
 constexpr int idle_wait_ms = 100;                 // longest sleep between deadline checks
 constexpr double teardown_bound_s = 2.0;          // flush and cancel at shutdown or failure
 constexpr auto lost_peer_grace = std::chrono::milliseconds(200);  // see react_to_lost_peers
@@ -62,6 +63,11 @@ class Transport::Impl final : public TransferIo {
 
   void issue(uint64_t key, std::unique_ptr<Collective> collective, Completion done,
              std::vector<float> owned = {}, CommunicatorId comm = world_communicator, uint64_t tag = 0);
+  /// Issues a point-to-point receive: it only waits for its peer (see driving()).
+  void issue_receive(uint64_t key, std::unique_ptr<Collective> receive, Completion done);
+  /// Whether an operation in flight has steps of its own to take (anything but a posted
+  /// receive): the progress thread then polls and wakes often.
+  bool driving() const;
   /// Issues a collective made for `shape` (its tag lets a mismatched peer be recognised).
   void issue(const CollectiveShape& shape, std::unique_ptr<Collective> collective, Completion done,
              std::vector<float> owned = {}) {
@@ -158,6 +164,7 @@ class Transport::Impl final : public TransferIo {
     uint64_t tag = 0;  // of its first transfer: names the operation and the call
     Clock::time_point started = Clock::now();
     int64_t first_moved_us = 0;  // when its first receive finished (traced runs only)
+    bool awaits_peer = false;    // a posted receive: nothing to do until the peer's bytes arrive
   };
   struct PeerSlot {
     Impl* self;
