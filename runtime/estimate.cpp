@@ -11,6 +11,7 @@
 #include "memory/offload_plan.hpp"
 #include "memory/zero_plan.hpp"
 #include "runtime/metrics.hpp"
+#include "pipeline/partition.hpp"
 #include "runtime/model/gpt_shape.hpp"
 
 namespace troupe {
@@ -84,18 +85,132 @@ Status move_to_nvme(const JobConfig& job, const ZeroPlan& plan, ModelStateEstima
   return {};
 }
 
+// Some of a model's layers (all of them, or one pipeline stage's), as their ranks lay them out.
+struct LayerSet {
+  std::vector<std::vector<std::size_t>> layers;    // by layer: the element counts of what it owns
+  std::vector<std::vector<std::size_t>> borrowed;  // by layer: indices of earlier tensors it uses
+  std::vector<bool> dedicated;                     // by tensor: a row of its own (tied across stages)
+  int64_t parameters = 0;
+};
+
+// Stage [first, first + count) of `shape`'s layers as that stage holds them: a tensor an
+// earlier stage owns becomes the stage's own copy (in a row of its own, as any tensor
+// other stages use too), as the runtime's pipeline plan does.
+LayerSet stage_slice(const GptShape& shape, int64_t first, int64_t count) {
+  std::vector<std::size_t> owner;  // by tensor: its layer
+  std::vector<std::size_t> size;   // by tensor
+  for (std::size_t layer = 0; layer < shape.layers.size(); ++layer)
+    for (std::size_t n : shape.layers[layer]) owner.push_back(layer), size.push_back(n);
+  const auto begin = static_cast<std::size_t>(first), end = static_cast<std::size_t>(first + count);
+  auto inside = [&](std::size_t layer) { return layer >= begin && layer < end; };
+  std::vector<bool> shared(owner.size(), false);  // used by a layer of another stage than its owner's
+  for (std::size_t layer = 0; layer < shape.borrowed.size(); ++layer)
+    for (std::size_t t : shape.borrowed[layer])
+      if (inside(layer) != inside(owner[t])) shared[t] = true;
+  LayerSet set;
+  std::vector<int64_t> local(owner.size(), -1);  // by tensor: its index in this stage
+  std::size_t next = 0;
+  for (std::size_t layer = begin; layer < end; ++layer) {
+    set.layers.emplace_back();
+    set.borrowed.emplace_back();
+    auto take = [&](std::size_t t) {
+      local[t] = static_cast<int64_t>(next++);
+      set.layers.back().push_back(size[t]);
+      set.dedicated.push_back(shared[t]);
+      set.parameters += static_cast<int64_t>(size[t]);
+    };
+    for (std::size_t t = 0; t < owner.size(); ++t)
+      if (owner[t] == layer) take(t);
+    if (layer < shape.borrowed.size())
+      for (std::size_t t : shape.borrowed[layer]) {
+        if (local[t] < 0)
+          take(t);  // owned by another stage: this stage's copy
+        else
+          set.borrowed.back().push_back(static_cast<std::size_t>(local[t]));
+      }
+  }
+  return set;
+}
+
+// How the job cuts the GPT's layers into stages; `note` says when the run may cut otherwise.
+Result<std::vector<int64_t>> stage_counts(const JobConfig& job, const GptShape& shape, std::string& note) {
+  const PipelinePartition& cut = job.pipeline.partition;
+  const auto layers = static_cast<int64_t>(shape.layers.size());
+  if (!cut.counts.empty()) return cut.counts;
+  if (cut.method == "uniform") return pipeline::partition_uniform(layers, job.parallel.pp);
+  if (cut.method == "profile")
+    note = "partition = \"profile\" cuts by times measured when the job starts; estimated here with the "
+           "\"parameters\" cut";
+  std::vector<double> weights;
+  for (const auto& layer : shape.layers) {
+    double sum = 0;
+    for (std::size_t n : layer) sum += static_cast<double>(n);
+    weights.push_back(sum);
+  }
+  return pipeline::partition_balanced(weights, job.parallel.pp);
+}
+
+// The activations stage `s` keeps at its peak (see StageEstimate::activation_bytes).
+int64_t stage_activation_bytes(const JobConfig& job, int64_t s) {
+  const int64_t pp = job.parallel.pp, m = job.batch.gradient_accumulation_steps;
+  const int64_t tokens = job.batch.micro_batch_size * job.model.seq_len;
+  const int64_t hidden = tokens * job.model.d_model * kFloatBytes;
+  const int64_t input = s == 0 ? tokens * static_cast<int64_t>(sizeof(int64_t)) : hidden;
+  const int64_t output = job.model.activation_checkpointing ? 0 : s == pp - 1 ? kFloatBytes : hidden;
+  const int64_t held = job.pipeline.schedule == "gpipe" ? m : std::min(m, pp - s);
+  return held * (input + output);
+}
+
+Result<ModelStateEstimate> estimate_layers(const JobConfig& job, const LayerSet& set);
+
 }  // namespace
 
 Result<ModelStateEstimate> estimate_job(const JobConfig& job) {
   GptShape shape = gpt_shape(job.model);  // shapes only: no tensor of the model is made
+  if (job.parallel.pp == 1) {
+    auto e = estimate_layers(job, LayerSet{shape.layers, shape.borrowed, {}, shape.parameters});
+    if (e) e->model_params = shape.parameters;
+    return e;
+  }
+  TROUPE_TRY(check_gpt_pipeline(job));
+  std::string note;
+  auto counts = stage_counts(job, shape, note);
+  if (!counts) return make_error(fmt::format("{}: [pipeline] partition: {}", job.source, counts.error().message));
+  std::vector<ModelStateEstimate> per_stage;
+  std::vector<StageEstimate> stages;
+  int64_t first = 0;
+  for (std::size_t s = 0; s < counts->size(); ++s) {
+    auto e = estimate_layers(job, stage_slice(shape, first, (*counts)[s]));
+    if (!e) return e.error();
+    stages.push_back(StageEstimate{static_cast<int64_t>(s), first, (*counts)[s], e->params,
+                                   e->bytes.model_state(), stage_activation_bytes(job, static_cast<int64_t>(s))});
+    per_stage.push_back(std::move(*e));
+    first += (*counts)[s];
+  }
+  std::size_t heaviest = 0;
+  for (std::size_t s = 1; s < stages.size(); ++s)
+    if (stages[s].model_state_bytes > stages[heaviest].model_state_bytes) heaviest = s;
+  ModelStateEstimate e = std::move(per_stage[heaviest]);
+  e.pp = job.parallel.pp;
+  e.stages = std::move(stages);
+  e.heaviest = static_cast<int64_t>(heaviest);
+  e.model_params = shape.parameters;
+  e.partition_note = std::move(note);
+  return e;
+}
+
+namespace {
+
+Result<ModelStateEstimate> estimate_layers(const JobConfig& job, const LayerSet& set) {
   ZeroPlanInput input;
   input.stage = job.zero.stage;
   input.dp = job.parallel.dp;
   input.reduce_bucket_size = static_cast<std::size_t>(job.zero.reduce_bucket_size);
   input.persistence_threshold = static_cast<std::size_t>(job.zero.param_persistence_threshold);
   if (parameters_on_nvme(job)) input.block_align = page_block_align;
-  input.layers = shape.layers;
-  input.borrowed = shape.borrowed;
+  input.layers = set.layers;
+  input.borrowed = set.borrowed;
+  input.dedicated = set.dedicated;
   auto plan = plan_zero(input);
   if (!plan) return make_error(fmt::format("{}: cannot plan ZeRO: {}", job.source, plan.error().message));
 
@@ -110,7 +225,7 @@ Result<ModelStateEstimate> estimate_job(const JobConfig& job) {
   e.file = job.source;
   e.stage = job.zero.stage;
   e.dp = job.parallel.dp;
-  e.params = shape.parameters;
+  e.params = set.parameters;
   // Every kind lives in host memory: the CPU backend is the only one for now. GPU tiers
   // (device memory, pinned host buffers) come with the CUDA backend.
   e.tier = "host";
@@ -134,9 +249,30 @@ Result<ModelStateEstimate> estimate_job(const JobConfig& job) {
   return e;
 }
 
+}  // namespace
+
+// pp > 1: one line per stage, then which stage the table by kind describes.
+std::string render_stages(const ModelStateEstimate& e) {
+  std::string out = fmt::format("  {:>5}  {:>9}  {:>12}  {:>18}  {:>18}\n", "stage", "layers", "parameters",
+                                "model states B", "activations B");
+  for (const StageEstimate& s : e.stages)
+    out += fmt::format("  {:>5}  {:>9}  {:>12}  {:>18}  {:>18}\n", s.stage,
+                       fmt::format("{}-{}", s.first_layer, s.first_layer + s.layers - 1),
+                       group_thousands(s.params), group_thousands(s.model_state_bytes),
+                       group_thousands(s.activation_bytes));
+  if (!e.partition_note.empty()) out += "  (" + e.partition_note + ")\n";
+  out += fmt::format("stage {} holds the most; each of its ranks, by kind:\n", e.heaviest);
+  return out;
+}
+
 std::string render_estimate(const ModelStateEstimate& e) {
-  std::string out = fmt::format("{}: ZeRO stage {}, dp {}, {} parameters\n", e.file, e.stage, e.dp,
-                                group_thousands(e.params));
+  std::string out =
+      e.pp == 1 ? fmt::format("{}: ZeRO stage {}, dp {}, {} parameters\n", e.file, e.stage, e.dp,
+                              group_thousands(e.params))
+                : fmt::format("{}: ZeRO stage {}, dp {}, pp {}, {} parameters (activations: the stage's input "
+                              "and output kept between forward and backward)\n",
+                              e.file, e.stage, e.dp, e.pp, group_thousands(e.model_params)) +
+                      render_stages(e);
   struct Row {
     std::string kind;
     int64_t bytes;
@@ -196,6 +332,20 @@ std::string estimate_json(const ModelStateEstimate& e) {
   if (e.stage == 3) j["live_window_elements"] = e.live_window_elements;
   if (e.nvme_optimizer_state_bytes > 0) j["nvme_optimizer_state_bytes"] = e.nvme_optimizer_state_bytes;
   if (e.nvme_parameter_bytes > 0) j["nvme_parameter_bytes"] = e.nvme_parameter_bytes;
+  if (e.pp > 1) {
+    j["pp"] = e.pp;
+    j["heaviest_stage"] = e.heaviest;
+    j["model_params"] = e.model_params;
+    nlohmann::json stages = nlohmann::json::array();
+    for (const StageEstimate& s : e.stages)
+      stages.push_back({{"stage", s.stage},
+                        {"first_layer", s.first_layer},
+                        {"layers", s.layers},
+                        {"params", s.params},
+                        {"model_state_bytes", s.model_state_bytes},
+                        {"activation_bytes", s.activation_bytes}});
+    j["stages"] = std::move(stages);
+  }
   return j.dump();
 }
 

@@ -11,12 +11,26 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/result.hpp"
 #include "memory/memory_ledger.hpp"
 #include "runtime/config/config.hpp"
 
 namespace troupe {
+
+/// pp > 1: what one pipeline stage's ranks hold.
+struct StageEstimate {
+  int64_t stage = 0;
+  int64_t first_layer = 0;
+  int64_t layers = 0;
+  int64_t params = 0;  ///< its parameters, a copy of a weight tied to an earlier stage included
+  int64_t model_state_bytes = 0;
+  /// The activations it keeps between a micro-batch's forward and backward at the peak (the
+  /// stage's input and output tensors, MemoryKind::activations): 1f1b holds min(m, pp − s)
+  /// micro-batches, gpipe all m; with checkpointing the outputs are not kept.
+  int64_t activation_bytes = 0;
+};
 
 struct ModelStateEstimate {
   std::string file;  ///< the config the job came from
@@ -44,6 +58,13 @@ struct ModelStateEstimate {
   /// Stage 3: elements gathered at the peak, the persistent row included
   /// (stage3_peak_gathered); 0 for other stages.
   int64_t live_window_elements = 0;
+  /// pp > 1: every stage; the figures above are then those of the stage whose ranks hold
+  /// the most model state (`heaviest`), its params that stage's.
+  int64_t pp = 1;
+  std::vector<StageEstimate> stages;
+  int64_t heaviest = 0;
+  int64_t model_params = 0;  ///< the whole model's parameters (= params when pp = 1)
+  std::string partition_note;  ///< how the layers were cut, when it is not what the run does
 };
 
 /// The estimate for a resolved job; fails with a sentence when the job cannot be planned.
@@ -54,7 +75,9 @@ std::string render_estimate(const ModelStateEstimate& estimate);
 
 /// One JSON object (one line): file, stage, dp, params, parameters_bytes, gradients_bytes,
 /// optimizer_state_bytes, communication_bytes, model_state_bytes, formula (the text, e.g.
-/// "4 + 12/N"), formula_bytes_per_param, tier and, for stage 3, live_window_elements.
+/// "4 + 12/N"), formula_bytes_per_param, tier and, for stage 3, live_window_elements;
+/// with pp > 1 also pp, heaviest_stage, model_params and stages (one object each: stage,
+/// first_layer, layers, params, model_state_bytes, activation_bytes).
 std::string estimate_json(const ModelStateEstimate& estimate);
 
 }  // namespace troupe

@@ -328,5 +328,48 @@ INSTANTIATE_TEST_SUITE_P(Zero, Memory,
                                   std::to_string(info.param.dp);
                          });
 
+// pp > 1: the estimate plans each stage as its ranks lay it out (a tied embedding's copy on
+// the last stage included) and the activations the schedule keeps; stage 0's figures match
+// what rank 0 (stage 0, replica 0) measures.
+TEST(Estimate, PlansEachPipelineStageAsItsRanksHoldIt) {
+  const std::string flags =
+      " --set train.steps=3 --set cluster.world_size=4 --set parallel.dp=2 --set parallel.pp=2"
+      " --set batch.micro_batch_size=2 --set batch.gradient_accumulation_steps=4 --set batch.global_batch_size=16"
+      " --set zero.stage=1 --set model.d_model=128 --set zero.reduce_bucket_size=65536"
+      " --set model.tie_embeddings=true";
+  auto r = testing::run_command(std::string(TROUPE_BINARY) + " estimate " + config() + flags + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto e = nlohmann::json::parse(r.output, nullptr, false);
+  ASSERT_TRUE(e.is_object()) << r.output;
+  ASSERT_EQ(e.at("stages").size(), 2u);
+  const auto& first = e.at("stages")[0];
+  const auto& last = e.at("stages")[1];
+  const int64_t embedding = 256 * 128;  // the tied weight: both stages hold it
+  EXPECT_EQ(first.at("params").get<int64_t>() + last.at("params").get<int64_t>(),
+            e.at("model_params").get<int64_t>() + embedding);
+  const int64_t tokens = 2 * 64, hidden = tokens * 128 * 4;
+  EXPECT_EQ(first.at("activation_bytes"), 2 * (tokens * 8 + hidden)) << "1f1b: pp micro-batches on stage 0";
+  EXPECT_EQ(last.at("activation_bytes"), hidden + 4) << "one micro-batch's input and loss on the last stage";
+
+  std::string dir = testing::make_temp_dir();
+  auto run = testing::run_command(std::string(TROUPE_BINARY) + " run " + config() + flags +
+                                      " --set cluster.coordinator=" + testing::free_coordinator() +
+                                      " --metrics " + dir + "/m.jsonl",
+                                  120);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  std::ifstream in(dir + "/m.jsonl");
+  std::string line, final_line;
+  while (std::getline(in, line))
+    if (!line.empty()) final_line = line;
+  ASSERT_FALSE(final_line.empty()) << run.output;
+  auto m = nlohmann::json::parse(final_line);
+  EXPECT_EQ(m.at("activation_bytes"), first.at("activation_bytes"));
+  EXPECT_NEAR(m.at("model_state_bytes").get<double>(), first.at("model_state_bytes").get<double>(),
+              kTolerance * first.at("model_state_bytes").get<double>());
+  std::printf("pipeline estimate: stage 0 model states measured %lld B, estimated %lld B\n",
+              static_cast<long long>(m.at("model_state_bytes").get<int64_t>()),
+              static_cast<long long>(first.at("model_state_bytes").get<int64_t>()));
+}
+
 }  // namespace
 }  // namespace troupe
