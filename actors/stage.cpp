@@ -98,7 +98,8 @@ void place_ties(StageState& s, std::vector<bool>& outside_norm) {
   outside_norm.assign(shards, false);
   for (const TiedWeight& t : s.options.ties) {
     const auto& of = store.plan().parameter_of;
-    std::size_t position = static_cast<std::size_t>(std::find(of.begin(), of.end(), t.parameter) - of.begin());
+    std::size_t position =
+        static_cast<std::size_t>(std::find(of.begin(), of.end(), t.parameter) - of.begin());
     std::size_t k = layout.row_of_parameter(position);
     const auto& row = layout.row(k);
     TieSlot slot{{}, position, t.comm};
@@ -200,9 +201,15 @@ Status build(StageActor* self) {
       },
       fetcher ? GradientRows::RowDone([fetcher](std::size_t row) { fetcher->release(row); })
               : GradientRows::RowDone());
-  ShardOwnerOptions owner{
-      s.store,           s.options.make_optimizer, s.options.compute_threads, s.options.tracer, me,
-      s.options.offload, s.options.rule,           s.options.device,          {}};
+  ShardOwnerOptions owner{s.store,
+                          s.options.make_optimizer,
+                          s.options.compute_threads,
+                          s.options.tracer,
+                          me,
+                          s.options.offload,
+                          s.options.rule,
+                          s.options.device,
+                          {}};
   place_ties(s, owner.outside_norm);
   s.owner = spawn_shard_owner(self->system(), std::move(owner));
   self->link_to(s.owner);
@@ -241,7 +248,8 @@ void sum_ties(StageActor* self) {
   for (std::size_t t = 0; t < s.ties.size(); ++t) {
     const TieSlot& tie = s.ties[t];
     s.tie_marks->as<float>()[t] = !p.used || (*p.used)[tie.position] ? 1.0f : 0.0f;
-    self->send(s.options.comm_agent, all_reduce_request{tag(Tag::tie, t), tie.gradient, ReduceOp::sum, tie.comm, me});
+    self->send(s.options.comm_agent,
+               all_reduce_request{tag(Tag::tie, t), tie.gradient, ReduceOp::sum, tie.comm, me});
     self->send(s.options.comm_agent, all_reduce_request{tag(Tag::tie, t, 1), float_span(s.tie_marks, t, 1),
                                                         ReduceOp::sum, tie.comm, me});
   }

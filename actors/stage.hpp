@@ -73,7 +73,7 @@ struct StagePlace {
 /// stages sum their reduced blocks of it (each has it in a row of its own, so the blocks
 /// are the same elements), and every copy takes the same update.
 struct TiedWeight {
-  std::size_t parameter = 0;  ///< index among the stage's parameters (model_parameters order)
+  std::size_t parameter = 0;                 ///< index among the stage's parameters (model_parameters order)
   CommunicatorId comm = world_communicator;  ///< this replica of every stage that uses it
   bool owner = false;  ///< the first of those stages: the one whose copy counts in the norm
   std::string name;

@@ -75,7 +75,7 @@ class FetchPlanner {
   std::vector<bool> persistent_;
   Limits limits_;
   std::vector<Recording> recordings_{1};  // by kind of pass
-  std::size_t kind_ = 0;                   // of the pass under way
+  std::size_t kind_ = 0;                  // of the pass under way
   std::size_t position_ = 0;              // acquires so far in this pass
   std::vector<std::size_t> acquired_at_;  // by row: position of its latest acquire
   std::vector<bool> held_;

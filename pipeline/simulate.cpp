@@ -102,6 +102,7 @@ struct StageRun {
   std::size_t next = 0;    // the action it runs next
   int64_t busy_until = 0;  // computing until this instant
   int64_t held = 0, peak = 0, busy = 0;
+  std::vector<TimedAction> timeline;
   std::string waiting_for;  // why the next action cannot run, for a deadlock's message
 };
 
@@ -139,10 +140,10 @@ class Executor {
     switch (a.op) {
       case Op::forward:
         r.peak = std::max(r.peak, ++r.held);
-        return compute(r, now);
+        return compute(r, a, now);
       case Op::backward:
         --r.held;
-        return compute(r, now);
+        return compute(r, a, now);
       case Op::send_activation:
         return send(r, activations_[s + 1], a, fmt::format("stage {}", s + 1));
       case Op::send_gradient:
@@ -160,7 +161,8 @@ class Executor {
     return false;
   }
 
-  static bool compute(StageRun& r, int64_t now) {
+  static bool compute(StageRun& r, const Action& a, int64_t now) {
+    r.timeline.push_back(TimedAction{a, now});
     r.busy_until = now + 1;
     ++r.busy;
     ++r.next;
@@ -209,6 +211,7 @@ class Executor {
       out.slots = std::max(out.slots, r.busy_until);
       out.busy_slots.push_back(r.busy);
       out.peak_activations.push_back(r.peak);
+      out.timeline.push_back(r.timeline);
     }
     return out;
   }

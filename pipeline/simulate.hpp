@@ -22,8 +22,15 @@
 
 namespace troupe::pipeline {
 
+/// One compute action as the executor placed it in time.
+struct TimedAction {
+  Action action;
+  int64_t start = 0;  ///< its slot; it ends one slot later
+};
+
 struct Simulation {
   int64_t slots = 0;                      ///< time to the end, forward = backward = 1
+  std::vector<std::vector<TimedAction>> timeline;  ///< by stage: its forwards and backwards, in order
   std::vector<int64_t> busy_slots;        ///< by stage: slots spent computing
   std::vector<int64_t> peak_activations;  ///< by stage: micro-batches held at once, at most
   /// Idle fraction of the pipeline: 1 − Σ busy / (stages × slots) (bubble/total).

@@ -187,7 +187,7 @@ class Engine::Impl {
   caf::actor comm, loader, stage, driver;  // driver: the scheduler
   PipelinePlan plan;
   CommunicatorId group = world_communicator;  // this rank's stage's data-parallel group
-  std::vector<TiedWeight> ties;                // what this rank's stage shares with others
+  std::vector<TiedWeight> ties;               // what this rank's stage shares with others
   caf::actor collectives;  // a GPU rank's (NCCL or staged)
   int64_t compute_threads = 1;
   int64_t steps_done = 0;
@@ -312,8 +312,8 @@ class Engine::Impl {
         for (int64_t s : tie.stages) members.push_back(plan.grid.rank_of(s, r));
         auto made = transport.make_communicator(members);
         if (!made)
-          return make_error(fmt::format("rank {}: the stages sharing {}: {}", rank.rank, tie.name,
-                                        made.error().message));
+          return make_error(
+              fmt::format("rank {}: the stages sharing {}: {}", rank.rank, tie.name, made.error().message));
         if (r == plan.place.replica && plan.tie_parameter[t] >= 0)
           ties.push_back(TiedWeight{static_cast<std::size_t>(plan.tie_parameter[t]), *made,
                                     tie.stages.front() == plan.place.stage, tie.name});
@@ -374,8 +374,8 @@ class Engine::Impl {
       self->send(comm, recv_request{0, float_span(buffer, 0, count), from, caf::actor_cast<caf::actor>(self)});
       if (auto got = wait(fmt::format("receiving stage {}'s parameters from rank {}", s, from)); !got)
         return fail(got.error().message);
-      auto theirs =
-          without_copies(torch::from_blob(buffer->data(), {static_cast<int64_t>(count)}, torch::kFloat32), s, owned);
+      auto theirs = without_copies(
+          torch::from_blob(buffer->data(), {static_cast<int64_t>(count)}, torch::kFloat32), s, owned);
       if (!theirs) return fail(theirs.error().message);
       parts.push_back(*theirs);
     }
@@ -396,8 +396,9 @@ class Engine::Impl {
       auto owner = owned.find(t.tensor);
       if (t.copy && owner != owned.end() && !torch::equal(piece, owner->second)) {
         double apart = (piece - owner->second).abs().max().item<double>();
-        return make_error(fmt::format("stage {}'s copy of the tied weight {} differs from its owner's by up to {}",
-                                      s, tie_name(t.tensor), apart));
+        return make_error(
+            fmt::format("stage {}'s copy of the tied weight {} differs from its owner's by up to {}", s,
+                        tie_name(t.tensor), apart));
       }
       if (t.copy) continue;
       kept.push_back(piece.clone());

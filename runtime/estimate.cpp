@@ -10,8 +10,8 @@
 
 #include "memory/offload_plan.hpp"
 #include "memory/zero_plan.hpp"
-#include "runtime/metrics.hpp"
 #include "pipeline/partition.hpp"
+#include "runtime/metrics.hpp"
 #include "runtime/model/gpt_shape.hpp"
 
 namespace troupe {
@@ -139,8 +139,9 @@ Result<std::vector<int64_t>> stage_counts(const JobConfig& job, const GptShape& 
   if (!cut.counts.empty()) return cut.counts;
   if (cut.method == "uniform") return pipeline::partition_uniform(layers, job.parallel.pp);
   if (cut.method == "profile")
-    note = "partition = \"profile\" cuts by times measured when the job starts; estimated here with the "
-           "\"parameters\" cut";
+    note =
+        "partition = \"profile\" cuts by times measured when the job starts; estimated here with the "
+        "\"parameters\" cut";
   std::vector<double> weights;
   for (const auto& layer : shape.layers) {
     double sum = 0;
@@ -175,7 +176,8 @@ Result<ModelStateEstimate> estimate_job(const JobConfig& job) {
   TROUPE_TRY(check_gpt_pipeline(job));
   std::string note;
   auto counts = stage_counts(job, shape, note);
-  if (!counts) return make_error(fmt::format("{}: [pipeline] partition: {}", job.source, counts.error().message));
+  if (!counts)
+    return make_error(fmt::format("{}: [pipeline] partition: {}", job.source, counts.error().message));
   std::vector<ModelStateEstimate> per_stage;
   std::vector<StageEstimate> stages;
   int64_t first = 0;
@@ -183,7 +185,8 @@ Result<ModelStateEstimate> estimate_job(const JobConfig& job) {
     auto e = estimate_layers(job, stage_slice(shape, first, (*counts)[s]));
     if (!e) return e.error();
     stages.push_back(StageEstimate{static_cast<int64_t>(s), first, (*counts)[s], e->params,
-                                   e->bytes.model_state(), stage_activation_bytes(job, static_cast<int64_t>(s))});
+                                   e->bytes.model_state(),
+                                   stage_activation_bytes(job, static_cast<int64_t>(s))});
     per_stage.push_back(std::move(*e));
     first += (*counts)[s];
   }
@@ -269,9 +272,10 @@ std::string render_estimate(const ModelStateEstimate& e) {
   std::string out =
       e.pp == 1 ? fmt::format("{}: ZeRO stage {}, dp {}, {} parameters\n", e.file, e.stage, e.dp,
                               group_thousands(e.params))
-                : fmt::format("{}: ZeRO stage {}, dp {}, pp {}, {} parameters (activations: the stage's input "
-                              "and output kept between forward and backward)\n",
-                              e.file, e.stage, e.dp, e.pp, group_thousands(e.model_params)) +
+                : fmt::format(
+                      "{}: ZeRO stage {}, dp {}, pp {}, {} parameters (activations: the stage's input "
+                      "and output kept between forward and backward)\n",
+                      e.file, e.stage, e.dp, e.pp, group_thousands(e.model_params)) +
                       render_stages(e);
   struct Row {
     std::string kind;

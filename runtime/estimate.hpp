@@ -63,7 +63,7 @@ struct ModelStateEstimate {
   int64_t pp = 1;
   std::vector<StageEstimate> stages;
   int64_t heaviest = 0;
-  int64_t model_params = 0;  ///< the whole model's parameters (= params when pp = 1)
+  int64_t model_params = 0;    ///< the whole model's parameters (= params when pp = 1)
   std::string partition_note;  ///< how the layers were cut, when it is not what the run does
 };
 

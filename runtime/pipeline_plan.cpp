@@ -82,7 +82,8 @@ Status plan_ties(const torch::nn::Sequential& layers, const ModelParameters& who
     int64_t elements = 0;
     for (std::size_t local = 0; local < mine->tensors.size(); ++local) {
       std::size_t t = index_of.at(mine->tensors[local].unsafeGetTensorImpl());
-      tensors.push_back(StageTensor{mine->tensors[local].numel(), users[t].front() != static_cast<int64_t>(s), t});
+      tensors.push_back(
+          StageTensor{mine->tensors[local].numel(), users[t].front() != static_cast<int64_t>(s), t});
       elements += tensors.back().elements;
       auto tie = tie_of.find(t);
       if (tie != tie_of.end() && static_cast<int64_t>(s) == plan.place.stage)
@@ -146,7 +147,8 @@ Result<PipelinePlan> plan_pipeline(const JobConfig& job, const torch::nn::Sequen
   auto counts = layer_counts(job, *parameters, costs);
   if (!counts) return counts.error();
   plan.layer_counts = std::move(*counts);
-  for (int64_t s = 0; s < plan.place.stage; ++s) plan.first_layer += plan.layer_counts[static_cast<std::size_t>(s)];
+  for (int64_t s = 0; s < plan.place.stage; ++s)
+    plan.first_layer += plan.layer_counts[static_cast<std::size_t>(s)];
   TROUPE_TRY(plan_ties(layers, *parameters, plan));
   // One stage runs its micro-batches forward then backward, one at a time, whatever the
   // schedule: the 1f1b program of a single stage.

@@ -9,11 +9,11 @@
 #include <cstdint>
 #include <vector>
 
+#include <string>
+#include <vector>
 #include "actors/micro_batch.hpp"
 #include "base/result.hpp"
 #include "pipeline/action.hpp"
-#include <string>
-#include <vector>
 
 #include "pipeline/topology.hpp"
 #include "runtime/config/config.hpp"

@@ -74,7 +74,7 @@ struct StepProgress {
   bool loss_reduced = false;
   ParameterUse used = nullptr;  // once the loss is reduced: the parameters any rank gave a gradient
   bool loss_ready = false, loss_issued = false;  // see reduce_loss
-  std::size_t ties_left = 0;  // tied weights' sums in flight
+  std::size_t ties_left = 0;                     // tied weights' sums in flight
   bool ties_issued = false;
   bool ties_summed = false;  // every tied weight's gradients summed between its stages
   bool norm_asked = false;

@@ -8,26 +8,34 @@
 // This program links no LibTorch and no actors: it checks, estimates and launches in a few
 // MB. What trains or measures (rank, bench, run --reference) is troupe-core, which this
 // program becomes by exec with the same arguments, and which `run` starts as each rank.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
+#include "pipeline/picture.hpp"
+#include "pipeline/schedule.hpp"
+#include "pipeline/simulate.hpp"
 #include "runtime/cli/core_program.hpp"
 #include "runtime/cli/job_arguments.hpp"
 #include "runtime/config/load.hpp"
 #include "runtime/config/render.hpp"
+#include "runtime/config/suggest.hpp"
 #include "runtime/config/token.hpp"
 #include "runtime/coordinator.hpp"
 #include "runtime/estimate.hpp"
-#include "runtime/model/gpt_shape.hpp"
 #include "runtime/host_check.hpp"
 #include "runtime/launch/environment.hpp"
 #include "runtime/launch/launcher.hpp"
+#include "runtime/model/gpt_shape.hpp"
 
 namespace troupe {
 namespace {
@@ -109,6 +117,59 @@ int print_estimate(const JobArguments& a, bool as_json) {
   return 0;
 }
 
+struct ScheduleArguments {
+  std::string schedule = "1f1b";
+  int64_t pp = 2;
+  int64_t micro_batches = 4;
+  std::string svg;
+  bool json = false;
+};
+
+// `troupe schedule show`: the planned timeline of a built-in schedule at unit costs, from
+// the simulated executor that checks every schedule before a job runs it.
+int show_schedule(const ScheduleArguments& a) {
+  const auto& names = pipeline::schedule_names();
+  if (std::find(names.begin(), names.end(), a.schedule) == names.end()) {
+    auto near = suggest(a.schedule, names);
+    return report_config_error(
+        make_error(fmt::format("--schedule \"{}\" is not a schedule{}; the schedules are {}", a.schedule,
+                               near ? " (did you mean \"" + *near + "\"?)" : "", fmt::join(names, ", "))));
+  }
+  pipeline::ScheduleShape shape{a.pp, a.micro_batches};
+  auto programs = pipeline::make_programs(a.schedule, shape);
+  if (!programs) return report_config_error(programs.error());
+  auto simulated = pipeline::simulate(*programs, a.micro_batches);
+  if (!simulated) return report_config_error(simulated.error());
+  const double formula = static_cast<double>(a.pp - 1) / static_cast<double>(a.micro_batches + a.pp - 1);
+  if (!a.svg.empty()) {
+    std::ofstream out(a.svg);
+    out << pipeline::timeline_svg(
+        *simulated, fmt::format("{}, pp {}, m {}: bubble {:.3f} at unit costs", a.schedule, a.pp,
+                                a.micro_batches, simulated->bubble()));
+    if (!out.good())
+      return report_config_error(make_error("--svg " + a.svg + ": cannot write the picture there"));
+  }
+  if (a.json) {
+    nlohmann::json j = {{"schedule", a.schedule},
+                        {"pp", a.pp},
+                        {"micro_batches", a.micro_batches},
+                        {"slots", simulated->slots},
+                        {"bubble", simulated->bubble()},
+                        {"bubble_formula", formula},
+                        {"peak_activations", simulated->peak_activations}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("%s", pipeline::timeline_text(*simulated).c_str());
+  std::printf(
+      "%s, pp %lld, m %lld: %lld slots, bubble %.4f at unit costs ((pp-1)/(m+pp-1) = %.4f); "
+      "micro-batches held at the peak by stage: %s\n",
+      a.schedule.c_str(), static_cast<long long>(a.pp), static_cast<long long>(a.micro_batches),
+      static_cast<long long>(simulated->slots), simulated->bubble(), formula,
+      fmt::format("{}", fmt::join(simulated->peak_activations, ", ")).c_str());
+  return 0;
+}
+
 }  // namespace
 }  // namespace troupe
 
@@ -150,10 +211,22 @@ int main(int argc, char** argv) {
   app.add_subcommand("bench",
                      "measure the transport, a collective, the CPU optimizer, the disk or an offloaded step");
 
+  ScheduleArguments schedule_args;
+  auto* schedule = app.add_subcommand("schedule", "pipeline schedules");
+  schedule->require_subcommand(1);
+  auto* show = schedule->add_subcommand("show", "draw a schedule's planned timeline and print its bubble");
+  show->add_option("--schedule", schedule_args.schedule, "the schedule (gpipe, 1f1b)");
+  show->add_option("--pp", schedule_args.pp, "pipeline stages")->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  show->add_option("--micro-batches", schedule_args.micro_batches, "micro-batches per step")
+      ->check(CLI::Range(int64_t{1}, int64_t{65536}));
+  show->add_option("--svg", schedule_args.svg, "also write the timeline as an SVG picture here");
+  show->add_flag("--json", schedule_args.json, "one JSON object instead of the picture");
+
   CLI11_PARSE(app, argc, argv);
 
   if (*check) return check_job(check_args);
   if (*estimate) return print_estimate(estimate_args, estimate_as_json);
+  if (*show) return show_schedule(schedule_args);
   if (*launch) {
     LaunchOptions options;
     options.ranks = launch_ranks_count;

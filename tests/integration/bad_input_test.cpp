@@ -283,5 +283,15 @@ TEST(BadInput, NoOutputOfARunShowsItsToken) {
   EXPECT_EQ(checked.output.find(secret), std::string::npos) << checked.output;
 }
 
+// `troupe schedule show`: an unknown schedule gets a did-you-mean, a shape the schedule
+// cannot run says why; both exit with the usage status and draw nothing.
+TEST(BadInput, ScheduleShowRefusesAnUnknownScheduleOrAShapeItCannotRun) {
+  auto r = testing::run_command(troupe_command("schedule show --schedule 1fb1 --pp 2 --micro-batches 4"), 60);
+  expect_refused(r, "--schedule \"1fb1\" is not a schedule (did you mean \"1f1b\"?)");
+  r = testing::run_command(troupe_command("schedule show --schedule 1f1b --pp 4 --micro-batches 2"), 60);
+  expect_refused(r, "1f1b needs at least as many micro-batches as stages");
+  EXPECT_EQ(r.output.find("stage  0 |"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace troupe

@@ -334,7 +334,8 @@ INSTANTIATE_TEST_SUITE_P(Zero, Memory,
 TEST(Estimate, PlansEachPipelineStageAsItsRanksHoldIt) {
   const std::string flags =
       " --set train.steps=3 --set cluster.world_size=4 --set parallel.dp=2 --set parallel.pp=2"
-      " --set batch.micro_batch_size=2 --set batch.gradient_accumulation_steps=4 --set batch.global_batch_size=16"
+      " --set batch.micro_batch_size=2 --set batch.gradient_accumulation_steps=4 --set "
+      "batch.global_batch_size=16"
       " --set zero.stage=1 --set model.d_model=128 --set zero.reduce_bucket_size=65536"
       " --set model.tie_embeddings=true";
   auto r = testing::run_command(std::string(TROUPE_BINARY) + " estimate " + config() + flags + " --json");

@@ -175,11 +175,12 @@ TEST(PipelineMemory, StageZeroHoldsPpMicroBatchesWithOneFOneBAndAllWithGPipe) {
 // same gradient norms: a pipeline, a plain data-parallel job, and a pipeline whose stages
 // gather their parameters for each forward, recomputed forward and backward (ZeRO 3).
 TEST(ActivationCheckpointing, GivesTheSameLossesBitForBit) {
-  for (const std::string& shape : {std::string(" --set pipeline.schedule=1f1b"),
-                                   std::string(" --set parallel.pp=1 --set parallel.dp=2 --set zero.stage=2"
-                                               " --set batch.micro_batch_size=1"),
-                                   std::string(" --set parallel.dp=2 --set cluster.world_size=4 --set zero.stage=3"
-                                               " --set batch.micro_batch_size=1")}) {
+  for (const std::string& shape :
+       {std::string(" --set pipeline.schedule=1f1b"),
+        std::string(" --set parallel.pp=1 --set parallel.dp=2 --set zero.stage=2"
+                    " --set batch.micro_batch_size=1"),
+        std::string(" --set parallel.dp=2 --set cluster.world_size=4 --set zero.stage=3"
+                    " --set batch.micro_batch_size=1")}) {
     auto off = metrics_of(shape);
     auto on = metrics_of(shape + " --set model.activation_checkpointing=true");
     ASSERT_EQ(off.size(), 3u);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/picture.hpp"
 #include "pipeline/schedule.hpp"
 #include "pipeline/simulate.hpp"
 
@@ -152,6 +153,27 @@ TEST(PipelineSchedule, ShapesAScheduleCannotRunAreRefused) {
       "stages");
   EXPECT_TRUE(make_program("gpipe", ScheduleShape{4, 2}, 3).ok()) << "gpipe runs any m";
   EXPECT_FALSE(make_program("gpipe", ScheduleShape{4, 2}, 4).ok()) << "no stage 4 of 4";
+}
+
+// The executor places each forward and backward in time; the pictures draw that, one row
+// per stage: 1F1B at p = 2, m = 3 leaves stage 0 idle while stage 1 runs B0 (slot 2) and
+// B2 (slot 6), and stage 1 idle before its first forward and after its last backward.
+TEST(PipelinePicture, TheTimelineIsWhereTheExecutorPutEachComputeAction) {
+  Simulation s = simulated("1f1b", 2, 3);
+  ASSERT_EQ(s.timeline.size(), 2u);
+  std::vector<std::string> stage0;
+  for (const TimedAction& t : s.timeline[0])
+    stage0.push_back((t.action.op == Op::forward ? "F" : "B") + std::to_string(t.action.micro) + "@" +
+                     std::to_string(t.start));
+  EXPECT_EQ(stage0, (std::vector<std::string>{"F0@0", "F1@1", "B0@3", "F2@4", "B1@5", "B2@7"}));
+  EXPECT_EQ(timeline_text(s),
+            "stage  0 | F0 F1  . B0 F2 B1  . B2\n"
+            "stage  1 |  . F0 B0 F1 B1 F2 B2  .\n");
+  std::string svg = timeline_svg(s, "1f1b <p=2>");
+  std::size_t boxes = 0;
+  for (std::size_t at = svg.find("<rect"); at != std::string::npos; at = svg.find("<rect", at + 1)) ++boxes;
+  EXPECT_EQ(boxes, 2u * 3u * 2u) << "one box per forward and backward of every stage";
+  EXPECT_NE(svg.find("1f1b &lt;p=2&gt;"), std::string::npos) << "the title is escaped";
 }
 
 }  // namespace
