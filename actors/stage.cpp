@@ -240,10 +240,6 @@ void sum_ties(StageActor* self) {
   if (p.ties_issued) return;
   p.ties_issued = true;
   p.ties_left = 2 * s.ties.size();
-  if (s.ties.empty()) {
-    p.ties_summed = true;
-    return;
-  }
   caf::actor me = caf::actor_cast<caf::actor>(self);
   for (std::size_t t = 0; t < s.ties.size(); ++t) {
     const TieSlot& tie = s.ties[t];
@@ -259,14 +255,11 @@ void sum_ties(StageActor* self) {
 void on_tie_summed(StageActor* self) {
   auto& s = self->state;
   auto& p = s.progress;
-  if (--p.ties_left > 0) return;
-  if (p.used) {
-    auto used = std::make_shared<std::vector<bool>>(*p.used);
-    for (std::size_t t = 0; t < s.ties.size(); ++t)
-      if (s.tie_marks->as<float>()[t] > 0) (*used)[s.ties[t].position] = true;
-    p.used = std::move(used);
-  }
-  p.ties_summed = true;
+  if (--p.ties_left > 0 || !p.used) return;
+  auto used = std::make_shared<std::vector<bool>>(*p.used);
+  for (std::size_t t = 0; t < s.ties.size(); ++t)
+    if (s.tie_marks->as<float>()[t] > 0) (*used)[s.ties[t].position] = true;
+  p.used = std::move(used);
 }
 
 // Every gradient row and the loss are reduced, tied weights summed: measure the norm.
@@ -275,7 +268,7 @@ void maybe_measure(StageActor* self) {
   auto& p = s.progress;
   if (p.norm_asked || !p.loss_reduced || p.reduced < s.rows->posts_per_step(p.micro_count)) return;
   sum_ties(self);
-  if (!p.ties_summed) return;
+  if (!s.ties_summed()) return;
   p.norm_asked = true;
   self->send(s.owner, measure_gradients{caf::actor_cast<caf::actor>(self)});
 }

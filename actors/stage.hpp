@@ -76,7 +76,6 @@ struct TiedWeight {
   std::size_t parameter = 0;                 ///< index among the stage's parameters (model_parameters order)
   CommunicatorId comm = world_communicator;  ///< this replica of every stage that uses it
   bool owner = false;  ///< the first of those stages: the one whose copy counts in the norm
-  std::string name;
 };
 
 struct StageOptions {

@@ -56,12 +56,15 @@ Result<FlatLayout> FlatLayout::make(const std::vector<std::size_t>& counts, int6
 }
 
 Result<FlatLayout> FlatLayout::make_bucketed(const std::vector<std::size_t>& counts, int64_t partitions,
-                                             std::size_t row_limit, std::size_t align) {
+                                             std::size_t row_limit, std::size_t align,
+                                             const std::vector<bool>& alone) {
   if (row_limit < 1) return make_error("a flat layout's rows must hold at least one element");
+  auto is_alone = [&](std::size_t p) { return p < alone.size() && alone[p]; };
   std::vector<std::size_t> starts;
   std::size_t filled = 0;
   for (std::size_t p = 0; p < counts.size(); ++p) {
-    if (p > 0 && filled > 0 && filled + counts[p] > row_limit) {
+    const bool cut = filled + counts[p] > row_limit || is_alone(p) || (p > 0 && is_alone(p - 1));
+    if (p > 0 && filled > 0 && cut) {
       starts.push_back(p);
       filled = 0;
     }

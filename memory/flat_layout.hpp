@@ -56,9 +56,11 @@ class FlatLayout {
                                  std::size_t block_align = 0);
 
   /// Rows cut so each holds at most `row_limit` elements of parameters (a parameter
-  /// larger than that gets a row of its own); row_limit ≥ 1.
+  /// larger than that gets a row of its own); row_limit ≥ 1. A parameter marked in `alone`
+  /// (by position; empty: none) has a row to itself whatever its size.
   static Result<FlatLayout> make_bucketed(const std::vector<std::size_t>& counts, int64_t partitions,
-                                          std::size_t row_limit, std::size_t align = default_align);
+                                          std::size_t row_limit, std::size_t align = default_align,
+                                          const std::vector<bool>& alone = {});
 
   std::size_t parameter_count() const { return offsets_.size(); }
   /// First element of parameter `p` in the flat buffer.

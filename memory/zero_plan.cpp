@@ -13,32 +13,17 @@ bool dedicated(const ZeroPlanInput& in, std::size_t parameter) {
   return parameter < in.dedicated.size() && in.dedicated[parameter];
 }
 
-// Rows of at most reduce_bucket_size elements, filled in order, a dedicated parameter
-// alone in its row.
-std::vector<std::size_t> bucket_starts(const ZeroPlanInput& in, const ZeroPlan& plan,
-                                       const std::vector<std::size_t>& counts) {
-  std::vector<std::size_t> starts;
-  std::size_t filled = 0;
-  bool alone = false;  // the row being filled holds a dedicated parameter
-  for (std::size_t p = 0; p < counts.size(); ++p) {
-    const bool own = dedicated(in, plan.parameter_of[p]);
-    if (p > 0 && filled > 0 && (own || alone || filled + counts[p] > in.reduce_bucket_size)) {
-      starts.push_back(p);
-      filled = 0;
-    }
-    filled += counts[p];
-    alone = own;
-  }
-  return starts;
-}
-
 Result<ZeroPlan> plan_bucketed(const ZeroPlanInput& in, const std::vector<std::size_t>& counts) {
   ZeroPlan plan;
   for (std::size_t i = counts.size(); i-- > 0;) plan.parameter_of.push_back(i);
   std::vector<std::size_t> reversed;
-  for (std::size_t i : plan.parameter_of) reversed.push_back(counts[i]);
-  auto layout = FlatLayout::make(reversed, in.stage == 0 ? 1 : in.dp, FlatLayout::default_align,
-                                 bucket_starts(in, plan, reversed));
+  std::vector<bool> alone;
+  for (std::size_t i : plan.parameter_of) {
+    reversed.push_back(counts[i]);
+    alone.push_back(dedicated(in, i));
+  }
+  auto layout = FlatLayout::make_bucketed(reversed, in.stage == 0 ? 1 : in.dp, in.reduce_bucket_size,
+                                          FlatLayout::default_align, alone);
   if (!layout) return layout.error();
   plan.layout = std::move(*layout);
   return plan;

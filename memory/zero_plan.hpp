@@ -9,8 +9,9 @@
 // param_persistence_threshold elements into one persistent row that stays gathered.
 //
 // A tensor several layers use (tied weights) is laid out once, in the first layer that
-// uses it; the later ones borrow it. A dedicated parameter has a row to itself. In stage 3 a layer's rows are
-// then its own and the rows of what it borrows, all gathered before it runs.
+// uses it; the later ones borrow it. In stage 3 a layer's rows are then its own and the
+// rows of what it borrows, all gathered before it runs. A dedicated parameter has a row
+// to itself at every stage.
 //
 // estimate_model_state() predicts what the runtime allocates, byte for byte, from the
 // same plan: the layout's padding, the bucket buffers, and for stage 3 the live window

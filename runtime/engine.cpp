@@ -316,7 +316,7 @@ class Engine::Impl {
               fmt::format("rank {}: the stages sharing {}: {}", rank.rank, tie.name, made.error().message));
         if (r == plan.place.replica && plan.tie_parameter[t] >= 0)
           ties.push_back(TiedWeight{static_cast<std::size_t>(plan.tie_parameter[t]), *made,
-                                    tie.stages.front() == plan.place.stage, tie.name});
+                                    tie.stages.front() == plan.place.stage});
       }
     }
     return {};
@@ -368,7 +368,7 @@ class Engine::Impl {
     if (!kept) return fail(kept.error().message);
     parts.push_back(*kept);
     for (int64_t s = 1; s < config.parallel.pp; ++s) {
-      auto count = static_cast<std::size_t>(plan.stage_elements[static_cast<std::size_t>(s)]);
+      auto count = static_cast<std::size_t>(plan.stage_elements(static_cast<std::size_t>(s)));
       auto buffer = std::make_shared<HostBuffer>(count * sizeof(float));
       const int64_t from = grid.rank_of(s, 0);
       self->send(comm, recv_request{0, float_span(buffer, 0, count), from, caf::actor_cast<caf::actor>(self)});

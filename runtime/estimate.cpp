@@ -10,7 +10,7 @@
 
 #include "memory/offload_plan.hpp"
 #include "memory/zero_plan.hpp"
-#include "pipeline/partition.hpp"
+#include "runtime/config/resolve.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/model/gpt_shape.hpp"
 
@@ -132,23 +132,15 @@ LayerSet stage_slice(const GptShape& shape, int64_t first, int64_t count) {
   return set;
 }
 
-// How the job cuts the GPT's layers into stages; `note` says when the run may cut otherwise.
-Result<std::vector<int64_t>> stage_counts(const JobConfig& job, const GptShape& shape, std::string& note) {
-  const PipelinePartition& cut = job.pipeline.partition;
-  const auto layers = static_cast<int64_t>(shape.layers.size());
-  if (!cut.counts.empty()) return cut.counts;
-  if (cut.method == "uniform") return pipeline::partition_uniform(layers, job.parallel.pp);
-  if (cut.method == "profile")
-    note =
-        "partition = \"profile\" cuts by times measured when the job starts; estimated here with the "
-        "\"parameters\" cut";
-  std::vector<double> weights;
+// Each layer's parameter elements, for the "parameters" partition.
+std::vector<double> layer_elements(const GptShape& shape) {
+  std::vector<double> elements;
   for (const auto& layer : shape.layers) {
     double sum = 0;
     for (std::size_t n : layer) sum += static_cast<double>(n);
-    weights.push_back(sum);
+    elements.push_back(sum);
   }
-  return pipeline::partition_balanced(weights, job.parallel.pp);
+  return elements;
 }
 
 // The activations stage `s` keeps at its peak (see StageEstimate::activation_bytes).
@@ -161,48 +153,6 @@ int64_t stage_activation_bytes(const JobConfig& job, int64_t s) {
   const int64_t held = job.pipeline.schedule == "gpipe" ? m : std::min(m, pp - s);
   return held * (input + output);
 }
-
-Result<ModelStateEstimate> estimate_layers(const JobConfig& job, const LayerSet& set);
-
-}  // namespace
-
-Result<ModelStateEstimate> estimate_job(const JobConfig& job) {
-  GptShape shape = gpt_shape(job.model);  // shapes only: no tensor of the model is made
-  if (job.parallel.pp == 1) {
-    auto e = estimate_layers(job, LayerSet{shape.layers, shape.borrowed, {}, shape.parameters});
-    if (e) e->model_params = shape.parameters;
-    return e;
-  }
-  TROUPE_TRY(check_gpt_pipeline(job));
-  std::string note;
-  auto counts = stage_counts(job, shape, note);
-  if (!counts)
-    return make_error(fmt::format("{}: [pipeline] partition: {}", job.source, counts.error().message));
-  std::vector<ModelStateEstimate> per_stage;
-  std::vector<StageEstimate> stages;
-  int64_t first = 0;
-  for (std::size_t s = 0; s < counts->size(); ++s) {
-    auto e = estimate_layers(job, stage_slice(shape, first, (*counts)[s]));
-    if (!e) return e.error();
-    stages.push_back(StageEstimate{static_cast<int64_t>(s), first, (*counts)[s], e->params,
-                                   e->bytes.model_state(),
-                                   stage_activation_bytes(job, static_cast<int64_t>(s))});
-    per_stage.push_back(std::move(*e));
-    first += (*counts)[s];
-  }
-  std::size_t heaviest = 0;
-  for (std::size_t s = 1; s < stages.size(); ++s)
-    if (stages[s].model_state_bytes > stages[heaviest].model_state_bytes) heaviest = s;
-  ModelStateEstimate e = std::move(per_stage[heaviest]);
-  e.pp = job.parallel.pp;
-  e.stages = std::move(stages);
-  e.heaviest = static_cast<int64_t>(heaviest);
-  e.model_params = shape.parameters;
-  e.partition_note = std::move(note);
-  return e;
-}
-
-namespace {
 
 Result<ModelStateEstimate> estimate_layers(const JobConfig& job, const LayerSet& set) {
   ZeroPlanInput input;
@@ -254,6 +204,48 @@ Result<ModelStateEstimate> estimate_layers(const JobConfig& job, const LayerSet&
 
 }  // namespace
 
+Result<ModelStateEstimate> estimate_job(const JobConfig& job) {
+  GptShape shape = gpt_shape(job.model);  // shapes only: no tensor of the model is made
+  if (job.parallel.pp == 1) {
+    auto e = estimate_layers(job, LayerSet{shape.layers, shape.borrowed, {}, shape.parameters});
+    if (e) e->model_params = shape.parameters;
+    return e;
+  }
+  TROUPE_TRY(check_gpt_pipeline(job));
+  // "profile" cuts by times measured when the job starts: estimated with the "parameters" cut.
+  std::string note = job.pipeline.partition.counts.empty() && job.pipeline.partition.method == "profile"
+                         ? "partition = \"profile\" cuts by times measured when the job starts; estimated "
+                           "here with the \"parameters\" cut"
+                         : "";
+  auto counts = stage_layer_counts(job, layer_elements(shape), {});
+  if (!counts)
+    return make_error(fmt::format("{}: [pipeline] partition: {}", job.source, counts.error().message));
+  std::vector<ModelStateEstimate> per_stage;
+  std::vector<StageEstimate> stages;
+  int64_t first = 0;
+  for (std::size_t s = 0; s < counts->size(); ++s) {
+    auto e = estimate_layers(job, stage_slice(shape, first, (*counts)[s]));
+    if (!e) return e.error();
+    stages.push_back(StageEstimate{static_cast<int64_t>(s), first, (*counts)[s], e->params,
+                                   e->bytes.model_state(),
+                                   stage_activation_bytes(job, static_cast<int64_t>(s))});
+    per_stage.push_back(std::move(*e));
+    first += (*counts)[s];
+  }
+  std::size_t heaviest = 0;
+  for (std::size_t s = 1; s < stages.size(); ++s)
+    if (stages[s].model_state_bytes > stages[heaviest].model_state_bytes) heaviest = s;
+  ModelStateEstimate e = std::move(per_stage[heaviest]);
+  e.pp = job.parallel.pp;
+  e.stages = std::move(stages);
+  e.heaviest = static_cast<int64_t>(heaviest);
+  e.model_params = shape.parameters;
+  e.partition_note = std::move(note);
+  return e;
+}
+
+namespace {
+
 // pp > 1: one line per stage, then which stage the table by kind describes.
 std::string render_stages(const ModelStateEstimate& e) {
   std::string out = fmt::format("  {:>5}  {:>9}  {:>12}  {:>18}  {:>18}\n", "stage", "layers", "parameters",
@@ -267,6 +259,8 @@ std::string render_stages(const ModelStateEstimate& e) {
   out += fmt::format("stage {} holds the most; each of its ranks, by kind:\n", e.heaviest);
   return out;
 }
+
+}  // namespace
 
 std::string render_estimate(const ModelStateEstimate& e) {
   std::string out =

@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 
 #include "actors/model_parameters.hpp"
-#include "pipeline/partition.hpp"
 #include "pipeline/schedule.hpp"
 #include "pipeline/simulate.hpp"
 #include "runtime/config/resolve.hpp"
@@ -22,24 +21,15 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-Result<std::vector<int64_t>> layer_counts(const JobConfig& job, const ModelParameters& parameters,
-                                          const std::vector<double>& costs) {
-  const PipelinePartition& cut = job.pipeline.partition;
-  const auto layers = static_cast<int64_t>(parameters.owned.size());
-  const int64_t stages = job.parallel.pp;
-  if (!cut.counts.empty()) return cut.counts;  // checked against the model by check_pipeline_layers
-  if (cut.method == "uniform") return pipeline::partition_uniform(layers, stages);
-  std::vector<double> weights;
-  if (cut.method == "parameters") {
-    for (const auto& owned : parameters.owned_counts()) {
-      double sum = 0;
-      for (std::size_t n : owned) sum += static_cast<double>(n);
-      weights.push_back(sum);
-    }
-  } else {
-    weights = costs;
+// Each layer's parameter elements (what it owns), for the "parameters" partition.
+std::vector<double> layer_elements(const ModelParameters& parameters) {
+  std::vector<double> elements;
+  for (const auto& owned : parameters.owned_counts()) {
+    double sum = 0;
+    for (std::size_t n : owned) sum += static_cast<double>(n);
+    elements.push_back(sum);
   }
-  return pipeline::partition_balanced(weights, stages);
+  return elements;
 }
 
 // Which stage runs each layer.
@@ -79,18 +69,15 @@ Status plan_ties(const torch::nn::Sequential& layers, const ModelParameters& who
     if (!mine) return mine.error();
     first += plan.layer_counts[s];
     std::vector<StageTensor> tensors;
-    int64_t elements = 0;
     for (std::size_t local = 0; local < mine->tensors.size(); ++local) {
       std::size_t t = index_of.at(mine->tensors[local].unsafeGetTensorImpl());
       tensors.push_back(
           StageTensor{mine->tensors[local].numel(), users[t].front() != static_cast<int64_t>(s), t});
-      elements += tensors.back().elements;
       auto tie = tie_of.find(t);
       if (tie != tie_of.end() && static_cast<int64_t>(s) == plan.place.stage)
         plan.tie_parameter[tie->second] = static_cast<int64_t>(local);
     }
     plan.stage_tensors.push_back(std::move(tensors));
-    plan.stage_elements.push_back(elements);
   }
   return {};
 }
@@ -144,7 +131,7 @@ Result<PipelinePlan> plan_pipeline(const JobConfig& job, const torch::nn::Sequen
   TROUPE_TRY(check_pipeline_layers(job, static_cast<int64_t>(layers->size()), "the model"));
   auto parameters = model_parameters(layers);
   if (!parameters) return parameters.error();
-  auto counts = layer_counts(job, *parameters, costs);
+  auto counts = stage_layer_counts(job, layer_elements(*parameters), costs);
   if (!counts) return counts.error();
   plan.layer_counts = std::move(*counts);
   for (int64_t s = 0; s < plan.place.stage; ++s)
@@ -161,6 +148,12 @@ Result<PipelinePlan> plan_pipeline(const JobConfig& job, const torch::nn::Sequen
     return make_error(fmt::format("[pipeline] schedule \"{}\": {}", schedule, checked.error().message));
   plan.program = (*programs)[static_cast<std::size_t>(plan.place.stage)];
   return plan;
+}
+
+int64_t PipelinePlan::stage_elements(std::size_t s) const {
+  int64_t elements = 0;
+  for (const StageTensor& t : stage_tensors[s]) elements += t.elements;
+  return elements;
 }
 
 torch::nn::Sequential stage_layers(torch::nn::Sequential all, int64_t first, int64_t count) {

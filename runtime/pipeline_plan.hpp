@@ -7,14 +7,12 @@
 #include <torch/nn/modules/container/sequential.h>
 
 #include <cstdint>
-#include <vector>
-
 #include <string>
 #include <vector>
+
 #include "actors/micro_batch.hpp"
 #include "base/result.hpp"
 #include "pipeline/action.hpp"
-
 #include "pipeline/topology.hpp"
 #include "runtime/config/config.hpp"
 
@@ -38,14 +36,16 @@ struct StageTensor {
 struct PipelinePlan {
   pipeline::Grid grid;  ///< every rank's place: dp × pp in [parallel] order
   pipeline::RankPlace place;
-  std::vector<int64_t> layer_counts;    ///< by stage
-  std::vector<int64_t> stage_elements;  ///< by stage: its parameters' elements, copies of tied ones included
+  std::vector<int64_t> layer_counts;                    ///< by stage
   std::vector<std::vector<StageTensor>> stage_tensors;  ///< by stage
   std::vector<PipelineTie> ties;                        ///< in model order
   /// By tie: its index among this rank's stage's parameters, or -1 when the stage does not use it.
   std::vector<int64_t> tie_parameter;
   int64_t first_layer = 0;              ///< this rank's stage's first layer
   pipeline::Program program;            ///< this rank's stage's actions for one step
+
+  /// Stage `s`'s parameter elements, copies of tied weights included.
+  int64_t stage_elements(std::size_t s) const;
 };
 
 /// What one micro-batch's forward and backward cost each layer, in seconds (the best of a

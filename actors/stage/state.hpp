@@ -74,9 +74,8 @@ struct StepProgress {
   bool loss_reduced = false;
   ParameterUse used = nullptr;  // once the loss is reduced: the parameters any rank gave a gradient
   bool loss_ready = false, loss_issued = false;  // see reduce_loss
+  bool ties_issued = false;                      // see sum_ties
   std::size_t ties_left = 0;                     // tied weights' sums in flight
-  bool ties_issued = false;
-  bool ties_summed = false;  // every tied weight's gradients summed between its stages
   bool norm_asked = false;
   bool gradients_ready = false;  // the norm and the loss are known
   double loss = 0;
@@ -162,6 +161,8 @@ struct StageState {
       std::make_shared<std::atomic<bool>>(false);  // compute reads it
   static inline const char* name = "stage";
 
+  // Every tied weight's gradients summed between its stages (none to sum: at once).
+  bool ties_summed() const { return progress.ties_issued && progress.ties_left == 0; }
   bool first_stage() const { return options.place.stage == 0; }
   bool last_stage() const { return options.place.stage == options.place.stages - 1; }
   CommunicatorId group() const { return options.place.group; }

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <utility>
 
+#include "pipeline/partition.hpp"
 #include "pipeline/schedule.hpp"
 #include "pipeline/topology.hpp"
 #include "runtime/config/schema.hpp"
@@ -495,6 +496,17 @@ Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins) {
   TROUPE_TRY(resolve_pipeline(raw, origins));
   raw.origins = origins;
   return raw;
+}
+
+Result<std::vector<int64_t>> stage_layer_counts(const JobConfig& job,
+                                                const std::vector<double>& layer_elements,
+                                                const std::vector<double>& layer_times) {
+  const PipelinePartition& cut = job.pipeline.partition;
+  if (!cut.counts.empty()) return cut.counts;  // checked against the model by check_pipeline_layers
+  if (cut.method == "uniform")
+    return pipeline::partition_uniform(static_cast<int64_t>(layer_elements.size()), job.parallel.pp);
+  const bool by_time = cut.method == "profile" && !layer_times.empty();
+  return pipeline::partition_balanced(by_time ? layer_times : layer_elements, job.parallel.pp);
 }
 
 }  // namespace troupe

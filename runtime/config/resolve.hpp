@@ -31,4 +31,11 @@ Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins);
 /// explicit partition that counts every layer. Messages name the key's line.
 Status check_pipeline_layers(const JobConfig& job, int64_t layers, const std::string& model);
 
+/// The layer count of each of the job's pp stages, cut as [pipeline] partition says: the
+/// explicit counts, "uniform", or balanced by `layer_elements` ("parameters") or by
+/// `layer_times` ("profile"; by `layer_elements` when no times are given). By layer.
+Result<std::vector<int64_t>> stage_layer_counts(const JobConfig& job,
+                                                const std::vector<double>& layer_elements,
+                                                const std::vector<double>& layer_times);
+
 }  // namespace troupe

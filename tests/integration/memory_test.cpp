@@ -84,6 +84,15 @@ std::string config() {
   return std::string(TROUPE_SOURCE_DIR) + "/configs/tiny-gpt.toml";
 }
 
+// The last line of a metrics file (the run's final step), or "" when it has none.
+std::string last_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  return last;
+}
+
 Measured measure(const Case& c) {
   std::string dir = testing::make_temp_dir();
   auto r = testing::run_command(std::string(TROUPE_BINARY) + " run " + config() + job_flags(c) +
@@ -91,10 +100,7 @@ Measured measure(const Case& c) {
                                     " --metrics " + dir + "/m.jsonl",
                                 120);
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  std::ifstream in(dir + "/m.jsonl");
-  std::string line, last;
-  while (std::getline(in, line))
-    if (!line.empty()) last = line;
+  std::string last = last_line(dir + "/m.jsonl");
   Measured m;
   if (last.empty()) {
     ADD_FAILURE() << "no metrics from stage " << c.stage << ", dp " << c.dp << ":\n" << r.output;
@@ -358,10 +364,7 @@ TEST(Estimate, PlansEachPipelineStageAsItsRanksHoldIt) {
                                       " --metrics " + dir + "/m.jsonl",
                                   120);
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  std::ifstream in(dir + "/m.jsonl");
-  std::string line, final_line;
-  while (std::getline(in, line))
-    if (!line.empty()) final_line = line;
+  std::string final_line = last_line(dir + "/m.jsonl");
   ASSERT_FALSE(final_line.empty()) << run.output;
   auto m = nlohmann::json::parse(final_line);
   EXPECT_EQ(m.at("activation_bytes"), first.at("activation_bytes"));

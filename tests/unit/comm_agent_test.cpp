@@ -34,6 +34,14 @@ class CommAgentTest : public testing::OneRankAgent {
     return testing::tag_of(testing::ask(system_, agent_, std::move(request), wait_bound));
   }
 
+  // Registers `self` with the agent under (role, index); whether the agent confirmed it.
+  bool register_as(caf::scoped_actor& self, const std::string& role, int64_t index) {
+    bool registered = false;
+    self->request(agent_, wait_bound, register_actor{role, index, caf::actor{self}})
+        .receive([&](collective_done&) { registered = true; }, [](caf::error&) {});
+    return registered;
+  }
+
   static BufferSpan floats(std::vector<float> values) {
     auto buffer = std::make_shared<HostBuffer>(values.size() * sizeof(float));
     std::copy(values.begin(), values.end(), buffer->as<float>());
@@ -61,10 +69,7 @@ TEST_F(CommAgentTest, ACollectiveOnAnUnknownCommunicatorFailsWithAnError) {
 
 TEST_F(CommAgentTest, MessagesReachTheActorRegisteredUnderTheirAddress) {
   caf::scoped_actor self{system_};
-  bool registered = false;
-  self->request(agent_, wait_bound, register_actor{"worker", 2, caf::actor{self}})
-      .receive([&](collective_done&) { registered = true; }, [](caf::error&) {});
-  ASSERT_TRUE(registered);
+  ASSERT_TRUE(register_as(self, "worker", 2));
   self->send(agent_, remote_send{0, "worker", 1, caf::make_message(int64_t{11})});  // nobody there: dropped
   self->send(agent_, remote_send{0, "worker", 2, caf::make_message(int64_t{42})});
   int64_t got = 0;
@@ -76,10 +81,7 @@ TEST_F(CommAgentTest, MessagesReachTheActorRegisteredUnderTheirAddress) {
 // rank; once the agent has ended it sends nothing and says so.
 TEST_F(CommAgentTest, TheCourierDeliversToRegisteredActorsUntilTheAgentEnds) {
   caf::scoped_actor self{system_};
-  bool registered = false;
-  self->request(agent_, wait_bound, register_actor{"worker", 3, caf::actor{self}})
-      .receive([&](collective_done&) { registered = true; }, [](caf::error&) {});
-  ASSERT_TRUE(registered);
+  ASSERT_TRUE(register_as(self, "worker", 3));
   EXPECT_TRUE(courier_.send(0, "worker", 3, caf::make_message(int64_t{7})));
   int64_t got = 0;
   self->receive([&](int64_t v) { got = v; }, caf::after(wait_bound) >> [] {});

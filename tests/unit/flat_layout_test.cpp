@@ -139,6 +139,14 @@ TEST(FlatLayout, BucketedRowsHoldAtMostTheLimitUnlessOneParameterIsLarger) {
   EXPECT_EQ(layout->row(3).first_parameter, 4u);
 }
 
+TEST(FlatLayout, AParameterMarkedAloneHasARowToItselfWhateverTheLimit) {
+  auto layout = FlatLayout::make_bucketed({30, 30, 30}, 2, 100, 1, {false, true, false});
+  ASSERT_TRUE(layout.ok());
+  ASSERT_EQ(layout->row_count(), 3u);  // {30} {30} {30}: the middle one alone cuts both sides
+  EXPECT_EQ(layout->row(1).first_parameter, 1u);
+  EXPECT_EQ(layout->row(1).parameter_count, 1u);
+}
+
 TEST(FlatLayout, RowedPiecesTileEveryParameterAndEveryPartitionExactlyOnce) {
   std::mt19937 rng(5);
   for (int trial = 0; trial < 200; ++trial) {
