@@ -215,14 +215,20 @@ caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> tr
         const void* data = r.buffer.data();
         std::size_t bytes = r.buffer.count * element_bytes(r.buffer.type);
         Completion done = reply(r.reply_to, r.tag, take(r.buffer), self->state.failed_buffers);
-        self->state.transport->send(data, bytes, r.peer, std::move(done));
+        if (r.key)
+          self->state.transport->send_keyed(data, bytes, r.peer, *r.key, std::move(done));
+        else
+          self->state.transport->send(data, bytes, r.peer, std::move(done));
       },
       [=](recv_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "recv_request");
         void* data = r.buffer.data();
         std::size_t bytes = r.buffer.count * element_bytes(r.buffer.type);
         Completion done = reply(r.reply_to, r.tag, take(r.buffer), self->state.failed_buffers);
-        self->state.transport->recv(data, bytes, r.peer, std::move(done));
+        if (r.key)
+          self->state.transport->recv_keyed(data, bytes, r.peer, *r.key, std::move(done));
+        else
+          self->state.transport->recv(data, bytes, r.peer, std::move(done));
       },
       [=](barrier_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "barrier_request");

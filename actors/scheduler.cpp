@@ -6,6 +6,7 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -96,9 +97,12 @@ void fetch(Scheduler* self, int64_t micro) {
 void start_step(Scheduler* self, int64_t step) {
   auto& s = self->state;
   s.current = CurrentStep{step, Clock::now(), self->make_response_promise(), 0, 0, {}, std::nullopt};
-  // The loader prepares ahead of what is asked; asking for every load now keeps it busy.
+  // The loader prepares ahead of what is asked, in micro-batch order; asking for every
+  // load now, in that order, keeps it busy whatever order the program loads them in.
+  std::set<int64_t> loads;
   for (const auto& a : s.options.program)
-    if (a.op == Op::load) fetch(self, a.micro);
+    if (a.op == Op::load) loads.insert(a.micro);
+  for (int64_t micro : loads) fetch(self, micro);
   dispatch(self);
 }
 

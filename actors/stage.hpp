@@ -84,6 +84,9 @@ struct StageOptions {
   OptimizerFactory make_optimizer;
   LayerSchedule schedule;  ///< optional: which layers run, per micro-batch
   bool activation_checkpointing = false;  ///< forward keeps the input only; backward recomputes
+  /// The program splits backwards into input and weight halves (actors/deferred_weights.hpp):
+  /// gradient rows are posted as weight halves end, not as backward makes them.
+  bool split_backward = false;
   std::vector<TiedWeight> ties;
   ZeroOptions zero;
   StagePlace place;

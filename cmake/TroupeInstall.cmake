@@ -14,9 +14,10 @@ install(TARGETS troupe RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # troupe finds troupe-core at ../libexec/troupe from its own directory (cli/core_program.hpp).
 install(TARGETS troupe-core RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/troupe)
 
-# The public header is include/troupe/troupe.hpp; the layer headers it includes go
+# The public headers are include/troupe/troupe.hpp and scheduler.hpp; the layer headers they include go
 # under include/troupe/internal, keeping their folder names.
-install(FILES ${PROJECT_SOURCE_DIR}/include/troupe/troupe.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe)
+install(FILES ${PROJECT_SOURCE_DIR}/include/troupe/troupe.hpp ${PROJECT_SOURCE_DIR}/include/troupe/scheduler.hpp
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe)
 foreach(layer base kernels memory pipeline transport actors runtime)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${layer}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe/internal/${layer}
     FILES_MATCHING PATTERN "*.hpp")

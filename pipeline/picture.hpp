@@ -1,7 +1,9 @@
-// Pictures of a simulated schedule (simulate.hpp): one row per stage, one cell per time
-// slot, as in the pipeline papers' figures. As text for a terminal ("F3" a forward of
-// micro-batch 3, "B3" its backward, "." idle) and as an SVG (forwards blue, backwards
-// orange, numbered by micro-batch, idle slots left blank).
+// Pictures of a simulated schedule (simulate.hpp): one row per rank, one cell per time
+// slot, as in the pipeline papers' figures. As text for a terminal (each slot shows the
+// short name of the action running in it, action.hpp: "F3" a forward of micro-batch 3,
+// "I3" and "W3" its backward's halves, "B3" its whole backward, "F3.1" chunk 1's; "."
+// idle) and as an SVG (one box per action as long as it runs: forwards blue, backwards
+// orange, weight halves green, a second chunk lighter; idle slots blank).
 // Thread safety: pure functions.
 #pragma once
 

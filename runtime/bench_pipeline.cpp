@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "actors/deferred_weights.hpp"
+#include "pipeline/schedule.hpp"
 #include "runtime/bench.hpp"
 #include "runtime/launch/environment.hpp"
 #include "runtime/launch/launcher.hpp"
@@ -20,7 +22,10 @@ namespace {
 constexpr int64_t kWidth = 16;
 constexpr int64_t kWarmUpSteps = 2;
 
-// y = x ⊙ w, taking `ms` in forward and again in backward: a layer of controlled cost.
+// y = x ⊙ w, taking `ms` in forward, `ms` for the gradient of x and `ms` for the gradient
+// of w: a layer of controlled cost whose forward and backward halves cost the same, as
+// the zero-bubble schedules' formulas assume. A split backward (actors/deferred_weights.hpp)
+// defers the gradient of w to the weight half.
 struct TimedProduct : public torch::autograd::Function<TimedProduct> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, torch::Tensor w,
                                double ms) {
@@ -31,9 +36,20 @@ struct TimedProduct : public torch::autograd::Function<TimedProduct> {
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list gradient) {
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ctx->saved_data["ms"].toDouble()));
+    const double ms = ctx->saved_data["ms"].toDouble();
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
     auto saved = ctx->get_saved_variables();
-    return {gradient[0] * saved[1], (gradient[0] * saved[0]).sum(0), torch::Tensor()};
+    auto weight_gradient = [x = saved[0], g = gradient[0], ms] {
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
+      return (g * x).sum(0);
+    };
+    if (DeferredWeights* deferred = DeferredWeights::active()) {
+      deferred->defer([w = saved[1], weight_gradient] {
+        return std::vector<std::pair<torch::Tensor, torch::Tensor>>{{w, weight_gradient()}};
+      });
+      return {gradient[0] * saved[1], torch::Tensor(), torch::Tensor()};
+    }
+    return {gradient[0] * saved[1], weight_gradient(), torch::Tensor()};
   }
 };
 
@@ -79,8 +95,8 @@ Trainable timed_model(const PipelineBenchOptions& o) {
 }
 
 void report(const PipelineBenchOptions& o, double bubble, double step_ms) {
-  const double p = static_cast<double>(o.pp), m = static_cast<double>(o.micro_batches);
-  const double formula = (p - 1) / (m + p - 1);
+  const double formula = pipeline::bubble_formula(
+      o.schedule, {o.pp, o.micro_batches, pipeline::default_virtual_stages(o.schedule)});
   if (o.json) {
     nlohmann::ordered_json line{{"bench", "pipeline"}, {"pp", o.pp},           {"micro_batches", o.micro_batches},
                                 {"schedule", o.schedule}, {"layer_ms", o.layer_ms}, {"steps", o.steps},

@@ -240,6 +240,9 @@ class Engine::Impl {
     so.make_optimizer = std::move(optimizer);
     so.schedule = std::move(t.schedule);
     so.activation_checkpointing = config.model.activation_checkpointing;
+    so.split_backward = std::any_of(plan.program.begin(), plan.program.end(), [](const pipeline::Action& a) {
+      return a.op == pipeline::Op::backward_input;
+    });
     so.ties = ties;
     so.zero = zero_options(config);
     so.dp = config.parallel.dp;
@@ -354,7 +357,8 @@ class Engine::Impl {
     if (rank.rank != 0) {
       if (plan.place.replica == 0) {
         std::size_t count = mine->bytes() / sizeof(float);
-        self->send(comm, send_request{0, float_span(mine, 0, count), 0, caf::actor_cast<caf::actor>(self)});
+        self->send(comm, send_request{0, float_span(mine, 0, count), 0, caf::actor_cast<caf::actor>(self),
+                                      std::nullopt});
         if (auto sent = wait("sending stage " + std::to_string(stage) + "'s parameters to rank 0"); !sent)
           return fail(sent.error().message);
       }
@@ -371,7 +375,8 @@ class Engine::Impl {
       auto count = static_cast<std::size_t>(plan.stage_elements(static_cast<std::size_t>(s)));
       auto buffer = std::make_shared<HostBuffer>(count * sizeof(float));
       const int64_t from = grid.rank_of(s, 0);
-      self->send(comm, recv_request{0, float_span(buffer, 0, count), from, caf::actor_cast<caf::actor>(self)});
+      self->send(comm, recv_request{0, float_span(buffer, 0, count), from, caf::actor_cast<caf::actor>(self),
+                                    std::nullopt});
       if (auto got = wait(fmt::format("receiving stage {}'s parameters from rank {}", s, from)); !got)
         return fail(got.error().message);
       auto theirs = without_copies(

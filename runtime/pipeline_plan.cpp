@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 
@@ -10,6 +11,7 @@
 #include "actors/model_parameters.hpp"
 #include "pipeline/schedule.hpp"
 #include "pipeline/simulate.hpp"
+#include "pipeline/table.hpp"
 #include "runtime/config/resolve.hpp"
 
 namespace troupe {
@@ -137,17 +139,39 @@ Result<PipelinePlan> plan_pipeline(const JobConfig& job, const torch::nn::Sequen
   for (int64_t s = 0; s < plan.place.stage; ++s)
     plan.first_layer += plan.layer_counts[static_cast<std::size_t>(s)];
   TROUPE_TRY(plan_ties(layers, *parameters, plan));
+  auto programs = stage_programs(job);
+  if (!programs) return programs.error();
+  plan.program = (*programs)[static_cast<std::size_t>(plan.place.stage)];
+  return plan;
+}
+
+Result<std::vector<pipeline::Program>> stage_programs(const JobConfig& job) {
   // One stage runs its micro-batches forward then backward, one at a time, whatever the
   // schedule: the 1f1b program of a single stage.
   const bool piped = job.parallel.pp > 1;
+  const int64_t micro = job.batch.gradient_accumulation_steps;
+  const pipeline::Layout one_chunk{job.parallel.pp, 1, pipeline::ChunkLayout::interleaved};
+  if (piped && !job.pipeline.schedule_file.empty()) {
+    auto programs = pipeline::load_schedule_table(job.pipeline.schedule_file, one_chunk, micro);
+    if (!programs) return make_error(fmt::format("[pipeline] schedule_file: {}", programs.error().message));
+    return programs;
+  }
   const std::string schedule = piped ? job.pipeline.schedule : "1f1b";
-  pipeline::ScheduleShape shape{job.parallel.pp, job.batch.gradient_accumulation_steps};
+  pipeline::ScheduleShape shape{job.parallel.pp, micro, 1};
   auto programs = pipeline::make_programs(schedule, shape);
   if (!programs) return programs.error();
-  if (auto checked = pipeline::simulate(*programs, shape.micro_batches); !checked)
+  if (auto checked = pipeline::simulate(*programs, one_chunk, micro); !checked)
     return make_error(fmt::format("[pipeline] schedule \"{}\": {}", schedule, checked.error().message));
-  plan.program = (*programs)[static_cast<std::size_t>(plan.place.stage)];
-  return plan;
+  const bool split = std::any_of(programs->begin(), programs->end(), [](const pipeline::Program& program) {
+    return std::any_of(program.begin(), program.end(),
+                       [](const pipeline::Action& a) { return a.op == pipeline::Op::backward_input; });
+  });
+  if (split && job.zero.stage == 3)
+    return make_error(
+        fmt::format("[pipeline] schedule \"{}\" splits backwards into input and weight halves, "
+                    "which [zero] stage = 3 does not run yet: use stage 0-2",
+                    schedule));
+  return programs;
 }
 
 int64_t PipelinePlan::stage_elements(std::size_t s) const {

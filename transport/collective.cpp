@@ -30,6 +30,14 @@ uint64_t point_to_point_tag(uint64_t sequence, int64_t sender) {
          (sequence & ((uint64_t{1} << bits) - 1)) << tag_bits::chunk_shift | static_cast<uint64_t>(sender);
 }
 
+uint64_t point_to_point_key_tag(uint64_t key, int64_t sender) {
+  TROUPE_CHECK(sender < world_size_max, "sender out of range");
+  TROUPE_CHECK(key < point_to_point_keys, "point-to-point key out of range");
+  constexpr int keyed_bit = tag_bits::point_to_point_shift - 1;  // sequences never reach it
+  return uint64_t{1} << tag_bits::point_to_point_shift | uint64_t{1} << keyed_bit |
+         key << tag_bits::chunk_shift | static_cast<uint64_t>(sender);
+}
+
 uint64_t describe_call(const char* kind, DataType type, std::size_t count, int64_t root, ReduceOp op) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the call's identity
   auto mix = [&h](uint64_t v) {

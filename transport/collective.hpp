@@ -71,6 +71,12 @@ uint64_t transfer_tag(const CollectiveShape& shape, uint64_t chunk, int64_t step
 /// The tag of the `sequence`-th point-to-point message from `sender` to one peer.
 uint64_t point_to_point_tag(uint64_t sequence, int64_t sender);
 
+/// Keys of keyed point-to-point messages: below 2^40.
+constexpr uint64_t point_to_point_keys = uint64_t{1} << 40;
+/// The tag of the point-to-point message from `sender` keyed `key` (< point_to_point_keys):
+/// apart from every sequenced one (point_to_point_tag) by a bit of its own.
+uint64_t point_to_point_key_tag(uint64_t key, int64_t sender);
+
 /// A 6-bit digest of what a call is, so ranks that issue different calls under the
 /// same sequence number are told apart.
 uint64_t describe_call(const char* kind, DataType type, std::size_t count, int64_t root, ReduceOp op);

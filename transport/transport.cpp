@@ -98,6 +98,28 @@ void Transport::recv(void* data, std::size_t bytes, int64_t peer, Completion don
   });
 }
 
+void Transport::send_keyed(const void* data, std::size_t bytes, int64_t peer, uint64_t key, Completion done) {
+  impl_->submit([impl = impl_.get(), data, bytes, peer, key, done = std::move(done)]() mutable {
+    if (auto ok = impl->check_peer(peer); !ok) return done(ok.error());
+    if (key >= point_to_point_keys)
+      return done(make_error(fmt::format("point-to-point key {} out of range", key)));
+    const uint64_t id = impl->next_operation_id();
+    impl->issue(id, make_send(id, peer, data, bytes, point_to_point_key_tag(key, impl->rank())),
+                std::move(done));
+  });
+}
+
+void Transport::recv_keyed(void* data, std::size_t bytes, int64_t peer, uint64_t key, Completion done) {
+  impl_->submit([impl = impl_.get(), data, bytes, peer, key, done = std::move(done)]() mutable {
+    if (auto ok = impl->check_peer(peer); !ok) return done(ok.error());
+    if (key >= point_to_point_keys)
+      return done(make_error(fmt::format("point-to-point key {} out of range", key)));
+    const uint64_t id = impl->next_operation_id();
+    impl->issue_receive(id, make_recv(id, peer, data, bytes, point_to_point_key_tag(key, peer)),
+                        std::move(done));
+  });
+}
+
 void Transport::barrier(Completion done, CommunicatorId comm) {
   impl_->submit([impl = impl_.get(), comm, done = std::move(done)]() mutable {
     // An all-reduce cannot finish on any rank before every rank has contributed: that

@@ -67,6 +67,12 @@ class Transport {
   /// Point to point: sends complete in order per peer and match the peer's receives in order.
   void send(const void* data, std::size_t bytes, int64_t peer, Completion done);
   void recv(void* data, std::size_t bytes, int64_t peer, Completion done);
+  /// Keyed point to point: a send matches the peer's receive of the same key (below
+  /// point_to_point_keys) from this rank, whatever the order either side issued them in;
+  /// each key in use by one message at a time per pair of ranks. Pipeline stages, several
+  /// to a rank with virtual stages, key activations and gradients by what they are.
+  void send_keyed(const void* data, std::size_t bytes, int64_t peer, uint64_t key, Completion done);
+  void recv_keyed(void* data, std::size_t bytes, int64_t peer, uint64_t key, Completion done);
   /// Completes once every rank has entered the barrier.
   void barrier(Completion done, CommunicatorId comm = world_communicator);
   /// Creates a communicator of `members` (world ranks, in the order that numbers them).

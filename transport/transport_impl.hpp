@@ -126,6 +126,9 @@ class Transport::Impl final : public TransferIo {
     uint64_t tag = point_to_point_tag(sequence++, receive ? peer : options_.rank);
     return {point_to_point_ids_++, tag};
   }
+  /// An identity for a keyed point-to-point message (apart from the collectives').
+  uint64_t next_operation_id() { return point_to_point_ids_++; }
+  int64_t rank() const { return options_.rank; }
   Status check_peer(int64_t peer) const {
     if (peer < 0 || peer >= options_.world_size || peer == options_.rank)
       return make_error(

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,8 @@ struct send_request {
   BufferSpan buffer;
   int64_t peer = 0;
   caf::actor reply_to;
+  /// Set: matched by key instead of by order (Transport::send_keyed).
+  std::optional<uint64_t> key;
 };
 
 /// Point to point: the next bytes world rank `peer` sends this rank land in `buffer`;
@@ -88,6 +91,8 @@ struct recv_request {
   BufferSpan buffer;
   int64_t peer = 0;
   caf::actor reply_to;
+  /// Set: matched by key instead of by order (Transport::recv_keyed).
+  std::optional<uint64_t> key;
 };
 
 /// Completes when every rank has entered; answered with collective_done.

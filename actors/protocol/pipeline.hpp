@@ -49,9 +49,11 @@ struct forward_computed {
   double seconds = 0;  ///< the work item's time on the stream
 };
 
-/// Internal to the stage: a backward ran; `input_gradient` is the gradient of the
-/// forward's input for the previous stage (none on the first stage).
+/// Internal to the stage: a backward (`op`: whole, input half or weight half) ran;
+/// `input_gradient` is the gradient of the forward's input for the previous stage (none on
+/// the first stage, none from a weight half).
 struct backward_computed {
+  pipeline::Op op = pipeline::Op::backward;
   int64_t step = 0;
   int64_t micro = 0;
   std::shared_ptr<HostBuffer> input_gradient;

@@ -99,7 +99,10 @@ int64_t bytes_of_tensor(const torch::Tensor& t) {
 void run_forward(StageState& s, ComputeSide& c, const ForwardWork& w, caf::actor self) {
   if (*s.stopped) return;  // this rank failed: issuing collectives alone would only confuse peers
   const auto start = Clock::now();
-  if (w.micro == 0) c.loss_sum = 0;
+  if (c.forward_step != w.step) {  // the step's first forward, whichever micro-batch it is
+    c.forward_step = w.step;
+    c.loss_sum = 0;
+  }
   const bool checkpointing = s.options.activation_checkpointing;
   Saved saved;
   saved.sequence = layer_sequence(s, w.step, w.micro);
@@ -139,12 +142,63 @@ void run_forward(StageState& s, ComputeSide& c, const ForwardWork& w, caf::actor
   caf::anon_send(self, std::move(done));
 }
 
+namespace {
+
+using pipeline::Op;
+
+// The first gradient pass of a step starts the accumulation (stages 0-1 zero the flat
+// gradients; 2-3 trim the bucket pool).
+void begin_gradients(StageState& s, ComputeSide& c, const BackwardWork& w) {
+  if (c.gradient_step == w.step) return;
+  c.gradient_step = w.step;
+  c.finished = 0;
+  s.rows->begin_step();
+}
+
+// After the pass that completes the step's gradients: the loss and the used marks, which
+// the reduction waits for (see reduce_loss).
+void report_step_gradients(StageState& s, ComputeSide& c, const BackwardWork& w, caf::actor self) {
+  caf::anon_send(
+      self, loss_computed{w.step, static_cast<float>(s.last_stage() ? c.loss_sum : 0.0), s.rows->used()});
+}
+
+// A split backward's weight half: the work its input half deferred.
+void run_weight_half(StageState& s, ComputeSide& c, const BackwardWork& w, caf::actor self,
+                     Clock::time_point start) {
+  auto found = c.deferred.find(w.micro);
+  if (found == c.deferred.end())
+    throw std::runtime_error(
+        fmt::format("backward_weight of micro-batch {} before its backward_input", w.micro));
+  Deferred deferred = std::move(found->second);
+  c.deferred.erase(found);
+  const bool step_final = c.finished + 1 == w.micro_count;
+  s.rows->begin_split_pass(true, step_final);
+  {
+    Tracer::Scope span(s.options.tracer, "stream compute", "weight gradients");
+    deferred.work.run();
+  }
+  s.rows->end_split_pass();
+  ++c.finished;
+  deferred = Deferred{};  // the activations it kept go now
+  caf::anon_send(self, backward_computed{w.op, w.step, w.micro, nullptr, seconds_since(start)});
+  if (step_final) report_step_gradients(s, c, w, self);
+}
+
+}  // namespace
+
 void run_backward(StageState& s, ComputeSide& c, const BackwardWork& w, caf::actor self) {
   if (*s.stopped) return;
   const auto start = Clock::now();
-  bool last = w.micro == w.micro_count - 1;
-  if (w.micro == 0) s.rows->begin_step();
-  s.rows->begin_micro(last);
+  begin_gradients(s, c, w);
+  if (w.op == Op::backward_weight) return run_weight_half(s, c, w, self, start);
+  const bool split = s.options.split_backward;
+  const bool finishes = w.op == Op::backward;
+  // The step's last gradient pass in the order they run (a table may end on any micro-batch).
+  const bool step_final = finishes && c.finished + 1 == w.micro_count;
+  if (split)
+    s.rows->begin_split_pass(finishes, step_final);
+  else
+    s.rows->begin_micro(step_final);
   auto found = c.saved.find(w.micro);
   if (found == c.saved.end())
     throw std::runtime_error(fmt::format("backward of micro-batch {} before its forward", w.micro));
@@ -155,25 +209,31 @@ void run_backward(StageState& s, ComputeSide& c, const BackwardWork& w, caf::act
     torch::Tensor x = run_layers(s, saved.sequence, saved.input);
     saved.output = s.last_stage() ? loss_of(s, x, saved.target, w.micro_count) : x;
   }
+  Deferred* deferred = w.op == Op::backward_input ? &c.deferred[w.micro] : nullptr;
   {
     // Closed before this item's messages go (the work item's own span closes after them,
     // possibly after the step has ended): what the trace test checks reduction against.
     Tracer::Scope span(s.options.tracer, "stream compute", "autograd backward");
+    std::optional<DeferredWeights::Scope> defer;
+    if (deferred) defer.emplace(deferred->work);
     if (s.last_stage())
       saved.output.backward();
     else
       saved.output.backward(tensor_of(w.output_gradient, w.output_shape, saved.output.device()));
   }
-  s.rows->flush();
+  if (split)
+    s.rows->end_split_pass();
+  else
+    s.rows->flush();
   if (s.fetcher) s.fetcher->end_pass();
-  backward_computed done{w.step, w.micro, nullptr};
+  backward_computed done{w.op, w.step, w.micro, nullptr};
   if (!s.first_stage()) done.input_gradient = bytes_of(saved.input.grad());
+  if (deferred) deferred->held = std::move(saved.held);  // the weight half still needs them
   saved = Saved{};  // the micro-batch's activations go now, not when the message is read
+  if (finishes) ++c.finished;
   done.seconds = seconds_since(start);
   caf::anon_send(self, std::move(done));
-  if (last)  // see reduce_loss
-    caf::anon_send(self, loss_computed{w.step, static_cast<float>(s.last_stage() ? c.loss_sum : 0.0),
-                                       s.rows->used()});
+  if (step_final) report_step_gradients(s, c, w, self);
 }
 
 }  // namespace troupe::stage

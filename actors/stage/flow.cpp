@@ -6,7 +6,9 @@
 //
 // Between stages travel float32 tensors, the payload's bytes alone: the shape of the
 // activations crosses once, as a header before the first payload, and both sides keep it
-// (the gradient coming back has the shape of the activation that went).
+// (the gradient coming back has the shape of the activation that went). Each transfer is
+// keyed by what it carries, the stage receiving it, the micro-batch and the step, so a
+// table may order a stage's receives differently from its neighbour's sends.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -32,19 +34,30 @@ std::size_t element_count(const std::vector<int64_t>& shape) {
   return n;
 }
 
-void send_bytes(StageActor* self, Tag kind, int64_t index, std::shared_ptr<HostBuffer> buffer, int64_t peer) {
+// What a transfer between stages carries; with the receiving stage, the micro-batch and
+// the step it is the transfer's key (Transport::send_keyed), so transfers match by what
+// they are, in whatever order a schedule posts them.
+enum class Carries : uint64_t { activation, gradient, header };
+
+uint64_t transfer_key(Carries what, int64_t step, int64_t receiving_stage, int64_t micro) {
+  return (static_cast<uint64_t>(step) & 0xff) << 32 | static_cast<uint64_t>(what) << 30 |
+         (static_cast<uint64_t>(receiving_stage) & 0x3ff) << 20 | (static_cast<uint64_t>(micro) & 0xfffff);
+}
+
+void send_bytes(StageActor* self, Tag kind, int64_t index, std::shared_ptr<HostBuffer> buffer, int64_t peer,
+                uint64_t key) {
   std::size_t count = buffer->bytes() / sizeof(float);
   self->send(self->state.options.comm_agent,
              send_request{tag(kind, static_cast<uint64_t>(index)), float_span(std::move(buffer), 0, count),
-                          peer, me(self)});
+                          peer, me(self), key});
 }
 
 void receive_bytes(StageActor* self, Tag kind, int64_t index, std::shared_ptr<HostBuffer> buffer,
-                   int64_t peer) {
+                   int64_t peer, uint64_t key) {
   std::size_t count = buffer->bytes() / sizeof(float);
   self->send(self->state.options.comm_agent,
              recv_request{tag(kind, static_cast<uint64_t>(index)), float_span(std::move(buffer), 0, count),
-                          peer, me(self)});
+                          peer, me(self), key});
 }
 
 std::shared_ptr<HostBuffer> header_of(const std::vector<int64_t>& shape) {
@@ -104,18 +117,21 @@ bool start_forward(StageActor* self, const stage_action& a) {
   return true;
 }
 
+// A whole backward or its input half: once the next stage's gradient is here. A weight
+// half needs nothing from outside: it follows its input half on the same stream.
 bool start_backward(StageActor* self, const stage_action& a) {
   auto& s = self->state;
   Flow& f = s.flow;
   const int64_t m = a.action.micro;
-  if (!s.last_stage() && !f.output_grads_arrived.count(m)) return false;
-  BackwardWork w{a.step, m, a.micro_count, nullptr, f.output_shape};
-  if (!s.last_stage()) w.output_gradient = f.output_grads[m];
+  const bool weights = a.action.op == Op::backward_weight;
+  if (!weights && !s.last_stage() && !f.output_grads_arrived.count(m)) return false;
+  BackwardWork w{a.action.op, a.step, m, a.micro_count, nullptr, f.output_shape};
+  if (!weights && !s.last_stage()) w.output_gradient = f.output_grads[m];
   f.output_grads.erase(m);
   f.output_grads_arrived.erase(m);
   start(self, a);
   s.compute->enqueue(
-      fmt::format("backward {}.{}", a.step, m),
+      fmt::format("{} {}.{}", pipeline::op_name(a.action.op), a.step, m),
       [&s, c = s.compute_side, w = std::move(w), self = me(self)] { run_backward(s, *c, w, self); });
   return true;
 }
@@ -129,7 +145,8 @@ bool start_receive(StageActor* self, const stage_action& a) {
     if (!f.header_posted) {
       f.header_posted = true;
       f.header_in = std::make_shared<HostBuffer>(kHeaderFields * sizeof(int64_t));
-      receive_bytes(self, Tag::header_received, a.index, f.header_in, s.options.place.previous);
+      receive_bytes(self, Tag::header_received, a.index, f.header_in, s.options.place.previous,
+                    transfer_key(Carries::header, a.step, s.options.place.stage, 0));
     }
     return false;
   }
@@ -138,8 +155,10 @@ bool start_receive(StageActor* self, const stage_action& a) {
   auto buffer = std::make_shared<HostBuffer>(element_count(shape) * sizeof(float));
   (activation ? f.inputs : f.output_grads)[m] = buffer;
   start(self, a);
+  const int64_t stage = s.options.place.stage;
   receive_bytes(self, Tag::received, a.index, std::move(buffer),
-                activation ? s.options.place.previous : s.options.place.next);
+                activation ? s.options.place.previous : s.options.place.next,
+                transfer_key(activation ? Carries::activation : Carries::gradient, a.step, stage, m));
   return true;
 }
 
@@ -151,12 +170,16 @@ bool start_send(StageActor* self, const stage_action& a) {
   auto found = pending.find(a.action.micro);
   if (found == pending.end()) return false;  // its compute has not run yet
   const int64_t peer = activation ? s.options.place.next : s.options.place.previous;
+  const int64_t receiver = s.options.place.stage + (activation ? 1 : -1);
   if (activation && !f.header_sent) {
     f.header_sent = true;
-    send_bytes(self, Tag::header_sent, a.index, header_of(f.output_shape), peer);
+    send_bytes(self, Tag::header_sent, a.index, header_of(f.output_shape), peer,
+               transfer_key(Carries::header, a.step, receiver, 0));
   }
   start(self, a);
-  send_bytes(self, Tag::sent, a.index, found->second, peer);
+  send_bytes(
+      self, Tag::sent, a.index, found->second, peer,
+      transfer_key(activation ? Carries::activation : Carries::gradient, a.step, receiver, a.action.micro));
   pending.erase(found);
   return true;
 }
@@ -180,6 +203,8 @@ bool try_start(StageActor* self, const stage_action& a) {
     case Op::forward:
       return start_forward(self, a);
     case Op::backward:
+    case Op::backward_input:
+    case Op::backward_weight:
       return start_backward(self, a);
     case Op::reduce_gradients:
       // Reduction began as backward made each row final; the answer comes with the norm.
@@ -307,7 +332,7 @@ void on_backward_computed(StageActor* self, backward_computed& computed) {
   if (s.failed || computed.step != f.step) return;
   f.busy_s += computed.seconds;
   if (computed.input_gradient) f.input_grads[computed.micro] = std::move(computed.input_gradient);
-  if (int64_t index = started_index(f, Op::backward, computed.micro); index >= 0) finish(self, index);
+  if (int64_t index = started_index(f, computed.op, computed.micro); index >= 0) finish(self, index);
   pump(self);
 }
 

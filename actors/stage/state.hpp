@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/deferred_weights.hpp"
 #include "actors/protocol/comm.hpp"
 #include "actors/protocol/pipeline.hpp"
 #include "actors/protocol/stage.hpp"
@@ -118,10 +119,20 @@ struct Saved {
   std::vector<int64_t> sequence;  // the layers the forward ran
   MemoryCharge held;              // input and output bytes, as MemoryKind::activations
 };
+// A split backward's weight half, waiting: its work and the activations it keeps.
+struct Deferred {
+  DeferredWeights work;
+  MemoryCharge held;
+};
+
 // Owned by the compute stream's work items; the actor only holds the pointer.
 struct ComputeSide {
   std::map<int64_t, Saved> saved;
+  std::map<int64_t, Deferred> deferred;  // by micro-batch
   double loss_sum = 0;
+  int64_t forward_step = -1;   // the step the forwards (and loss_sum) belong to
+  int64_t gradient_step = -1;  // the step the gradient passes belong to
+  int64_t finished = 0;        // micro-batches of it whose gradients are complete
 };
 
 // A weight shared with other stages (StageOptions::ties), as this stage holds it.
@@ -198,10 +209,12 @@ struct ForwardWork {
 };
 void run_forward(StageState& s, ComputeSide& c, const ForwardWork& w, caf::actor self);
 struct BackwardWork {
+  pipeline::Op op = pipeline::Op::backward;  // or its input half, or its weight half
   int64_t step = 0, micro = 0, micro_count = 1;
   std::shared_ptr<HostBuffer> output_gradient;  // not on the last stage
   std::vector<int64_t> output_shape;
 };
+/// A whole backward, an input half or a weight half (split_backward).
 void run_backward(StageState& s, ComputeSide& c, const BackwardWork& w, caf::actor self);
 
 }  // namespace troupe::stage

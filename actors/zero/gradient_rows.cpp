@@ -58,8 +58,34 @@ void GradientRows::begin_micro(bool last) {
   cursor_ = 0;
 }
 
+void GradientRows::begin_split_pass(bool finishes, bool step_final) {
+  split_ = SplitPass{true, finishes, step_final};
+}
+
+void GradientRows::end_split_pass() {
+  TROUPE_CHECK(split_.open, "end_split_pass without begin_split_pass");
+  split_.open = false;
+  if (!split_.finishes) return;
+  if (store_->stage() < 2 && !split_.step_final) return;  // the flat gradients are whole at the end
+  const FlatLayout& layout = store_->layout();
+  for (std::size_t k : order_) {
+    Row row;
+    // Stages 2-3: whatever .grad holds goes into this micro-batch's slot, row by row: its
+    // own gradients and any that a later micro-batch's input half has added already
+    // (LayerNorms, embeddings). Reduction is linear, so the step's sum is the same.
+    if (store_->stage() >= 2)
+      for (std::size_t i = 0; i < layout.row(k).parameter_count; ++i)
+        take_gradient(layout.row(k).first_parameter + i, row, k);
+    post(k, row);
+  }
+}
+
 void GradientRows::on_gradient_final(std::size_t position, bool defined) {
   std::size_t k = store_->layout().row_of_parameter(position);
+  if (split_.open) {  // gradients stay in .grad; rows are posted when a pass finishes
+    if (defined) used_[position] = 1.0F;
+    return;
+  }
   Row& row = rows_[k];
   if (defined) used_[position] = 1.0F;
   if (store_->stage() >= 2 && defined) take_gradient(position, row, k);
@@ -95,8 +121,7 @@ void GradientRows::flush() {
   while (cursor_ < order_.size()) post(order_[cursor_++]);
 }
 
-void GradientRows::post(std::size_t k) {
-  Row& row = rows_[k];
+void GradientRows::post(std::size_t k, Row& row) {
   TROUPE_CHECK(!row.posted, "a gradient row was posted twice in one micro-batch");
   row.posted = true;
   const FlatLayout& layout = store_->layout();

@@ -16,6 +16,13 @@
 // the rows before it, so ranks whose backward skips different parameters (unused
 // layers, data-dependent branches) still issue the same collectives in the same order.
 //
+// A split backward (pipeline/action.hpp: backward_input, backward_weight; actors/
+// deferred_weights.hpp) interleaves micro-batches: one's input half runs before an
+// earlier one's weight half. Its passes are bracketed by begin_split_pass/end_split_pass
+// instead: gradients stay in .grad through the passes, and every row is posted, in the
+// fixed order, when a micro-batch's weight half ends (stages 2-3: whatever .grad holds is
+// taken into slots then) or when the step's last one ends (stages 0-1).
+//
 // Thread safety: owned by the compute thread (hooks run there too).
 #pragma once
 
@@ -56,6 +63,11 @@ class GradientRows {
   /// After a micro-batch's backward: posts the rows that should have been posted but
   /// got no gradient (unused parameters), so every rank posts every row.
   void flush();
+  /// Split backward: a pass begins; `finishes` when it is a micro-batch's weight half (or
+  /// a whole backward), `step_final` when no gradient of the step comes after it.
+  void begin_split_pass(bool finishes, bool step_final);
+  /// Split backward: the pass has run; posts what it finished.
+  void end_split_pass();
   /// By layout position: 1 where the parameter got a gradient since begin_step(), else 0.
   const std::vector<float>& used() const { return used_; }
 
@@ -70,7 +82,8 @@ class GradientRows {
   bool posts_now() const { return last_micro_ || store_->stage() >= 2; }
   void on_gradient_final(std::size_t position, bool defined);
   void take_gradient(std::size_t position, Row& row, std::size_t k);
-  void post(std::size_t k);
+  void post(std::size_t k) { post(k, rows_[k]); }
+  void post(std::size_t k, Row& row);
   void post_ready_in_order();
 
   std::shared_ptr<ParameterStore> store_;
@@ -82,6 +95,11 @@ class GradientRows {
   std::size_t cursor_ = 0;          // rows of order_ posted so far in this micro-batch
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive for the hooks
   bool last_micro_ = false;
+  // Split backward: the pass open now.
+  struct SplitPass {
+    bool open = false;
+    bool finishes = false, step_final = false;
+  } split_;
   std::vector<float> used_;  // by layout position, as floats: they are all-reduced with the loss
 };
 

@@ -25,6 +25,7 @@
 #include "runtime/config/config.hpp"
 #include "runtime/config/load.hpp"
 #include "runtime/config/resolve.hpp"
+#include "runtime/gpt_job.hpp"  // the built-in GPT job, as `troupe run` trains it
 #include "runtime/launch/environment.hpp"
 
 namespace troupe {

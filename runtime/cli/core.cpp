@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
     command->add_option("--pp", pipeline_bench.pp, "stages, one rank each (default 2)")->check(CLI::Range(2, 16));
     command->add_option("--micro-batches", pipeline_bench.micro_batches, "micro-batches per step (default 8)")
         ->check(CLI::Range(1, 1024));
-    command->add_option("--schedule", pipeline_bench.schedule, "gpipe or 1f1b (default)")
+    command->add_option("--schedule", pipeline_bench.schedule, "gpipe, 1f1b (default) or zb_h1")
         ->check(CLI::IsMember({"gpipe", "1f1b"}));
     command->add_option("--steps", pipeline_bench.steps, "measured steps after 2 warm-up steps (default 6)")
         ->check(CLI::Range(1, 1000));

@@ -24,6 +24,7 @@
 #include "pipeline/picture.hpp"
 #include "pipeline/schedule.hpp"
 #include "pipeline/simulate.hpp"
+#include "pipeline/table.hpp"
 #include "runtime/cli/core_program.hpp"
 #include "runtime/cli/job_arguments.hpp"
 #include "runtime/config/load.hpp"
@@ -121,8 +122,10 @@ struct ScheduleArguments {
   std::string schedule = "1f1b";
   int64_t pp = 2;
   int64_t micro_batches = 4;
+  int64_t virtual_stages = 0;  // 0: the schedule's own
   std::string svg;
   bool json = false;
+  bool csv = false;
 };
 
 // `troupe schedule show`: the planned timeline of a built-in schedule at unit costs, from
@@ -135,17 +138,23 @@ int show_schedule(const ScheduleArguments& a) {
         make_error(fmt::format("--schedule \"{}\" is not a schedule{}; the schedules are {}", a.schedule,
                                near ? " (did you mean \"" + *near + "\"?)" : "", fmt::join(names, ", "))));
   }
-  pipeline::ScheduleShape shape{a.pp, a.micro_batches};
+  const int64_t v = a.virtual_stages > 0 ? a.virtual_stages : pipeline::default_virtual_stages(a.schedule);
+  pipeline::ScheduleShape shape{a.pp, a.micro_batches, v};
   auto programs = pipeline::make_programs(a.schedule, shape);
   if (!programs) return report_config_error(programs.error());
-  auto simulated = pipeline::simulate(*programs, a.micro_batches);
+  if (a.csv) {
+    std::printf("%s", pipeline::schedule_table(*programs, v).c_str());
+    return 0;
+  }
+  auto simulated = pipeline::simulate(*programs, pipeline::layout_of(a.schedule, shape), a.micro_batches);
   if (!simulated) return report_config_error(simulated.error());
-  const double formula = static_cast<double>(a.pp - 1) / static_cast<double>(a.micro_batches + a.pp - 1);
+  const double formula = pipeline::bubble_formula(a.schedule, shape);
+  const std::string about = v > 1 ? fmt::format("{}, pp {}, v {}, m {}", a.schedule, a.pp, v, a.micro_batches)
+                                  : fmt::format("{}, pp {}, m {}", a.schedule, a.pp, a.micro_batches);
   if (!a.svg.empty()) {
     std::ofstream out(a.svg);
-    out << pipeline::timeline_svg(
-        *simulated, fmt::format("{}, pp {}, m {}: bubble {:.3f} at unit costs", a.schedule, a.pp,
-                                a.micro_batches, simulated->bubble()));
+    out << pipeline::timeline_svg(*simulated,
+                                  fmt::format("{}: bubble {:.3f} at unit costs", about, simulated->bubble()));
     if (!out.good())
       return report_config_error(make_error("--svg " + a.svg + ": cannot write the picture there"));
   }
@@ -153,19 +162,20 @@ int show_schedule(const ScheduleArguments& a) {
     nlohmann::json j = {{"schedule", a.schedule},
                         {"pp", a.pp},
                         {"micro_batches", a.micro_batches},
+                        {"virtual_stages", v},
                         {"slots", simulated->slots},
                         {"bubble", simulated->bubble()},
                         {"bubble_formula", formula},
-                        {"peak_activations", simulated->peak_activations}};
+                        {"peak_activations", simulated->peak_activations},
+                        {"peak_stage_activations", simulated->peak_stage_activations()}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
   std::printf("%s", pipeline::timeline_text(*simulated).c_str());
   std::printf(
-      "%s, pp %lld, m %lld: %lld slots, bubble %.4f at unit costs ((pp-1)/(m+pp-1) = %.4f); "
-      "micro-batches held at the peak by stage: %s\n",
-      a.schedule.c_str(), static_cast<long long>(a.pp), static_cast<long long>(a.micro_batches),
-      static_cast<long long>(simulated->slots), simulated->bubble(), formula,
+      "%s: %lld slots, bubble %.4f at unit costs (the formula's %.4f); %s held at the peak by stage: %s\n",
+      about.c_str(), static_cast<long long>(simulated->slots), simulated->bubble(), formula,
+      v > 1 ? "chunk micro-batches" : "micro-batches",
       fmt::format("{}", fmt::join(simulated->peak_activations, ", ")).c_str());
   return 0;
 }
@@ -215,12 +225,17 @@ int main(int argc, char** argv) {
   auto* schedule = app.add_subcommand("schedule", "pipeline schedules");
   schedule->require_subcommand(1);
   auto* show = schedule->add_subcommand("show", "draw a schedule's planned timeline and print its bubble");
-  show->add_option("--schedule", schedule_args.schedule, "the schedule (gpipe, 1f1b)");
+  show->add_option("--schedule", schedule_args.schedule,
+                   "the schedule (gpipe, 1f1b, interleaved_1f1b, zb_h1, zbv)");
   show->add_option("--pp", schedule_args.pp, "pipeline stages")->check(CLI::Range(int64_t{1}, int64_t{1024}));
   show->add_option("--micro-batches", schedule_args.micro_batches, "micro-batches per step")
       ->check(CLI::Range(int64_t{1}, int64_t{65536}));
   show->add_option("--svg", schedule_args.svg, "also write the timeline as an SVG picture here");
+  show->add_option("--virtual-stages", schedule_args.virtual_stages,
+                   "model chunks per rank (interleaved_1f1b: any, default 2; zbv: 2)")
+      ->check(CLI::Range(int64_t{1}, int64_t{64}));
   show->add_flag("--json", schedule_args.json, "one JSON object instead of the picture");
+  show->add_flag("--csv", schedule_args.csv, "the schedule as a table for [pipeline] schedule_file");
 
   CLI11_PARSE(app, argc, argv);
 

@@ -51,7 +51,11 @@ struct PipelinePartition {
 /// [pipeline]: how the layers are cut into stages and the order each stage runs its
 /// micro-batches in (the micro-batches are [batch] gradient_accumulation_steps).
 struct PipelineConfig {
-  std::string schedule = "1f1b";  ///< "gpipe" or "1f1b"
+  std::string schedule = "1f1b";  ///< a built-in's name (pipeline/schedule.hpp) or a registered one
+  /// A schedule table (pipeline/table.hpp) instead of `schedule`: one CSV row per stage.
+  std::string schedule_file;
+  /// Model chunks per rank; 0 = the schedule's own (2 for interleaved_1f1b and zbv, else 1).
+  int64_t virtual_stages = 0;
   PipelinePartition partition;
 };
 

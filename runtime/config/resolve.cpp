@@ -12,6 +12,7 @@
 
 #include "pipeline/partition.hpp"
 #include "pipeline/schedule.hpp"
+#include "pipeline/table.hpp"
 #include "pipeline/topology.hpp"
 #include "runtime/config/schema.hpp"
 #include "runtime/config/suggest.hpp"
@@ -397,28 +398,95 @@ std::string one_of(const std::string& got, const std::vector<std::string>& names
   return fmt::format("got {}; the allowed values are {}", toml_string(got), allowed);
 }
 
-// The [pipeline] keys that do not depend on the model: the schedule's name and shape, and
-// the partition's method or counts. The layer count is checked by check_pipeline_layers.
+// Whether `programs` split backwards into input and weight halves.
+bool splits_backward(const std::vector<pipeline::Program>& programs) {
+  for (const auto& program : programs)
+    for (const auto& a : program)
+      if (a.op == pipeline::Op::backward_input) return true;
+  return false;
+}
+
+// Virtual stages, and ZeRO stage 3 with split backwards, are not run by jobs yet.
+Status check_runnable(const JobConfig& job, const ConfigOrigins& origins, std::string_view key,
+                      int64_t chunks, bool split) {
+  if (chunks > 1)
+    return key_error(
+        origins, "pipeline", key,
+        fmt::format("{} virtual stages per rank: `troupe schedule show` plans and draws schedules of "
+                    "model chunks (interleaved_1f1b, zbv), but jobs run one chunk per rank in this "
+                    "build (\"gpipe\", \"1f1b\", \"zb_h1\" or a table of one chunk)",
+                    chunks));
+  if (split && job.zero.stage == 3)
+    return key_error(
+        origins, "pipeline", key,
+        "the schedule splits each backward into its input and weight halves, and [zero] stage = 3 "
+        "gathers a layer's weights around one whole backward: use stage 0-2 with it, or \"1f1b\" "
+        "with stage 3");
+  return {};
+}
+
+// [pipeline] schedule_file: the table read and checked by the simulated executor now, so
+// a bad one stops the job before any rank starts.
+Status resolve_schedule_file(const JobConfig& job, const ConfigOrigins& origins) {
+  const PipelineConfig& p = job.pipeline;
+  if (origins.by_key.count("pipeline.schedule"))
+    return key_error(origins, "pipeline", "schedule_file",
+                     "schedule_file and schedule are both set; set one of them");
+  const int64_t chunks = p.virtual_stages > 0 ? p.virtual_stages : 1;
+  const pipeline::Layout layout{job.parallel.pp, chunks, pipeline::ChunkLayout::interleaved};
+  auto programs =
+      pipeline::load_schedule_table(p.schedule_file, layout, job.batch.gradient_accumulation_steps);
+  if (!programs) return key_error(origins, "pipeline", "schedule_file", programs.error().message);
+  return check_runnable(job, origins, "schedule_file", chunks, splits_backward(*programs));
+}
+
+// 1f1b and zb_h1 with fewer micro-batches than stages, blamed on the schedule where the
+// file names it, else on pp.
+Status too_few_micro_batches(const JobConfig& job, const ConfigOrigins& origins) {
+  const std::string& schedule = job.pipeline.schedule;
+  const int64_t micro = job.batch.gradient_accumulation_steps;
+  if (origins.by_key.count("pipeline.schedule"))
+    return key_error(
+        origins, "pipeline", "schedule",
+        fmt::format("schedule \"{}\" needs at least as many micro-batches as stages, but "
+                    "[batch] gradient_accumulation_steps = {} is below [parallel] pp = {}; raise "
+                    "gradient_accumulation_steps or use \"gpipe\"",
+                    schedule, micro, job.parallel.pp));
+  return key_error(
+      origins, "parallel", "pp",
+      fmt::format("pp = {} stages with schedule \"{}\" need at least {} micro-batches, but "
+                  "[batch] gradient_accumulation_steps = {}; raise gradient_accumulation_steps or "
+                  "use [pipeline] schedule = \"gpipe\"",
+                  job.parallel.pp, schedule, job.parallel.pp, micro));
+}
+
+// The [pipeline] keys that do not depend on the model: the schedule (a name or a table)
+// and its shape, and the partition's method or counts. The layer count is checked by
+// check_pipeline_layers.
 Status resolve_pipeline(const JobConfig& job, const ConfigOrigins& origins) {
   const PipelineConfig& p = job.pipeline;
-  const auto& schedules = pipeline::schedule_names();
-  if (std::find(schedules.begin(), schedules.end(), p.schedule) == schedules.end())
-    return key_error(origins, "pipeline", "schedule",
-                     fmt::format("schedule must be a schedule's name, {}", one_of(p.schedule, schedules)));
-  const int64_t micro = job.batch.gradient_accumulation_steps;
-  if (job.parallel.pp > 1 && p.schedule == "1f1b" && micro < job.parallel.pp) {
-    // Blamed on the schedule where the file names it, else on pp.
-    if (origins.by_key.count("pipeline.schedule"))
+  TROUPE_TRY(
+      require(in_range(p.virtual_stages, 0, 64), origins, "pipeline", "virtual_stages", p.virtual_stages));
+  if (!p.schedule_file.empty()) {
+    if (job.parallel.pp > 1) TROUPE_TRY(resolve_schedule_file(job, origins));
+  } else {
+    const auto schedules = pipeline::schedule_names();
+    if (std::find(schedules.begin(), schedules.end(), p.schedule) == schedules.end())
       return key_error(origins, "pipeline", "schedule",
-                       fmt::format("schedule \"1f1b\" needs at least as many micro-batches as stages, but "
-                                   "[batch] gradient_accumulation_steps = {} is below [parallel] pp = {}; raise "
-                                   "gradient_accumulation_steps or use \"gpipe\"",
-                                   micro, job.parallel.pp));
-    return key_error(origins, "parallel", "pp",
-                     fmt::format("pp = {} stages with schedule \"1f1b\" need at least {} micro-batches, but "
-                                 "[batch] gradient_accumulation_steps = {}; raise gradient_accumulation_steps or "
-                                 "use [pipeline] schedule = \"gpipe\"",
-                                 job.parallel.pp, job.parallel.pp, micro));
+                       fmt::format("schedule must be a schedule's name, {}", one_of(p.schedule, schedules)));
+    const int64_t micro = job.batch.gradient_accumulation_steps;
+    const int64_t chunks =
+        p.virtual_stages > 0 ? p.virtual_stages : pipeline::default_virtual_stages(p.schedule);
+    const pipeline::ScheduleShape shape{job.parallel.pp, micro, chunks};
+    if (job.parallel.pp > 1) {
+      if ((p.schedule == "1f1b" || p.schedule == "zb_h1") && micro < job.parallel.pp)
+        return too_few_micro_batches(job, origins);
+      if (auto ok = pipeline::check_shape(p.schedule, shape); !ok)
+        return key_error(origins, "pipeline",
+                         origins.by_key.count("pipeline.virtual_stages") ? "virtual_stages" : "schedule",
+                         ok.error().message);
+      TROUPE_TRY(check_runnable(job, origins, "schedule", chunks, p.schedule == "zb_h1"));
+    }
   }
   const PipelinePartition& cut = p.partition;
   if (cut.counts.empty()) {

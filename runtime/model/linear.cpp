@@ -3,6 +3,8 @@
 #include <torch/autograd.h>
 #include <torch/torch.h>
 
+#include "actors/deferred_weights.hpp"
+
 namespace troupe {
 namespace {
 
@@ -18,7 +20,11 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
     // The weight is saved as itself, never as a view or transpose of it: under ZeRO stage 3
     // a partitioned parameter's data is swapped out after forward and gathered back in
     // before backward, and backward must re-read the parameter to see the gathered data.
-    ctx->save_for_backward({x, weight});
+    // The bias is saved too, as itself: a split backward's weight half accumulates into it.
+    if (bias.has_value())
+      ctx->save_for_backward({x, weight, *bias});
+    else
+      ctx->save_for_backward({x, weight});
     ctx->saved_data["has_bias"] = bias.has_value();
     return torch::linear(x, weight, bias);
   }
@@ -36,9 +42,24 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
     torch::Tensor grad_weight;
     torch::Tensor grad_bias;
     if (ctx->needs_input_grad(0)) grad_x = grad.matmul(weight);
-    if (ctx->needs_input_grad(1)) grad_weight = grad_2d.t().mm(x.reshape({-1, x.size(-1)}));
+    const bool needs_weight = ctx->needs_input_grad(1);
     // Without a bias there are only two graph inputs, so index 2 must not be asked about.
-    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) grad_bias = grad_2d.sum(0);
+    const bool needs_bias = ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2);
+    if (DeferredWeights* deferred = DeferredWeights::active(); deferred && (needs_weight || needs_bias)) {
+      // The input half of a split backward: the weights' gradients wait for the weight
+      // half, which needs only x and the output's gradient. The parameters stay out of
+      // this pass (undefined gradients), so their accumulators add nothing now.
+      torch::Tensor bias = needs_bias ? saved[2] : torch::Tensor();
+      deferred->defer([x_2d = x.reshape({-1, x.size(-1)}), grad_2d, weight, bias, needs_weight] {
+        std::vector<std::pair<torch::Tensor, torch::Tensor>> out;
+        if (needs_weight) out.emplace_back(weight, grad_2d.t().mm(x_2d));
+        if (bias.defined()) out.emplace_back(bias, grad_2d.sum(0));
+        return out;
+      });
+      return {grad_x, torch::Tensor(), torch::Tensor()};
+    }
+    if (needs_weight) grad_weight = grad_2d.t().mm(x.reshape({-1, x.size(-1)}));
+    if (needs_bias) grad_bias = grad_2d.sum(0);
     return {grad_x, grad_weight, grad_bias};
   }
 };

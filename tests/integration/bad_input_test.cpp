@@ -283,6 +283,55 @@ TEST(BadInput, NoOutputOfARunShowsItsToken) {
   EXPECT_EQ(checked.output.find(secret), std::string::npos) << checked.output;
 }
 
+// The schedules beyond 1F1B: a shape one cannot run names the key and why; an unknown
+// scheduler gets a did-you-mean.
+TEST(BadInput, SchedulesRefuseShapesTheyCannotRunAndUnknownNamesSuggestTheClosest) {
+  std::string path;
+  auto r = run_on("check",
+                  "[cluster]\nworld_size = 4\n[parallel]\npp = 4\n[batch]\nmicro_batch_size = 1\n"
+                  "gradient_accumulation_steps = 6\n[pipeline]\nschedule = \"interleaved_1f1b\"\n",
+                  &path);
+  expect_refused(r, path + ":9:");
+  expect_refused(r, "6 micro-batches is not a multiple of 4 stages");
+  r = run_on("check", std::string(kPipelineJob) + "[pipeline]\nschedule = \"zbv\"\nvirtual_stages = 3\n",
+             &path);
+  expect_refused(r, path + ":12:");
+  expect_refused(r, "zbv runs 2 virtual stages per rank (a V), not 3");
+  r = run_on("check", std::string(kPipelineJob) + "[pipeline]\nschedule = \"zb_h2\"\n", &path);
+  expect_refused(r, path + ":11:");
+  expect_refused(r, "did you mean \"zb_h1\"?");
+  r = run_on("check", std::string(kPipelineJob) + "[pipeline]\nschedule = \"zb_h1\"\n[zero]\nstage = 3\n",
+             &path);
+  expect_refused(r, "splits each backward into its input and weight halves");
+}
+
+// A schedule table: an unknown action names the table's line and cell, a missing
+// micro-batch and a deadlock name the stage and its line; all before any rank starts.
+TEST(BadInput, ScheduleTablesThatCannotRunNameTheirFileLineAndAction) {
+  std::string dir = testing::make_temp_dir();
+  auto refused_table = [&](const std::string& table, const std::string& needle) {
+    testing::write_file(dir + "/steps.csv", table);
+    std::string path;
+    auto r =
+        run_on("check", std::string(kPipelineJob) + "[pipeline]\nschedule_file = \"" + dir + "/steps.csv\"\n",
+               &path);
+    expect_refused(r, path + ":11:");
+    expect_refused(r, needle);
+  };
+  refused_table("F0,F1,F2,F3,B0,B1,B2,B3\nF0,B0,F1,X1,F2,B2,F3,B3\n",
+                dir + "/steps.csv: line 2 (stage 1), cell 4: \"X1\" is not an action");
+  refused_table("F0,F1,F2,F3,B0,B1,B2,B3\nF0,B0,F1,B1,F2,B2,F3\n",
+                "stage 1: micro-batch 3 has no backward (stage 0 is line 1, stage 1 is line 2)");
+  refused_table(
+      "F0,B0,F1,B1,F2,B2,F3,B3\nF1,B1,F0,B0,F2,B2,F3,B3\n",
+      "the schedule deadlocks: stage 0 waits at action 3 (recv_gradient 0) for stage 1; stage 1 waits at "
+      "action 1 (recv_activation 1) for stage 0");
+  std::string path;
+  auto r = run_on(
+      "check", std::string(kPipelineJob) + "[pipeline]\nschedule_file = \"" + dir + "/none.csv\"\n", &path);
+  expect_refused(r, "cannot read the schedule table " + dir + "/none.csv");
+}
+
 // `troupe schedule show`: an unknown schedule gets a did-you-mean, a shape the schedule
 // cannot run says why; both exit with the usage status and draw nothing.
 TEST(BadInput, ScheduleShowRefusesAnUnknownScheduleOrAShapeItCannotRun) {

@@ -19,6 +19,7 @@
 #include "tests/integration/command.hpp"
 #include "tests/support/free_port.hpp"
 #include "tests/support/parity.hpp"
+#include "tests/support/pipeline_job.hpp"
 #include "tests/support/trained_run.hpp"
 
 namespace troupe {
@@ -26,66 +27,12 @@ namespace {
 
 using testing::TrainedRun;
 
-struct Job {
-  int pp = 2;
-  int dp = 1;
-  int micro_batches = 4;
-  std::string schedule = "1f1b";
-  int zero = 0;
-  double clip = 0;
-  std::string settings;  ///< more --set flags (partition, order)
-  bool tied = false;     ///< [model] tie_embeddings: the head on the last stage uses stage 0's embedding
-};
-
-std::string describe(const Job& j) {
-  return "pp " + std::to_string(j.pp) + ", dp " + std::to_string(j.dp) + ", " + j.schedule + ", m " +
-         std::to_string(j.micro_batches) + ", zero " + std::to_string(j.zero) +
-         (j.clip > 0 ? ", clipping" : "") + (j.tied ? ", tied embeddings" : "") + j.settings;
-}
-
-// 20 steps of the tiny GPT (4 layers: embedding, 2 blocks, head) on a global batch of 16.
-TrainedRun train(const std::string& how, const Job& j) {
-  std::string dir = testing::make_temp_dir();
-  const int world = j.pp * j.dp;
-  const int micro = 16 / j.dp / j.micro_batches;
-  std::string command =
-      std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR + "/configs/tiny-gpt.toml" + how +
-      " --set train.steps=20 --set optimizer.lr=1e-3" + " --set cluster.world_size=" + std::to_string(world) +
-      " --set parallel.dp=" + std::to_string(j.dp) + " --set parallel.pp=" + std::to_string(j.pp) +
-      " --set batch.micro_batch_size=" + std::to_string(micro) +
-      " --set batch.gradient_accumulation_steps=" + std::to_string(j.micro_batches) +
-      " --set batch.global_batch_size=16 --set pipeline.schedule=" + j.schedule +
-      " --set zero.stage=" + std::to_string(j.zero) + " --set zero.reduce_bucket_size=16384" +
-      " --set optimizer.gradient_clipping=" + std::to_string(j.clip) +
-      " --set model.tie_embeddings=" + (j.tied ? "true" : "false") + j.settings +
-      " --set cluster.coordinator=" + testing::free_coordinator() + " --metrics " + dir +
-      "/metrics.jsonl --parameters-out " + dir + "/parameters.bin";
-  auto r = testing::run_command(command, 300);
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  return testing::read_run(dir + "/metrics.jsonl", dir + "/parameters.bin");
-}
-
-// The reference: one process, the whole batch at once, the same model, optimizer and clipping.
-const TrainedRun& reference(double clip, bool tied) {
-  static std::map<std::pair<double, bool>, TrainedRun> cache;
-  auto found = cache.find({clip, tied});
-  if (found == cache.end()) {
-    Job one{1, 1, 1, "1f1b", 0, clip, "", tied};
-    found = cache.emplace(std::make_pair(clip, tied), train(" --reference", one)).first;
-  }
-  return found->second;
-}
+using Job = testing::PipelineJob;
 
 class PipelineParity : public ::testing::TestWithParam<Job> {};
 
 TEST_P(PipelineParity, LossesNormsAndParametersMatchTheReference) {
-  const Job j = GetParam();
-  const TrainedRun& ref = reference(j.clip, j.tied);
-  TrainedRun run = train("", j);
-  testing::ParityFigures worst = testing::expect_parity(run, ref, 20, j.clip);
-  std::printf(
-      "pipeline parity: %s: worst loss %.2e relative, gradient norm %.2e, parameters %.2e of their norm\n",
-      describe(j).c_str(), worst.loss, worst.grad_norm, worst.parameters);
+  testing::expect_pipeline_parity(GetParam());
 }
 
 std::vector<Job> jobs() {
@@ -120,20 +67,8 @@ std::vector<Job> jobs() {
   };
 }
 
-INSTANTIATE_TEST_SUITE_P(Stages, PipelineParity, ::testing::ValuesIn(jobs()), [](const auto& info) {
-  const Job& j = info.param;
-  std::string name = "pp" + std::to_string(j.pp) + "_dp" + std::to_string(j.dp) + "_" +
-                     (j.schedule == "1f1b" ? "OneFOneB" : "GPipe") + "_m" + std::to_string(j.micro_batches) +
-                     "_zero" + std::to_string(j.zero);
-  if (j.clip > 0) name += "_clip";
-  if (j.tied) name += "_tied";
-  if (j.settings.find("parameters") != std::string::npos) name += "_byParameters";
-  if (j.settings.find("profile") != std::string::npos) name += "_profiled";
-  if (j.settings.find("[3,1]") != std::string::npos) name += "_explicit";
-  if (j.settings.find("dp,pp") != std::string::npos) name += "_dpFastest";
-  return name;
-});
-
+INSTANTIATE_TEST_SUITE_P(Stages, PipelineParity, ::testing::ValuesIn(jobs()),
+                         [](const auto& info) { return testing::test_name(info.param); });
 
 // Metrics lines of a short pipelined run (rank 0 = stage 0 writes them).
 std::vector<nlohmann::json> metrics_of(const std::string& settings) {

@@ -89,11 +89,12 @@ TEST_F(PointToPoint, TensorsStreamedThroughTheAgentsArriveWholeAndInOrder) {
   std::vector<BufferSpan> received;
   auto post_receive = [&](std::size_t i) {
     received.push_back(filled(count, -1));
-    receiver->send(agent1_, recv_request{1000 + i, received.back(), 0, caf::actor{receiver}});
+    receiver->send(agent1_, recv_request{1000 + i, received.back(), 0, caf::actor{receiver}, std::nullopt});
   };
   for (std::size_t i = 0; i < credits; ++i) post_receive(i);
   for (std::size_t i = 0; i < tensors; ++i)
-    sender->send(agent0_, send_request{i, filled(count, static_cast<float>(i)), 1, caf::actor{sender}});
+    sender->send(agent0_,
+                 send_request{i, filled(count, static_cast<float>(i)), 1, caf::actor{sender}, std::nullopt});
   // Each arrival frees a credit: the next receive is posted then, as a stage would.
   std::vector<uint64_t> arrived;
   while (arrived.size() < tensors) {
@@ -117,10 +118,36 @@ TEST_F(PointToPoint, TensorsStreamedThroughTheAgentsArriveWholeAndInOrder) {
   }
 }
 
+// Keyed messages match by key, not by order: receives posted in reverse of the sends land
+// each in the buffer of its own key, and sequenced messages between the same ranks are
+// untouched by them (virtual stages send several kinds of message to one peer).
+TEST_F(PointToPoint, KeyedMessagesMatchTheirKeyWhateverTheOrder) {
+  caf::scoped_actor sender{system_}, receiver{system_};
+  constexpr std::size_t messages = 6, count = 70000;  // 280 KB each: rendezvous, several chunks
+  std::vector<BufferSpan> received(messages);
+  for (std::size_t i = messages; i-- > 0;) {
+    received[i] = filled(count, -1);
+    receiver->send(agent1_, recv_request{i, received[i], 0, caf::actor{receiver}, uint64_t{500 + i}});
+  }
+  receiver->send(agent1_, recv_request{99, filled(8, -1), 0, caf::actor{receiver}, std::nullopt});
+  sender->send(agent0_, send_request{99, filled(8, 7), 1, caf::actor{sender}, std::nullopt});
+  for (std::size_t i = 0; i < messages; ++i)
+    sender->send(agent0_, send_request{i, filled(count, static_cast<float>(i)), 1, caf::actor{sender},
+                                       uint64_t{500 + i}});
+  auto got = answers(receiver, messages + 1);
+  ASSERT_EQ(got.size(), messages + 1);
+  for (const auto& d : got) EXPECT_TRUE(d.error.empty()) << d.error;
+  for (std::size_t i = 0; i < messages; ++i) {
+    EXPECT_EQ(received[i].owner->as<float>()[0], static_cast<float>(i)) << "key " << 500 + i;
+    EXPECT_EQ(received[i].owner->as<float>()[count - 1], static_cast<float>(i)) << "key " << 500 + i;
+  }
+  EXPECT_EQ(answers(sender, messages + 1).size(), messages + 1);
+}
+
 TEST_F(PointToPoint, ByteCountsThatDisagreeFailTheReceiveAndStopTheJob) {
   caf::scoped_actor sender{system_}, receiver{system_};
-  receiver->send(agent1_, recv_request{2, filled(10, 0), 0, caf::actor{receiver}});
-  sender->send(agent0_, send_request{1, filled(12, 1), 1, caf::actor{sender}});
+  receiver->send(agent1_, recv_request{2, filled(10, 0), 0, caf::actor{receiver}, std::nullopt});
+  sender->send(agent0_, send_request{1, filled(12, 1), 1, caf::actor{sender}, std::nullopt});
   auto got = answers(receiver, 1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_FALSE(got[0].error.empty()) << "10 floats expected, 12 sent";
@@ -128,7 +155,7 @@ TEST_F(PointToPoint, ByteCountsThatDisagreeFailTheReceiveAndStopTheJob) {
   // The receiver's failure stops the whole job: rank 0's next receive fails too, at once
   // or when rank 1's abort arrives, not at its own timeout.
   auto asked = std::chrono::steady_clock::now();
-  sender->send(agent0_, recv_request{3, filled(10, 0), 1, caf::actor{sender}});
+  sender->send(agent0_, recv_request{3, filled(10, 0), 1, caf::actor{sender}, std::nullopt});
   auto stopped = answers(sender, 1);
   ASSERT_EQ(stopped.size(), 1u);
   EXPECT_FALSE(stopped[0].error.empty());

@@ -22,7 +22,7 @@ Simulation simulated(const std::string& schedule, int64_t p, int64_t m, int64_t 
   return run.ok() ? *run : Simulation{};
 }
 
-// Forward and backward of one slot each: both schedules take 2(m + p − 1) slots, idle
+// A forward of one slot and a backward of two: both schedules take 3(m + p − 1) slots, idle
 // (p − 1)/(m + p − 1) of them; 1F1B holds p − s micro-batches on stage s, GPipe all m.
 TEST(PipelineSchedule, OneFOneBAndGpipeTakeTheFormulasSlotsAndHoldWhatTheySay) {
   for (int64_t p : {1, 2, 4, 8})
@@ -31,15 +31,15 @@ TEST(PipelineSchedule, OneFOneBAndGpipeTakeTheFormulasSlotsAndHoldWhatTheySay) {
       SCOPED_TRACE("p " + std::to_string(p) + ", m " + std::to_string(m));
       const double formula = static_cast<double>(p - 1) / static_cast<double>(m + p - 1);
       Simulation one = simulated("1f1b", p, m), all = simulated("gpipe", p, m);
-      EXPECT_EQ(one.slots, 2 * (m + p - 1));
-      EXPECT_EQ(all.slots, 2 * (m + p - 1));
+      EXPECT_EQ(one.slots, 3 * (m + p - 1));
+      EXPECT_EQ(all.slots, 3 * (m + p - 1));
       EXPECT_NEAR(one.bubble(), formula, 1e-12);
       EXPECT_NEAR(all.bubble(), formula, 1e-12);
       ASSERT_EQ(one.peak_activations.size(), static_cast<std::size_t>(p));
       for (int64_t s = 0; s < p; ++s) {
         EXPECT_EQ(one.peak_activations[static_cast<std::size_t>(s)], p - s) << "stage " << s;
         EXPECT_EQ(all.peak_activations[static_cast<std::size_t>(s)], m) << "stage " << s;
-        EXPECT_EQ(one.busy_slots[static_cast<std::size_t>(s)], 2 * m);
+        EXPECT_EQ(one.busy_slots[static_cast<std::size_t>(s)], 3 * m);
       }
     }
 }
@@ -70,7 +70,7 @@ TEST(PipelineSchedule, OneFOneBOnTwoStagesRunsWarmUpThenAlternates) {
 TEST(PipelineSchedule, OneReceiveBufferPerNeighbourIsEnough) {
   for (const char* schedule : {"1f1b", "gpipe"}) {
     Simulation run = simulated(schedule, 4, 8, 1);
-    EXPECT_EQ(run.slots, 2 * (8 + 4 - 1)) << schedule;
+    EXPECT_EQ(run.slots, 3 * (8 + 4 - 1)) << schedule;
   }
 }
 
@@ -144,7 +144,8 @@ TEST(PipelineSchedule, ProgramsThatBreakTheRulesAreRefusedSayingWhere) {
 TEST(PipelineSchedule, ShapesAScheduleCannotRunAreRefused) {
   auto unknown = make_program("zigzag", ScheduleShape{2, 4}, 0);
   ASSERT_FALSE(unknown.ok());
-  EXPECT_EQ(unknown.error().message, "unknown schedule \"zigzag\": the schedules are gpipe, 1f1b");
+  EXPECT_EQ(unknown.error().message,
+            "unknown schedule \"zigzag\": the schedules are gpipe, 1f1b, interleaved_1f1b, zb_h1, zbv");
   auto few = make_program("1f1b", ScheduleShape{4, 2}, 0);
   ASSERT_FALSE(few.ok());
   EXPECT_EQ(
@@ -156,8 +157,9 @@ TEST(PipelineSchedule, ShapesAScheduleCannotRunAreRefused) {
 }
 
 // The executor places each forward and backward in time; the pictures draw that, one row
-// per stage: 1F1B at p = 2, m = 3 leaves stage 0 idle while stage 1 runs B0 (slot 2) and
-// B2 (slot 6), and stage 1 idle before its first forward and after its last backward.
+// per stage: 1F1B at p = 2, m = 3 (a backward two slots) leaves stage 0 idle while stage 1
+// runs B0 (slots 2-3) and B2 (8-9), and stage 1 idle before its first forward and after
+// its last backward.
 TEST(PipelinePicture, TheTimelineIsWhereTheExecutorPutEachComputeAction) {
   Simulation s = simulated("1f1b", 2, 3);
   ASSERT_EQ(s.timeline.size(), 2u);
@@ -165,10 +167,10 @@ TEST(PipelinePicture, TheTimelineIsWhereTheExecutorPutEachComputeAction) {
   for (const TimedAction& t : s.timeline[0])
     stage0.push_back((t.action.op == Op::forward ? "F" : "B") + std::to_string(t.action.micro) + "@" +
                      std::to_string(t.start));
-  EXPECT_EQ(stage0, (std::vector<std::string>{"F0@0", "F1@1", "B0@3", "F2@4", "B1@5", "B2@7"}));
+  EXPECT_EQ(stage0, (std::vector<std::string>{"F0@0", "F1@1", "B0@4", "F2@6", "B1@7", "B2@10"}));
   EXPECT_EQ(timeline_text(s),
-            "stage  0 | F0 F1  . B0 F2 B1  . B2\n"
-            "stage  1 |  . F0 B0 F1 B1 F2 B2  .\n");
+            "stage  0 | F0 F1  .  . B0 B0 F2 B1 B1  . B2 B2\n"
+            "stage  1 |  . F0 B0 B0 F1 B1 B1 F2 B2 B2  .  .\n");
   std::string svg = timeline_svg(s, "1f1b <p=2>");
   std::size_t boxes = 0;
   for (std::size_t at = svg.find("<rect"); at != std::string::npos; at = svg.find("<rect", at + 1)) ++boxes;
