@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
@@ -15,6 +16,7 @@
 #include "actors/protocol/engine.hpp"
 #include "actors/protocol/pipeline.hpp"
 #include "actors/protocol/stage.hpp"
+#include "memory/host_buffer.hpp"
 
 namespace troupe {
 namespace {
@@ -22,32 +24,47 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using pipeline::Op;
 
+constexpr uint64_t kSummaryTag = 1;        // the step's sums gathered over the world
+constexpr uint64_t kFinishTag = 2;         // the barrier of finish_training
+constexpr std::size_t kSummaryFields = 4;  // loss, gradient square sum, tokens, compute seconds
+
 struct CurrentStep {
   int64_t step = 0;
   Clock::time_point start;
   caf::response_promise reply;
   std::size_t next = 0;                      // the next action to hand over
-  int64_t unfinished = 0;                    // handed over, not finished
-  std::map<int64_t, MicroBatchPtr> batches;  // fetched, not handed over yet
-  std::optional<gradients_ready> gradients;
+  int64_t unfinished = 0;                    // actions handed to chunks and not finished
+  std::map<int64_t, MicroBatchPtr> batches;  // fetched, with loads still to hand over
+  std::map<int64_t, int64_t> loads_left;     // by micro-batch
+  std::size_t gradients_in = 0;              // chunks that answered reduce_gradients
+  gradients_ready mine;                      // their answers, summed
+  std::optional<gradients_ready> gradients;  // the step's, once known
+  std::size_t applied_in = 0;                // chunks that answered optimizer_step
+  bool compute_handed = false;               // a compute action handed over, not on the stream yet
+  StepStats stats;
 };
 
 struct SchedulerState {
   SchedulerOptions options;
   std::optional<CurrentStep> current;
   std::optional<caf::response_promise> finishing;
+  std::shared_ptr<HostBuffer> summary;  // pp > 1: kSummaryFields doubles by world rank
   static inline const char* name = "scheduler";
 };
 using Scheduler = caf::stateful_actor<SchedulerState>;
 
-void finish_step(Scheduler* self, std::string error, const step_applied& applied = {}) {
+std::size_t chunk_count(const Scheduler* self) {
+  return self->state.options.chunks.size();
+}
+
+void finish_step(Scheduler* self, std::string error) {
   auto& s = self->state;
   if (!s.current) return;
   CurrentStep& c = *s.current;
   double ms = std::chrono::duration<double, std::milli>(Clock::now() - c.start).count();
   double loss = c.gradients ? c.gradients->loss : 0;
   int64_t tokens = c.gradients ? c.gradients->tokens : 0;
-  StepStats stats = applied.stats;
+  StepStats stats = c.stats;
   if (c.gradients && ms > 0)
     stats.bubble =
         std::max(0.0, 1.0 - c.gradients->busy_s * 1000.0 / (static_cast<double>(s.options.stages) * ms));
@@ -55,7 +72,8 @@ void finish_step(Scheduler* self, std::string error, const step_applied& applied
   s.current.reset();
 }
 
-// Hands the stage the next actions while the window has room; a load waits for its batch.
+// Hands the chunks the next actions while the window has room; a load waits for its
+// batch. A step-wide action goes to every chunk of the rank.
 void dispatch(Scheduler* self) {
   auto& s = self->state;
   const auto& program = s.options.program;
@@ -66,12 +84,23 @@ void dispatch(Scheduler* self) {
     if (a.op == Op::load) {
       auto batch = c.batches.find(a.micro);
       if (batch == c.batches.end()) return;  // micro_batch_ready resumes
-      out.batch = std::move(batch->second);
-      c.batches.erase(batch);
+      out.batch = batch->second;
+      if (--c.loads_left[a.micro] == 0) c.batches.erase(batch);
+    }
+    // Chunks share the rank's compute stream: the next compute action waits until the one
+    // before it is on the stream, so the stream runs them in program order.
+    if (pipeline::is_compute(a.op) && chunk_count(self) > 1) {
+      if (c.compute_handed) return;  // compute_started resumes
+      c.compute_handed = true;
     }
     ++c.next;
-    ++c.unfinished;
-    self->send(s.options.stage, std::move(out));
+    if (a.op == Op::reduce_gradients || a.op == Op::optimizer_step) {
+      c.unfinished += static_cast<int64_t>(chunk_count(self));
+      for (const caf::actor& chunk : s.options.chunks) self->send(chunk, out);
+    } else {
+      ++c.unfinished;
+      self->send(s.options.chunks[static_cast<std::size_t>(a.chunk)], std::move(out));
+    }
   }
 }
 
@@ -96,13 +125,16 @@ void fetch(Scheduler* self, int64_t micro) {
 
 void start_step(Scheduler* self, int64_t step) {
   auto& s = self->state;
-  s.current = CurrentStep{step, Clock::now(), self->make_response_promise(), 0, 0, {}, std::nullopt};
+  s.current = CurrentStep{};
+  s.current->step = step;
+  s.current->start = Clock::now();
+  s.current->reply = self->make_response_promise();
   // The loader prepares ahead of what is asked, in micro-batch order; asking for every
-  // load now, in that order, keeps it busy whatever order the program loads them in.
-  std::set<int64_t> loads;
+  // load now, in that order, keeps it busy whatever order the program loads them in. With
+  // a V of chunks the first and the last virtual stage share a rank: one fetch, two loads.
   for (const auto& a : s.options.program)
-    if (a.op == Op::load) loads.insert(a.micro);
-  for (int64_t micro : loads) fetch(self, micro);
+    if (a.op == Op::load) ++s.current->loads_left[a.micro];
+  for (const auto& [micro, loads] : s.current->loads_left) fetch(self, micro);
   dispatch(self);
 }
 
@@ -113,27 +145,79 @@ void action_finished(Scheduler* self, int64_t step) {
   dispatch(self);
 }
 
+// Every chunk's gradients are reduced over its group: with one stage the step's figures
+// are known; with a pipeline this rank's sums join every rank's, gathered over the world
+// and summed in rank order, so every rank has the same loss, norm and tokens.
+void gradients_in(Scheduler* self) {
+  auto& s = self->state;
+  CurrentStep& c = *s.current;
+  if (s.options.stages == 1) {
+    c.gradients = c.mine;
+    return;
+  }
+  double* mine = s.summary->as<double>() + kSummaryFields * static_cast<std::size_t>(s.options.world_rank);
+  mine[0] = c.mine.loss;
+  mine[1] = c.mine.square_sum;
+  mine[2] = static_cast<double>(c.mine.tokens);
+  mine[3] = c.mine.busy_s;
+  std::size_t floats = kSummaryFields * sizeof(double) / sizeof(float);  // moved as raw bytes
+  BufferSpan out = float_span(s.summary, 0, floats * static_cast<std::size_t>(s.options.world_size));
+  BufferSpan in = float_span(s.summary, floats * static_cast<std::size_t>(s.options.world_rank), floats);
+  self->send(s.options.comm_agent, all_gather_request{kSummaryTag, std::move(in), std::move(out),
+                                                      world_communicator, caf::actor_cast<caf::actor>(self)});
+}
+
+void on_summary(Scheduler* self) {
+  auto& s = self->state;
+  if (!s.current) return;
+  const double* all = s.summary->as<double>();
+  double sums[kSummaryFields] = {};
+  for (std::size_t r = 0; r < static_cast<std::size_t>(s.options.world_size); ++r)
+    for (std::size_t k = 0; k < kSummaryFields; ++k) sums[k] += all[kSummaryFields * r + k];
+  CurrentStep& c = *s.current;
+  c.gradients = gradients_ready{c.step, sums[0], static_cast<int64_t>(sums[2]), sums[3], sums[1]};
+  const double norm = std::sqrt(std::max(0.0, sums[1]));
+  for (const caf::actor& chunk : s.options.chunks) self->send(chunk, gradients_summed{c.step, norm});
+}
+
 caf::behavior scheduler_behavior(Scheduler* self, SchedulerOptions options) {
   self->state.options = std::move(options);
-  Tracer* tracer = self->state.options.tracer;
+  auto& opts = self->state.options;
+  self->state.summary = std::make_shared<HostBuffer>(kSummaryFields * sizeof(double) *
+                                                     static_cast<std::size_t>(opts.world_size));
+  Tracer* tracer = opts.tracer;
   return {
       [=](train_step& t) {
         Tracer::Scope span(tracer, "scheduler", "train_step");
         start_step(self, t.step);
       },
       [=](action_done& d) { action_finished(self, d.step); },
+      [=](compute_started& started) {
+        auto& s = self->state;
+        if (!s.current || s.current->step != started.step) return;
+        s.current->compute_handed = false;
+        dispatch(self);
+      },
       [=](gradients_ready& g) {
         Tracer::Scope span(tracer, "scheduler", "gradients_ready");
         auto& s = self->state;
         if (!s.current || s.current->step != g.step) return;
-        s.current->gradients = g;
+        CurrentStep& c = *s.current;
+        c.mine.step = g.step;
+        c.mine.loss += g.loss;
+        c.mine.tokens += g.tokens;
+        c.mine.busy_s += g.busy_s;
+        c.mine.square_sum += g.square_sum;
+        if (++c.gradients_in == chunk_count(self)) gradients_in(self);
         action_finished(self, g.step);
       },
       [=](step_applied& a) {
         Tracer::Scope span(tracer, "scheduler", "step_applied");
         auto& s = self->state;
         if (!s.current || s.current->step != a.step) return;
-        finish_step(self, "", a);
+        if (s.current->applied_in++ == 0) s.current->stats = a.stats;  // the rank's ledger: alike
+        --s.current->unfinished;
+        if (s.current->applied_in == chunk_count(self)) finish_step(self, "");
       },
       [=](stage_failed& f) {
         Tracer::Scope span(tracer, "scheduler", "stage_failed");
@@ -142,10 +226,15 @@ caf::behavior scheduler_behavior(Scheduler* self, SchedulerOptions options) {
       [=](finish_training&) {
         auto& s = self->state;
         s.finishing = self->make_response_promise();
-        self->send(s.options.comm_agent, barrier_request{0, caf::actor_cast<caf::actor>(self)});
+        self->send(s.options.comm_agent, barrier_request{kFinishTag, caf::actor_cast<caf::actor>(self)});
       },
       [=](collective_done& d) {
         auto& s = self->state;
+        if (d.tag == kSummaryTag) {
+          if (!d.error.empty())
+            return finish_step(self, "gathering the step's loss and norm failed: " + d.error);
+          return on_summary(self);
+        }
         if (!s.finishing) return;
         s.finishing->deliver(d);
         s.finishing.reset();

@@ -1,9 +1,17 @@
 // The scheduler actor (the "engine" actor of ARCHITECTURE.md): runs one training step at
-// a time by walking this rank's stage program (pipeline/action.hpp), handing the stage
-// actor its actions in order, at most `window` of them unfinished at once. It fetches the
+// a time by walking this rank's program (pipeline/action.hpp), handing each action to the
+// stage actor of its chunk (one per model chunk the rank holds: one, or v with virtual
+// stages) in order, at most `window` of them unfinished at once. It fetches the
 // micro-batches of the program's loads from the data loader ahead of use and hands each
-// to the stage with its load action; reduce_gradients is answered with the step's loss and
-// norm, optimizer_step ends the step.
+// to the chunk with its load action. reduce_gradients and optimizer_step go to every
+// chunk: in a pipeline each chunk answers reduce_gradients with its share of the step's
+// loss, gradient square sum, tokens and compute time; the scheduler sums them over its
+// chunks, gathers every rank's over the world and sums them in rank order (the same
+// numbers on every rank), and tells every chunk the global norm (gradients_summed), which
+// their optimizer steps wait for. The last chunk's step_applied ends the step. Chunks share
+// the rank's compute stream under ZeRO 0-1: a chunk gets its next compute action only once
+// the one before it is on the stream (compute_started), so the stream runs them in
+// program order, as the schedule planned, not in the order their inputs happened to arrive.
 //
 // Protocol (actors/protocol/engine.hpp): train_step → step_report (error set on failure);
 // finish_training → collective_done once every rank has finished.
@@ -13,6 +21,7 @@
 #include <caf/actor_system.hpp>
 
 #include <cstdint>
+#include <vector>
 
 #include "base/trace.hpp"
 #include "pipeline/action.hpp"
@@ -20,12 +29,14 @@
 namespace troupe {
 
 struct SchedulerOptions {
-  caf::actor stage;
+  std::vector<caf::actor> chunks;  ///< the rank's stage actors, by chunk
   caf::actor data_loader;
   caf::actor comm_agent;
-  pipeline::Program program;  ///< this rank's stage's actions for one step
+  pipeline::Program program;  ///< this rank's actions for one step
   int64_t micro_count = 1;    ///< gradient accumulation steps: the program's micro-batches
-  int64_t stages = 1;         ///< pp, for the step's bubble
+  int64_t stages = 1;         ///< pp, for the step's bubble; above 1 the summary is gathered
+  int64_t world_rank = 0;
+  int64_t world_size = 1;
   int64_t window = 8;         ///< actions handed to the stage and not finished, at most
   double fetch_timeout_s = 60;
   Tracer* tracer = nullptr;

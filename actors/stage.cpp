@@ -280,50 +280,48 @@ void on_row_reduced(StageActor* self) {
   maybe_measure(self);
 }
 
-// The loss and the norm are known on this rank: the reduce_gradients action is done.
+// One stage: the loss and the norm are known on this rank, the reduce_gradients action
+// is done and the optimizer may step.
 void gradients_known(StageActor* self, double loss, double square_sum, int64_t tokens, double busy_s) {
   auto& p = self->state.progress;
-  p.loss = loss;
-  p.busy_s = busy_s;
+  p.answer = gradients_ready{p.step, loss, tokens, busy_s, square_sum};
+  p.answer_ready = true;
   p.grad_norm = std::sqrt(std::max(0.0, square_sum));
-  p.tokens = tokens;
-  p.gradients_ready = true;
+  p.norm_known = true;
   answer_gradients_ready(self);
   pump(self);  // an optimizer_step waiting for the norm
 }
 
-// pp > 1: the loss lives on the last stage and the gradients on every stage, so every rank
-// gathers every rank's (loss, square sum, tokens) and sums them in double, in rank order:
-// the same numbers on every rank. Replicas that hold the same reduced gradients (stage 0)
-// or the same loss count once.
-void gather_summary(StageActor* self, double square_sum) {
-  auto& s = self->state;
-  const StagePlace& place = s.options.place;
-  const bool replica_zero = s.options.rank == 0;
-  double* mine = s.summary->as<double>() + kSummaryFields * static_cast<std::size_t>(place.world_rank);
-  mine[0] = s.last_stage() && replica_zero ? static_cast<double>(*s.loss->as<float>()) : 0.0;
-  mine[1] = s.options.zero.stage == 0 && !replica_zero ? 0.0 : square_sum;
-  mine[2] = s.last_stage() ? static_cast<double>(s.flow.tokens) : 0.0;
-  mine[3] = s.flow.busy_s / static_cast<double>(s.options.dp);  // summed: one replica's, on average
-  std::size_t floats = kSummaryFields * sizeof(double) / sizeof(float);  // moved as raw bytes
-  BufferSpan out = float_span(s.summary, 0, floats * static_cast<std::size_t>(place.world_size));
-  BufferSpan in = float_span(s.summary, floats * static_cast<std::size_t>(place.world_rank), floats);
-  self->send(s.options.comm_agent, all_gather_request{tag(Tag::summary), std::move(in), std::move(out),
-                                                      world_communicator, caf::actor_cast<caf::actor>(self)});
+// A pipeline: the scheduler summed every rank's shares; the optimizer may step.
+void on_gradients_summed(StageActor* self, const gradients_summed& g) {
+  auto& p = self->state.progress;
+  if (self->state.failed || g.step != p.step) return;
+  p.grad_norm = g.grad_norm;
+  p.norm_known = true;
+  pump(self);
 }
 
-void on_summary(StageActor* self) {
+// In a pipeline the loss lives on the last stage and the gradients on every stage: this
+// stage answers reduce_gradients with its share, which the scheduler sums over the rank's
+// chunks and gathers over the world (the same numbers on every rank, summed in rank order),
+// and the norm comes back with gradients_summed. Replicas that hold the same reduced
+// gradients (stage 0) or the same loss count once.
+void report_share(StageActor* self, double square_sum) {
   auto& s = self->state;
-  const double* all = s.summary->as<double>();
-  double sums[kSummaryFields] = {};
-  for (std::size_t r = 0; r < static_cast<std::size_t>(s.options.place.world_size); ++r)
-    for (std::size_t k = 0; k < kSummaryFields; ++k) sums[k] += all[kSummaryFields * r + k];
-  gradients_known(self, sums[0], sums[1], static_cast<int64_t>(sums[2]), sums[3]);
+  auto& p = s.progress;
+  const bool replica_zero = s.options.rank == 0;
+  p.answer = gradients_ready{p.step,
+                             s.last_stage() && replica_zero ? static_cast<double>(*s.loss->as<float>()) : 0.0,
+                             s.last_stage() ? s.flow.tokens : 0,
+                             s.flow.busy_s / static_cast<double>(s.options.dp),  // summed: one replica's
+                             s.options.zero.stage == 0 && !replica_zero ? 0.0 : square_sum};
+  p.answer_ready = true;
+  answer_gradients_ready(self);
 }
 
 void on_square_sum(StageActor* self, double sum) {
   auto& s = self->state;
-  if (s.options.place.stages > 1) return gather_summary(self, sum);
+  if (s.options.place.stages > 1) return report_share(self, sum);
   const int64_t tokens = s.flow.tokens * s.options.dp;  // every replica loads as many
   if (s.options.zero.stage == 0)  // every rank holds every reduced gradient
     return gradients_known(self, static_cast<double>(*s.loss->as<float>()), sum, tokens, s.flow.busy_s);
@@ -433,8 +431,6 @@ void on_collective(StageActor* self, const collective_done& done) {
       return gradients_known(self, static_cast<double>(*s.loss->as<float>()),
                              static_cast<double>(*s.norm->as<float>()), s.flow.tokens * s.options.dp,
                              s.flow.busy_s);
-    case Tag::summary:
-      return on_summary(self);
     case Tag::tie:
       on_tie_summed(self);
       return maybe_measure(self);
@@ -484,7 +480,9 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
   s.options = std::move(options);
   caf::actor me = caf::actor_cast<caf::actor>(self);
   auto on_error = [me](const std::string& what) { caf::anon_send(me, stage_failed{what}); };
-  if (s.options.device)
+  if (s.options.compute)
+    s.compute = s.options.compute;
+  else if (s.options.device)
     s.compute = IssuingStream::make("compute", s.options.device->stream, s.options.device->scope,
                                     s.options.tracer, on_error);
   else
@@ -495,8 +493,6 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
   s.norm = std::make_shared<HostBuffer>(sizeof(float));
   s.memory =
       std::make_shared<HostBuffer>(kMemoryFields * sizeof(int64_t) * static_cast<std::size_t>(s.options.dp));
-  s.summary = std::make_shared<HostBuffer>(kSummaryFields * sizeof(double) *
-                                           static_cast<std::size_t>(s.options.place.world_size));
   for (auto& layer : *s.options.model) s.layers.push_back(&layer);
   if (Status built = build(self); !built) fail(self, built.error().message);
   return {
@@ -505,6 +501,11 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
         accept_action(self, std::move(a));
       },
       [=](forward_computed& f) { on_forward_computed(self, f); },
+      [=](local_transfer& t) { on_local_transfer(self, t); },
+      [=](local_neighbours& n) {
+        self->state.flow.local_previous = n.previous;
+        self->state.flow.local_next = n.next;
+      },
       [=](backward_computed& b) { on_backward_computed(self, b); },
       [=](collective_done& done) {
         Tracer::Scope span(self->state.options.tracer, "stage", "collective_done");
@@ -516,6 +517,7 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
         on_row_reduced(self);
       },
       [=](gradient_square_sum& g) { on_square_sum(self, g.sum); },
+      [=](gradients_summed& g) { on_gradients_summed(self, g); },
       [=](shard_updated&) { gather_updated(self); },
       [=](collect_parameters&) { collect(self); },
       [=](parameters_collected& c) {
@@ -540,7 +542,9 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
 
 void begin_step(StageActor* self, int64_t step, int64_t micro_count) {
   auto& s = self->state;
-  s.progress = StepProgress{step, micro_count};
+  s.progress = StepProgress{};
+  s.progress.step = step;
+  s.progress.micro_count = micro_count;
   s.options.ledger->reset_peaks();
   if (s.options.zero.stage >= 2) self->send(s.owner, begin_accumulation{});
 }

@@ -38,10 +38,11 @@
 #include "actors/device_rank.hpp"
 #include "actors/micro_batch.hpp"
 #include "actors/offload_manager.hpp"
-#include "transport/transport.hpp"
+#include "actors/stream.hpp"
 #include "base/trace.hpp"
 #include "memory/fetch_planner.hpp"
 #include "memory/memory_ledger.hpp"
+#include "transport/transport.hpp"
 
 namespace troupe {
 
@@ -93,6 +94,9 @@ struct StageOptions {
   int64_t dp = 1;
   int64_t rank = 0;             ///< position in the data-parallel group (the replica)
   int64_t compute_threads = 1;  ///< intra-op threads of the compute stream (OpenMP, per thread)
+  /// Set: the compute stream, shared with the rank's other chunks (virtual stages: one
+  /// rank's chunks compute one at a time, as on one device); else the stage makes its own.
+  std::shared_ptr<Stream> compute;
   double collective_timeout_s = 120;
   caf::actor comm_agent;
   Tracer* tracer = nullptr;

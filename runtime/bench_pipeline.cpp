@@ -86,7 +86,9 @@ JobConfig bench_job(const PipelineBenchOptions& o, const RankEnvironment& rank) 
 Trainable timed_model(const PipelineBenchOptions& o) {
   Trainable t;
   t.layers = torch::nn::Sequential();
-  for (int64_t s = 0; s < o.pp; ++s) t.layers->push_back(TimedLayer(o.layer_ms));
+  // One layer per chunk: pp of them, times the schedule's virtual stages.
+  const int64_t chunks = o.pp * pipeline::default_virtual_stages(o.schedule);
+  for (int64_t s = 0; s < chunks; ++s) t.layers->push_back(TimedLayer(o.layer_ms));
   t.loss = [](const torch::Tensor& out, const torch::Tensor& target) { return torch::mse_loss(out, target); };
   t.data = [](int64_t, int64_t count) {
     return MicroBatch{torch::ones({count, kWidth}), torch::zeros({count, kWidth})};

@@ -15,9 +15,11 @@
 #include "actors/model_parameters.hpp"
 #include "actors/protocol/comm.hpp"
 #include "actors/protocol/engine.hpp"
+#include "actors/protocol/pipeline.hpp"
 #include "actors/protocol/stage.hpp"
-#include "actors/stage.hpp"
 #include "actors/scheduler.hpp"
+#include "actors/stage.hpp"
+#include "actors/stream.hpp"
 #include "memory/nvme_store.hpp"
 #include "runtime/config/token.hpp"
 #include "runtime/coordinator.hpp"
@@ -184,9 +186,10 @@ class Engine::Impl {
   std::unique_ptr<GpuRank> gpu;  // before the actor system: its streams outlive the actors
   caf::actor_system_config actor_config;
   std::unique_ptr<caf::actor_system> system;
-  caf::actor comm, loader, stage, driver;  // driver: the scheduler
+  caf::actor comm, loader, driver;  // driver: the scheduler
+  std::vector<caf::actor> stages;   // by chunk: one, or v with virtual stages
   PipelinePlan plan;
-  CommunicatorId group = world_communicator;  // this rank's stage's data-parallel group
+  std::vector<CommunicatorId> groups = {world_communicator};  // by chunk: its data-parallel group
   std::vector<TiedWeight> ties;               // what this rank's stage shares with others
   caf::actor collectives;  // a GPU rank's (NCCL or staged)
   int64_t compute_threads = 1;
@@ -195,8 +198,10 @@ class Engine::Impl {
   bool finished = false;
 
   ~Impl() {
-    for (auto* a : {&driver, &stage, &loader, &collectives, &comm})
+    for (auto* a : {&driver, &loader, &collectives, &comm})
       if (*a) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+    for (auto& chunk : stages)
+      if (chunk) caf::anon_send_exit(chunk, caf::exit_reason::user_shutdown);
     system.reset();  // waits for the actors; the comm agent closes the transport
   }
 
@@ -211,6 +216,55 @@ class Engine::Impl {
     if (auto moved = gpu->adopt(layers); !moved)
       return make_error(fmt::format("rank {}: {}", rank.rank, moved.error().message));
     return {};
+  }
+
+  // One stage actor per model chunk this rank holds (virtual stages: v of them), each with
+  // its layers, its place among the virtual stages, its data-parallel communicator and,
+  // on the nvme tier, a folder of its own; then each learns which neighbours share its rank.
+  void spawn_chunks(const StageOptions& common) {
+    const pipeline::RankPlace& place = plan.place;
+    const int64_t chunks = plan.layout.chunks, virtual_stages = plan.layout.virtual_stages();
+    auto world_rank_of = [&](int64_t vs) {
+      return vs < 0 || vs >= virtual_stages ? int64_t{-1}
+                                            : plan.grid.rank_of(plan.layout.rank_of(vs), place.replica);
+    };
+    // The chunks share one compute stream, as on one device, so a rank computes one thing
+    // at a time, which is what its schedule plans for. Not under ZeRO stages 2-3: there a
+    // work item waits on the stream for its own chunk's collectives (a free gradient bucket,
+    // a gathered row), and with one stream a chunk waiting for its peers could hold up the
+    // other chunk's work they wait for in turn; each chunk computes on a stream of its own.
+    StageOptions shared = common;
+    auto failures = std::make_shared<std::vector<caf::actor>>();  // where the shared stream's errors go
+    if (chunks > 1 && config.zero.stage < 2)
+      shared.compute = CpuStream::make("compute", tracer.get(), [failures](const std::string& what) {
+        for (const caf::actor& chunk : *failures) caf::anon_send(chunk, stage_failed{what});
+      });
+    for (int64_t c = 0; c < chunks; ++c) {
+      StageOptions so = shared;
+      const int64_t vs = plan.virtual_stage(c);
+      so.model =
+          stage_layers(layers, plan.first_layer_of(vs), plan.layer_counts[static_cast<std::size_t>(vs)]);
+      so.place = StagePlace{vs,
+                            virtual_stages,
+                            world_rank_of(vs - 1),
+                            world_rank_of(vs + 1),
+                            rank.rank,
+                            rank.world_size,
+                            groups[static_cast<std::size_t>(c)]};
+      if (chunks > 1 && so.offload && !so.offload->nvme_dir.empty())
+        so.offload->nvme_dir += fmt::format("/chunk{}", c);
+      stages.push_back(spawn_stage(*system, std::move(so)));
+    }
+    *failures = stages;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t vs = plan.virtual_stage(c);
+      auto local = [&](int64_t neighbour) -> caf::actor {
+        if (neighbour < 0 || neighbour >= virtual_stages || plan.layout.rank_of(neighbour) != place.stage)
+          return {};
+        return stages[static_cast<std::size_t>(plan.layout.chunk_of(neighbour))];
+      };
+      caf::anon_send(stages[static_cast<std::size_t>(c)], local_neighbours{local(vs - 1), local(vs + 1)});
+    }
   }
 
   void start_actors(std::shared_ptr<Transport> transport, Trainable& t) {
@@ -231,11 +285,6 @@ class Engine::Impl {
         return make_optimizer(o, std::move(p));
       };
     StageOptions so;
-    so.model = stage_layers(layers, plan.first_layer,
-                            plan.layer_counts[static_cast<std::size_t>(place.stage)]);
-    so.place = StagePlace{place.stage,    config.parallel.pp, place.previous,
-                          place.next,     rank.rank,          rank.world_size,
-                          group};
     so.loss = std::move(t.loss);
     so.make_optimizer = std::move(optimizer);
     so.schedule = std::move(t.schedule);
@@ -267,15 +316,17 @@ class Engine::Impl {
     } else if (!so.offload && !own_optimizer) {
       so.offload = OffloadOptions{};
     }
-    stage = spawn_stage(*system, std::move(so));
-    if (gpu) gpu->report_errors_to(stage);
+    spawn_chunks(std::move(so));
+    if (gpu) gpu->report_errors_to(stages.front());
     SchedulerOptions sched;
-    sched.stage = stage;
+    sched.chunks = stages;
     sched.data_loader = loader;
     sched.comm_agent = comm;
     sched.program = plan.program;
     sched.micro_count = b.gradient_accumulation_steps;
     sched.stages = config.parallel.pp;
+    sched.world_rank = rank.rank;
+    sched.world_size = rank.world_size;
     sched.window = 4 * config.parallel.pp + 4;  // room for every receive a stage posts ahead
     sched.fetch_timeout_s = config.cluster.collective_timeout_s;
     sched.tracer = tr;
@@ -294,15 +345,27 @@ class Engine::Impl {
     if (!planned) return make_error(fmt::format("rank {}: {}", rank.rank, planned.error().message));
     plan = std::move(*planned);
     if (config.parallel.pp == 1) return {};
+    TROUPE_TRY(make_groups(transport, 0));
+    TROUPE_TRY(tie_stages(transport));
+    for (int64_t c = 1; c < plan.layout.chunks; ++c) TROUPE_TRY(make_groups(transport, c));
+    return {};
+  }
+
+  // Every stage's data-parallel communicator for chunk `chunk`, made in stage order on
+  // every rank; this rank's is its chunk's group. Each chunk has its own, so the
+  // collectives of two chunks of a rank never interleave on one communicator.
+  Status make_groups(Transport& transport, int64_t chunk) {
+    groups.resize(static_cast<std::size_t>(plan.layout.chunks), world_communicator);
     for (int64_t s = 0; s < config.parallel.pp; ++s) {
       auto members = pipeline::place(plan.grid, plan.grid.rank_of(s, 0));
       if (!members) return members.error();
       auto made = transport.make_communicator(members->data_parallel_group);
-      if (!made) return make_error(fmt::format("rank {}: stage {}'s data-parallel group: {}", rank.rank, s,
-                                               made.error().message));
-      if (s == plan.place.stage) group = *made;
+      if (!made)
+        return make_error(fmt::format("rank {}: stage {}'s data-parallel group (chunk {}): {}", rank.rank, s,
+                                      chunk, made.error().message));
+      if (s == plan.place.stage) groups[static_cast<std::size_t>(chunk)] = *made;
     }
-    return tie_stages(transport);
+    return {};
   }
 
   // A weight tied across stages: replica r of each stage that uses it sums its gradients
@@ -340,9 +403,11 @@ class Engine::Impl {
     return {};
   }
 
-  // pp > 1: each stage's first replica sends its stage's parameters to rank 0, which lays
-  // them end to end in stage order (the model's order); other ranks keep their stage's.
-  Result<torch::Tensor> gather_stages(caf::scoped_actor& self, std::shared_ptr<HostBuffer> mine) {
+  // pp > 1: each stage's first replica sends its chunks' parameters to rank 0 (chunk by
+  // chunk), which lays every virtual stage's end to end in the model's order; other ranks
+  // keep their own chunks'.
+  Result<torch::Tensor> gather_stages(caf::scoped_actor& self,
+                                      std::vector<std::shared_ptr<HostBuffer>> mine) {
     auto wait = [&](const std::string& what) -> Status {
       std::string error;
       bool done = false;
@@ -352,37 +417,47 @@ class Engine::Impl {
       if (!done || !error.empty()) return make_error(fmt::format("{}: {}", what, error));
       return {};
     };
-    const pipeline::Grid& grid = plan.grid;
-    const int64_t stage = plan.place.stage;
+    auto as_tensor = [](const std::shared_ptr<HostBuffer>& b) {
+      return torch::from_blob(b->data(), {static_cast<int64_t>(b->bytes() / sizeof(float))}, torch::kFloat32);
+    };
     if (rank.rank != 0) {
-      if (plan.place.replica == 0) {
-        std::size_t count = mine->bytes() / sizeof(float);
-        self->send(comm, send_request{0, float_span(mine, 0, count), 0, caf::actor_cast<caf::actor>(self),
-                                      std::nullopt});
-        if (auto sent = wait("sending stage " + std::to_string(stage) + "'s parameters to rank 0"); !sent)
-          return fail(sent.error().message);
+      std::vector<torch::Tensor> kept;
+      for (std::size_t c = 0; c < mine.size(); ++c) {
+        if (plan.place.replica == 0) {
+          std::size_t count = mine[c]->bytes() / sizeof(float);
+          self->send(comm, send_request{0, float_span(mine[c], 0, count), 0,
+                                        caf::actor_cast<caf::actor>(self), std::nullopt});
+          if (auto sent = wait(fmt::format("sending virtual stage {}'s parameters to rank 0",
+                                           plan.virtual_stage(static_cast<int64_t>(c))));
+              !sent)
+            return fail(sent.error().message);
+        }
+        kept.push_back(as_tensor(mine[c]).clone());
       }
-      auto count = static_cast<int64_t>(mine->bytes() / sizeof(float));
-      return torch::from_blob(mine->data(), {count}, torch::kFloat32).clone();
+      return torch::cat(kept);
     }
     std::vector<torch::Tensor> parts;
     std::map<std::size_t, torch::Tensor> owned;  // tied weights, by tensor: the owner's copy
-    auto own = static_cast<int64_t>(mine->bytes() / sizeof(float));
-    auto kept = without_copies(torch::from_blob(mine->data(), {own}, torch::kFloat32), 0, owned);
-    if (!kept) return fail(kept.error().message);
-    parts.push_back(*kept);
-    for (int64_t s = 1; s < config.parallel.pp; ++s) {
-      auto count = static_cast<std::size_t>(plan.stage_elements(static_cast<std::size_t>(s)));
-      auto buffer = std::make_shared<HostBuffer>(count * sizeof(float));
-      const int64_t from = grid.rank_of(s, 0);
-      self->send(comm, recv_request{0, float_span(buffer, 0, count), from, caf::actor_cast<caf::actor>(self),
-                                    std::nullopt});
-      if (auto got = wait(fmt::format("receiving stage {}'s parameters from rank {}", s, from)); !got)
-        return fail(got.error().message);
-      auto theirs = without_copies(
-          torch::from_blob(buffer->data(), {static_cast<int64_t>(count)}, torch::kFloat32), s, owned);
-      if (!theirs) return fail(theirs.error().message);
-      parts.push_back(*theirs);
+    for (int64_t vs = 0; vs < plan.layout.virtual_stages(); ++vs) {
+      const int64_t holder = plan.layout.rank_of(vs);
+      torch::Tensor flat;
+      std::shared_ptr<HostBuffer> buffer;
+      if (holder == plan.place.stage) {
+        flat = as_tensor(mine[static_cast<std::size_t>(plan.layout.chunk_of(vs))]);
+      } else {
+        auto count = static_cast<std::size_t>(plan.stage_elements(static_cast<std::size_t>(vs)));
+        buffer = std::make_shared<HostBuffer>(count * sizeof(float));
+        const int64_t from = plan.grid.rank_of(holder, 0);
+        self->send(comm, recv_request{0, float_span(buffer, 0, count), from,
+                                      caf::actor_cast<caf::actor>(self), std::nullopt});
+        if (auto got = wait(fmt::format("receiving virtual stage {}'s parameters from rank {}", vs, from));
+            !got)
+          return fail(got.error().message);
+        flat = as_tensor(buffer);
+      }
+      auto kept = without_copies(flat, vs, owned);
+      if (!kept) return fail(kept.error().message);
+      parts.push_back(*kept);
     }
     return torch::cat(parts);
   }
@@ -480,19 +555,23 @@ Result<torch::Tensor> Engine::gather_parameters() {
   Impl& m = *impl_;
   if (m.failed) return make_error(fmt::format("rank {}: the engine has failed", m.rank.rank));
   caf::scoped_actor self{*m.system};
-  parameters_collected collected;
-  std::string error;
   auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::duration<double>(m.step_timeout_s()));
-  self->request(m.stage, timeout, collect_parameters{})
-      .receive([&](parameters_collected& c) { collected = std::move(c); },
-               [&](caf::error& e) { error = m.system->render(e); });
-  if (error.empty()) error = collected.error;
-  if (error.empty() && !collected.flat) error = "the stage returned no parameters";
-  if (!error.empty()) return m.fail("gathering the parameters: " + error);
-  if (m.config.parallel.pp > 1) return m.gather_stages(self, std::move(collected.flat));
-  auto count = static_cast<int64_t>(collected.flat->bytes() / sizeof(float));
-  return torch::from_blob(collected.flat->data(), {count}, torch::kFloat32).clone();
+  std::vector<std::shared_ptr<HostBuffer>> flats;  // by chunk
+  for (const caf::actor& chunk : m.stages) {
+    parameters_collected collected;
+    std::string error;
+    self->request(chunk, timeout, collect_parameters{})
+        .receive([&](parameters_collected& c) { collected = std::move(c); },
+                 [&](caf::error& e) { error = m.system->render(e); });
+    if (error.empty()) error = collected.error;
+    if (error.empty() && !collected.flat) error = "the stage returned no parameters";
+    if (!error.empty()) return m.fail("gathering the parameters: " + error);
+    flats.push_back(std::move(collected.flat));
+  }
+  if (m.config.parallel.pp > 1) return m.gather_stages(self, std::move(flats));
+  auto count = static_cast<int64_t>(flats.front()->bytes() / sizeof(float));
+  return torch::from_blob(flats.front()->data(), {count}, torch::kFloat32).clone();
 }
 
 Result<StepResult> Engine::train_batch() {

@@ -136,9 +136,16 @@ Result<PipelinePlan> plan_pipeline(const JobConfig& job, const torch::nn::Sequen
   auto counts = stage_layer_counts(job, layer_elements(*parameters), costs);
   if (!counts) return counts.error();
   plan.layer_counts = std::move(*counts);
-  for (int64_t s = 0; s < plan.place.stage; ++s)
-    plan.first_layer += plan.layer_counts[static_cast<std::size_t>(s)];
+  const int64_t chunks = pipeline_chunks(job);
+  plan.layout = job.pipeline.schedule_file.empty()
+                    ? pipeline::layout_of(job.pipeline.schedule, {job.parallel.pp, 1, chunks})
+                    : pipeline::Layout{job.parallel.pp, chunks, pipeline::ChunkLayout::interleaved};
   TROUPE_TRY(plan_ties(layers, *parameters, plan));
+  if (chunks > 1 && !plan.ties.empty())
+    return make_error(
+        fmt::format("{} is used by more than one virtual stage; weights tied across stages need one "
+                    "chunk per rank",
+                    plan.ties.front().name));
   auto programs = stage_programs(job);
   if (!programs) return programs.error();
   plan.program = (*programs)[static_cast<std::size_t>(plan.place.stage)];
@@ -149,18 +156,18 @@ Result<std::vector<pipeline::Program>> stage_programs(const JobConfig& job) {
   // One stage runs its micro-batches forward then backward, one at a time, whatever the
   // schedule: the 1f1b program of a single stage.
   const bool piped = job.parallel.pp > 1;
-  const int64_t micro = job.batch.gradient_accumulation_steps;
-  const pipeline::Layout one_chunk{job.parallel.pp, 1, pipeline::ChunkLayout::interleaved};
+  const int64_t micro = job.batch.gradient_accumulation_steps, chunks = pipeline_chunks(job);
   if (piped && !job.pipeline.schedule_file.empty()) {
-    auto programs = pipeline::load_schedule_table(job.pipeline.schedule_file, one_chunk, micro);
+    const pipeline::Layout table{job.parallel.pp, chunks, pipeline::ChunkLayout::interleaved};
+    auto programs = pipeline::load_schedule_table(job.pipeline.schedule_file, table, micro);
     if (!programs) return make_error(fmt::format("[pipeline] schedule_file: {}", programs.error().message));
     return programs;
   }
   const std::string schedule = piped ? job.pipeline.schedule : "1f1b";
-  pipeline::ScheduleShape shape{job.parallel.pp, micro, 1};
+  pipeline::ScheduleShape shape{job.parallel.pp, micro, chunks};
   auto programs = pipeline::make_programs(schedule, shape);
   if (!programs) return programs.error();
-  if (auto checked = pipeline::simulate(*programs, one_chunk, micro); !checked)
+  if (auto checked = pipeline::simulate(*programs, pipeline::layout_of(schedule, shape), micro); !checked)
     return make_error(fmt::format("[pipeline] schedule \"{}\": {}", schedule, checked.error().message));
   const bool split = std::any_of(programs->begin(), programs->end(), [](const pipeline::Program& program) {
     return std::any_of(program.begin(), program.end(),
@@ -172,6 +179,12 @@ Result<std::vector<pipeline::Program>> stage_programs(const JobConfig& job) {
                     "which [zero] stage = 3 does not run yet: use stage 0-2",
                     schedule));
   return programs;
+}
+
+int64_t PipelinePlan::first_layer_of(int64_t s) const {
+  int64_t first = 0;
+  for (int64_t k = 0; k < s; ++k) first += layer_counts[static_cast<std::size_t>(k)];
+  return first;
 }
 
 int64_t PipelinePlan::stage_elements(std::size_t s) const {

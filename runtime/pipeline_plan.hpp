@@ -13,6 +13,7 @@
 #include "actors/micro_batch.hpp"
 #include "base/result.hpp"
 #include "pipeline/action.hpp"
+#include "pipeline/layout.hpp"
 #include "pipeline/topology.hpp"
 #include "runtime/config/config.hpp"
 
@@ -36,16 +37,20 @@ struct StageTensor {
 struct PipelinePlan {
   pipeline::Grid grid;  ///< every rank's place: dp × pp in [parallel] order
   pipeline::RankPlace place;
-  std::vector<int64_t> layer_counts;                    ///< by stage
-  std::vector<std::vector<StageTensor>> stage_tensors;  ///< by stage
+  pipeline::Layout layout;            ///< where the model's chunks sit: one per rank, or v (virtual stages)
+  std::vector<int64_t> layer_counts;  ///< by virtual stage (by stage when v = 1)
+  std::vector<std::vector<StageTensor>> stage_tensors;  ///< by virtual stage
   std::vector<PipelineTie> ties;                        ///< in model order
   /// By tie: its index among this rank's stage's parameters, or -1 when the stage does not use it.
   std::vector<int64_t> tie_parameter;
-  int64_t first_layer = 0;              ///< this rank's stage's first layer
-  pipeline::Program program;            ///< this rank's stage's actions for one step
+  pipeline::Program program;  ///< this rank's actions for one step, every chunk's
 
   /// Stage `s`'s parameter elements, copies of tied weights included.
   int64_t stage_elements(std::size_t s) const;
+  /// The first layer of virtual stage `s`.
+  int64_t first_layer_of(int64_t s) const;
+  /// The virtual stage chunk `chunk` of this rank is.
+  int64_t virtual_stage(int64_t chunk) const { return layout.virtual_stage(place.stage, chunk); }
 };
 
 /// What one micro-batch's forward and backward cost each layer, in seconds (the best of a

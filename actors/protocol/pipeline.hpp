@@ -6,6 +6,7 @@
 // others with action_done.
 #pragma once
 
+#include <caf/actor.hpp>
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/meta/type_name.hpp>
 
@@ -39,6 +40,18 @@ typename Inspector::result_type inspect(Inspector& f, action_done& x) {
   return f(caf::meta::type_name("action_done"), x.step, x.index);
 }
 
+/// Compute action `index` of `step` is on the compute stream (enqueued): with several
+/// chunks sharing the stream, the scheduler hands a chunk the next compute action only
+/// then, so the stream runs the rank's computes in program order, as its schedule planned.
+struct compute_started {
+  int64_t step = 0;
+  int64_t index = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, compute_started& x) {
+  return f(caf::meta::type_name("compute_started"), x.step, x.index);
+}
+
 /// Internal to the stage: a forward ran on the compute stream. `output` holds the bytes
 /// for the next stage (none on the last, whose forward ends in the loss), shaped `shape`.
 struct forward_computed {
@@ -60,8 +73,26 @@ struct backward_computed {
   double seconds = 0;
 };
 
+/// Between two chunks of one rank (virtual stages: the bottom of a V, or a pipeline of one
+/// rank): an activation or its gradient, by the key it would travel under between ranks,
+/// with its shape. The buffer is the receiver's from then on.
+struct local_transfer {
+  uint64_t key = 0;
+  std::shared_ptr<HostBuffer> buffer;
+  std::vector<int64_t> shape;
+};
+
+/// From the engine once every chunk of the rank is spawned: the chunks before and after
+/// this one in the model that live on this rank (null where the neighbour is elsewhere).
+struct local_neighbours {
+  caf::actor previous;
+  caf::actor next;
+};
+
 }  // namespace troupe
 
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::local_transfer)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::local_neighbours)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::stage_action)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::forward_computed)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::backward_computed)

@@ -16,16 +16,32 @@
 namespace troupe {
 
 /// Every gradient of `step` is reduced across the stage's replicas (the reduce_gradients
-/// action is done); loss is the global batch's mean, tokens its target elements.
+/// action is done). Without a pipeline: loss is the global batch's mean, tokens its target
+/// elements, square_sum the gradient's. In a pipeline each stage (each chunk, with virtual
+/// stages) answers its share, which the scheduler sums over the rank's chunks and gathers
+/// over the world: the loss (last stage, first replica), its gradient square sum (once per
+/// reduced gradient), its tokens (last stage) and its compute time over dp.
 struct gradients_ready {
   int64_t step = 0;
   double loss = 0;
   int64_t tokens = 0;
   double busy_s = 0;  ///< forward and backward time of the step, summed over one replica's stages
+  double square_sum = 0;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gradients_ready& x) {
-  return f(caf::meta::type_name("gradients_ready"), x.step, x.loss, x.tokens, x.busy_s);
+  return f(caf::meta::type_name("gradients_ready"), x.step, x.loss, x.tokens, x.busy_s, x.square_sum);
+}
+
+/// In a pipeline, from the scheduler once every rank's shares are summed: the step's
+/// global gradient norm, which the optimizer_step action (clipping) waits for.
+struct gradients_summed {
+  int64_t step = 0;
+  double grad_norm = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, gradients_summed& x) {
+  return f(caf::meta::type_name("gradients_summed"), x.step, x.grad_norm);
 }
 
 /// The optimizer_step action is done: the step's parameters are updated on every rank; stats holds the gradient norm and

@@ -114,6 +114,7 @@ bool start_forward(StageActor* self, const stage_action& a) {
   s.compute->enqueue(
       fmt::format("forward {}.{}", a.step, m),
       [&s, c = s.compute_side, w = std::move(w), self = me(self)] { run_forward(s, *c, w, self); });
+  self->send(f.scheduler, compute_started{a.step, a.index});
   return true;
 }
 
@@ -133,6 +134,38 @@ bool start_backward(StageActor* self, const stage_action& a) {
   s.compute->enqueue(
       fmt::format("{} {}.{}", pipeline::op_name(a.action.op), a.step, m),
       [&s, c = s.compute_side, w = std::move(w), self = me(self)] { run_backward(s, *c, w, self); });
+  self->send(f.scheduler, compute_started{a.step, a.index});
+  return true;
+}
+
+// Whether the stage before (or after) this one is a chunk of this rank (virtual stages):
+// then transfers go between the two actors as local_transfer messages, by the same keys.
+bool local_peer(const StageState& s, bool previous) {
+  return (previous ? s.options.place.previous : s.options.place.next) == s.options.place.world_rank;
+}
+
+// A transfer from a chunk of this rank has arrived for receive action `index`.
+void take_local(StageActor* self, int64_t index, const pipeline::Action& action, local_transfer& t) {
+  Flow& f = self->state.flow;
+  const bool activation = action.op == Op::recv_activation;
+  if (activation && f.input_shape.empty()) f.input_shape = t.shape;
+  (activation ? f.inputs : f.output_grads)[action.micro] = std::move(t.buffer);
+  (activation ? f.inputs_arrived : f.output_grads_arrived).insert(action.micro);
+  finish(self, index);
+}
+
+bool start_local_receive(StageActor* self, const stage_action& a, bool activation) {
+  Flow& f = self->state.flow;
+  const uint64_t key = transfer_key(activation ? Carries::activation : Carries::gradient, a.step,
+                                    self->state.options.place.stage, a.action.micro);
+  start(self, a);
+  auto arrived = f.local_arrived.find(key);
+  if (arrived == f.local_arrived.end()) {
+    f.local_waiting[key] = a.index;
+    return true;
+  }
+  take_local(self, a.index, a.action, arrived->second);
+  f.local_arrived.erase(arrived);
   return true;
 }
 
@@ -141,6 +174,7 @@ bool start_receive(StageActor* self, const stage_action& a) {
   Flow& f = s.flow;
   const int64_t m = a.action.micro;
   const bool activation = a.action.op == Op::recv_activation;
+  if (local_peer(s, activation)) return start_local_receive(self, a, activation);
   if (activation && f.input_shape.empty()) {  // the first from the previous stage: its shape first
     if (!f.header_posted) {
       f.header_posted = true;
@@ -171,15 +205,23 @@ bool start_send(StageActor* self, const stage_action& a) {
   if (found == pending.end()) return false;  // its compute has not run yet
   const int64_t peer = activation ? s.options.place.next : s.options.place.previous;
   const int64_t receiver = s.options.place.stage + (activation ? 1 : -1);
+  const uint64_t key =
+      transfer_key(activation ? Carries::activation : Carries::gradient, a.step, receiver, a.action.micro);
+  if (local_peer(s, !activation)) {  // the buffer is the neighbour chunk's from here on
+    start(self, a);
+    self->send(activation ? f.local_next : f.local_previous,
+               local_transfer{key, found->second, activation ? f.output_shape : f.input_shape});
+    pending.erase(found);
+    finish(self, a.index);
+    return true;
+  }
   if (activation && !f.header_sent) {
     f.header_sent = true;
     send_bytes(self, Tag::header_sent, a.index, header_of(f.output_shape), peer,
                transfer_key(Carries::header, a.step, receiver, 0));
   }
   start(self, a);
-  send_bytes(
-      self, Tag::sent, a.index, found->second, peer,
-      transfer_key(activation ? Carries::activation : Carries::gradient, a.step, receiver, a.action.micro));
+  send_bytes(self, Tag::sent, a.index, found->second, peer, key);
   pending.erase(found);
   return true;
 }
@@ -209,10 +251,10 @@ bool try_start(StageActor* self, const stage_action& a) {
     case Op::reduce_gradients:
       // Reduction began as backward made each row final; the answer comes with the norm.
       start(self, a);
-      if (s.progress.gradients_ready) answer_gradients_ready(self);
+      if (s.progress.answer_ready) answer_gradients_ready(self);
       return true;
     case Op::optimizer_step:
-      if (!s.progress.gradients_ready) return false;
+      if (!s.progress.norm_known) return false;
       start(self, a);
       apply_update(self);
       return true;
@@ -302,6 +344,23 @@ void on_transfer_done(StageActor* self, const collective_done& done) {
   pump(self);
 }
 
+void on_local_transfer(StageActor* self, local_transfer& t) {
+  Flow& f = self->state.flow;
+  if (self->state.failed) return;
+  auto waiting = f.local_waiting.find(t.key);
+  if (waiting == f.local_waiting.end()) {
+    f.local_arrived[t.key] = std::move(t);
+    return;
+  }
+  const int64_t index = waiting->second;
+  f.local_waiting.erase(waiting);
+  auto started = f.started.find(index);
+  if (started == f.started.end()) return;
+  const pipeline::Action action = started->second;
+  take_local(self, index, action, t);
+  pump(self);
+}
+
 void on_forward_computed(StageActor* self, forward_computed& computed) {
   auto& s = self->state;
   Flow& f = s.flow;
@@ -342,7 +401,7 @@ void answer_gradients_ready(StageActor* self) {
   int64_t index = started_index(f, Op::reduce_gradients, -1);
   if (index < 0) return;  // not reached yet: answered when it is
   f.started.erase(index);
-  self->send(f.scheduler, gradients_ready{s.progress.step, s.progress.loss, s.progress.tokens, s.progress.busy_s});
+  self->send(f.scheduler, s.progress.answer);
 }
 
 }  // namespace troupe::stage

@@ -13,6 +13,7 @@
 #include <caf/all.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -45,7 +46,6 @@ enum class Tag : uint64_t {
   fetch,
   memory,
   sequence,
-  summary,      // pp > 1: every rank's loss, square sum, tokens and compute time, gathered
   tie,          // a tied weight's gradients (row = tie) or used mark (slot 1) summed between stages
   sent,         // an activation or gradient handed to a neighbour
   received,     // an activation or gradient arrived
@@ -66,7 +66,6 @@ inline uint64_t slot_of(uint64_t t) {
 }
 
 constexpr std::size_t kMemoryFields = memory_kind_count;  // by MemoryKind
-constexpr std::size_t kSummaryFields = 4;  // loss, gradient square sum, tokens, compute seconds
 
 struct StepProgress {
   int64_t step = 0;
@@ -78,10 +77,9 @@ struct StepProgress {
   bool ties_issued = false;                      // see sum_ties
   std::size_t ties_left = 0;                     // tied weights' sums in flight
   bool norm_asked = false;
-  bool gradients_ready = false;  // the norm and the loss are known
-  double loss = 0;
-  int64_t tokens = 0;  // of the global batch, once gradients are ready
-  double busy_s = 0;   // the pipeline's compute time, once gradients are ready
+  bool answer_ready = false;       // what reduce_gradients answers with is known
+  troupe::gradients_ready answer;  // the step's figures (one stage) or this stage's share (a pipeline)
+  bool norm_known = false;         // the global norm is known: the optimizer may step
   double grad_norm = 0;
   std::size_t gathers_left = 0;
 };
@@ -109,6 +107,11 @@ struct Flow {
   bool header_sent = false;
   bool header_posted = false;  // a receive for the previous stage's header is out
   std::shared_ptr<HostBuffer> header_in;
+  // Neighbouring chunks on this rank (virtual stages), and transfers between them by key:
+  // arrived before their receive started, or receives started and waiting.
+  caf::actor local_previous, local_next;
+  std::map<uint64_t, local_transfer> local_arrived;
+  std::map<uint64_t, int64_t> local_waiting;  // action index
 };
 
 // What a micro-batch's backward needs from its forward.
@@ -153,7 +156,9 @@ struct StageState {
   std::unique_ptr<LayerSequenceCheck> sequence_check;
   std::vector<torch::nn::AnyModule*> layers;
   caf::actor owner;
-  std::unique_ptr<Stream> compute;  // after what its work touches: its thread stops first
+  // After what its work touches: its thread stops first. Shared with the rank's other
+  // chunks (StageOptions::compute), it may outlive this state: see the destructor.
+  std::shared_ptr<Stream> compute;
   std::shared_ptr<ComputeSide> compute_side = std::make_shared<ComputeSide>();
   StepProgress progress;
   Flow flow;
@@ -162,7 +167,6 @@ struct StageState {
   std::shared_ptr<HostBuffer> loss;
   std::shared_ptr<HostBuffer> norm;     // this rank's gradient square sum, then the group's
   std::shared_ptr<HostBuffer> memory;   // every group rank's peak bytes by kind (int64, gathered)
-  std::shared_ptr<HostBuffer> summary;  // pp > 1: kSummaryFields doubles by world rank
   std::vector<caf::response_promise> collecting;
   // Every collective the compute thread issues, in order (see issue_queue.hpp).
   std::shared_ptr<IssueQueue> issue = std::make_shared<IssueQueue>();
@@ -171,6 +175,18 @@ struct StageState {
   std::shared_ptr<std::atomic<bool>> stopped =
       std::make_shared<std::atomic<bool>>(false);  // compute reads it
   static inline const char* name = "stage";
+
+  StageState() = default;
+  StageState(const StageState&) = delete;
+  StageState& operator=(const StageState&) = delete;
+  // A stream shared with other chunks goes on after this state: this chunk's queued work
+  // must have run (and done nothing: stopped) before what it touches goes.
+  ~StageState() {
+    if (!options.compute) return;
+    *stopped = true;
+    compute->record().wait_for(
+        std::chrono::milliseconds(static_cast<int64_t>(1000 * options.collective_timeout_s)));
+  }
 
   // Every tied weight's gradients summed between its stages (none to sum: at once).
   bool ties_summed() const { return progress.ties_issued && progress.ties_left == 0; }
@@ -195,6 +211,8 @@ void accept_action(StageActor* self, stage_action action);
 void pump(StageActor* self);
 /// A transfer between stages finished (collective_done with a transfer tag).
 void on_transfer_done(StageActor* self, const collective_done& done);
+/// A transfer from a neighbouring chunk of this rank (virtual stages).
+void on_local_transfer(StageActor* self, local_transfer& t);
 void on_forward_computed(StageActor* self, forward_computed& f);
 void on_backward_computed(StageActor* self, backward_computed& b);
 /// reduce_gradients is done once gradients_ready is known: answers the scheduler.

@@ -124,16 +124,21 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   // `troupe bench pipeline`: the measured bubble beside the formula's.
   PipelineBenchOptions pipeline_bench;
-  auto* bench_pipeline = bench->add_subcommand("pipeline", "the pipeline's measured bubble beside (p-1)/(m+p-1)");
+  auto* bench_pipeline =
+      bench->add_subcommand("pipeline", "the pipeline's measured bubble beside its formula's");
   auto add_pipeline_options = [&](CLI::App* command) {
     command->add_option("--pp", pipeline_bench.pp, "stages, one rank each (default 2)")->check(CLI::Range(2, 16));
     command->add_option("--micro-batches", pipeline_bench.micro_batches, "micro-batches per step (default 8)")
         ->check(CLI::Range(1, 1024));
-    command->add_option("--schedule", pipeline_bench.schedule, "gpipe, 1f1b (default) or zb_h1")
-        ->check(CLI::IsMember({"gpipe", "1f1b"}));
+    command
+        ->add_option("--schedule", pipeline_bench.schedule,
+                     "gpipe, 1f1b (default), zb_h1, interleaved_1f1b or zbv")
+        ->check(CLI::IsMember({"gpipe", "1f1b", "zb_h1", "interleaved_1f1b", "zbv"}));
     command->add_option("--steps", pipeline_bench.steps, "measured steps after 2 warm-up steps (default 6)")
         ->check(CLI::Range(1, 1000));
-    command->add_option("--layer-ms", pipeline_bench.layer_ms, "each stage's forward (and backward) time")
+    command
+        ->add_option("--layer-ms", pipeline_bench.layer_ms,
+                     "each chunk's forward time, and each half of its backward's")
         ->check(CLI::Range(0.1, 10000.0));
     command->add_option("--trace", pipeline_bench.trace_path, "write the run's Perfetto trace");
     command->add_flag("--json", pipeline_bench.json, "one JSON object with bubble and bubble_formula");

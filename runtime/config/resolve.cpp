@@ -406,15 +406,15 @@ bool splits_backward(const std::vector<pipeline::Program>& programs) {
   return false;
 }
 
-// Virtual stages, and ZeRO stage 3 with split backwards, are not run by jobs yet.
+// Weights tied across virtual stages, and ZeRO stage 3 with split backwards, are not run.
 Status check_runnable(const JobConfig& job, const ConfigOrigins& origins, std::string_view key,
                       int64_t chunks, bool split) {
-  if (chunks > 1)
+  if (chunks > 1 && job.model.tie_embeddings)
     return key_error(
         origins, "pipeline", key,
-        fmt::format("{} virtual stages per rank: `troupe schedule show` plans and draws schedules of "
-                    "model chunks (interleaved_1f1b, zbv), but jobs run one chunk per rank in this "
-                    "build (\"gpipe\", \"1f1b\", \"zb_h1\" or a table of one chunk)",
+        fmt::format("{} virtual stages per rank with [model] tie_embeddings = true: weights tied "
+                    "across stages are summed between ranks, and with virtual stages two chunks of "
+                    "one rank may hold one; untie them or use one chunk per rank",
                     chunks));
   if (split && job.zero.stage == 3)
     return key_error(
@@ -485,7 +485,8 @@ Status resolve_pipeline(const JobConfig& job, const ConfigOrigins& origins) {
         return key_error(origins, "pipeline",
                          origins.by_key.count("pipeline.virtual_stages") ? "virtual_stages" : "schedule",
                          ok.error().message);
-      TROUPE_TRY(check_runnable(job, origins, "schedule", chunks, p.schedule == "zb_h1"));
+      TROUPE_TRY(
+          check_runnable(job, origins, "schedule", chunks, p.schedule == "zb_h1" || p.schedule == "zbv"));
     }
   }
   const PipelinePartition& cut = p.partition;
@@ -496,10 +497,15 @@ Status resolve_pipeline(const JobConfig& job, const ConfigOrigins& origins) {
                        fmt::format("partition must be a method or layer counts, {}", one_of(cut.method, methods)));
     return {};
   }
-  if (static_cast<int64_t>(cut.counts.size()) != job.parallel.pp)
+  const int64_t chunks = pipeline_chunks(job);
+  if (static_cast<int64_t>(cut.counts.size()) != job.parallel.pp * chunks)
     return key_error(origins, "pipeline", "partition",
-                     fmt::format("partition lists {} stages' layer counts but [parallel] pp = {}",
-                                 cut.counts.size(), job.parallel.pp));
+                     chunks == 1
+                         ? fmt::format("partition lists {} stages' layer counts but [parallel] pp = {}",
+                                       cut.counts.size(), job.parallel.pp)
+                         : fmt::format("partition lists {} chunks' layer counts but [parallel] pp = {} "
+                                       "stages of {} virtual stages make {}",
+                                       cut.counts.size(), job.parallel.pp, chunks, job.parallel.pp * chunks));
   for (std::size_t s = 0; s < cut.counts.size(); ++s)
     if (!in_range(cut.counts[s], 1, int64_t{1} << 20))
       return key_error(origins, "pipeline", "partition",
@@ -512,11 +518,17 @@ Status resolve_pipeline(const JobConfig& job, const ConfigOrigins& origins) {
 
 Status check_pipeline_layers(const JobConfig& job, int64_t layers, const std::string& model) {
   const ConfigOrigins& origins = job.origins.source.empty() ? ConfigOrigins{job.source, {}} : job.origins;
-  const int64_t pp = job.parallel.pp;
+  const int64_t pp = job.parallel.pp, chunks = pipeline_chunks(job);
   if (pp > layers)
     return key_error(origins, "parallel", "pp",
                      fmt::format("pp = {} stages, but {} has {} layers; each stage needs at least one", pp,
                                  model, layers));
+  if (pp * chunks > layers)
+    return key_error(
+        origins, "pipeline", origins.by_key.count("pipeline.virtual_stages") ? "virtual_stages" : "schedule",
+        fmt::format("pp = {} stages of {} virtual stages each cut the layers into {} chunks, but {} "
+                    "has {} layers; each chunk needs at least one (lower virtual_stages)",
+                    pp, chunks, pp * chunks, model, layers));
   const auto& counts = job.pipeline.partition.counts;
   if (counts.empty()) return {};
   int64_t sum = 0;
@@ -566,15 +578,23 @@ Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins) {
   return raw;
 }
 
+int64_t pipeline_chunks(const JobConfig& job) {
+  const PipelineConfig& p = job.pipeline;
+  if (job.parallel.pp == 1) return 1;
+  if (p.virtual_stages > 0) return p.virtual_stages;
+  return p.schedule_file.empty() ? pipeline::default_virtual_stages(p.schedule) : 1;
+}
+
 Result<std::vector<int64_t>> stage_layer_counts(const JobConfig& job,
                                                 const std::vector<double>& layer_elements,
                                                 const std::vector<double>& layer_times) {
   const PipelinePartition& cut = job.pipeline.partition;
+  const int64_t parts = job.parallel.pp * pipeline_chunks(job);
   if (!cut.counts.empty()) return cut.counts;  // checked against the model by check_pipeline_layers
   if (cut.method == "uniform")
-    return pipeline::partition_uniform(static_cast<int64_t>(layer_elements.size()), job.parallel.pp);
+    return pipeline::partition_uniform(static_cast<int64_t>(layer_elements.size()), parts);
   const bool by_time = cut.method == "profile" && !layer_times.empty();
-  return pipeline::partition_balanced(by_time ? layer_times : layer_elements, job.parallel.pp);
+  return pipeline::partition_balanced(by_time ? layer_times : layer_elements, parts);
 }
 
 }  // namespace troupe

@@ -31,7 +31,12 @@ Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins);
 /// explicit partition that counts every layer. Messages name the key's line.
 Status check_pipeline_layers(const JobConfig& job, int64_t layers, const std::string& model);
 
-/// The layer count of each of the job's pp stages, cut as [pipeline] partition says: the
+/// Model chunks per pipeline rank: [pipeline] virtual_stages, or the schedule's own (2 for
+/// interleaved_1f1b and zbv); 1 without a pipeline.
+int64_t pipeline_chunks(const JobConfig& job);
+
+/// The layer count of each of the job's pp × chunks virtual stages, in model order (the
+/// pp stages without virtual stages), cut as [pipeline] partition says: the
 /// explicit counts, "uniform", or balanced by `layer_elements` ("parameters") or by
 /// `layer_times` ("profile"; by `layer_elements` when no times are given). By layer.
 Result<std::vector<int64_t>> stage_layer_counts(const JobConfig& job,

@@ -297,6 +297,14 @@ TEST(BadInput, SchedulesRefuseShapesTheyCannotRunAndUnknownNamesSuggestTheCloses
              &path);
   expect_refused(r, path + ":12:");
   expect_refused(r, "zbv runs 2 virtual stages per rank (a V), not 3");
+  r = run_on("check",
+             std::string(kPipelineJob) + "[pipeline]\nschedule = \"interleaved_1f1b\"\nvirtual_stages = 3\n",
+             &path);
+  expect_refused(r, path + ":12:");
+  expect_refused(
+      r,
+      "pp = 2 stages of 3 virtual stages each cut the layers into 6 chunks, but the [model] GPT has 4 "
+      "layers; each chunk needs at least one");
   r = run_on("check", std::string(kPipelineJob) + "[pipeline]\nschedule = \"zb_h2\"\n", &path);
   expect_refused(r, path + ":11:");
   expect_refused(r, "did you mean \"zb_h1\"?");

@@ -93,7 +93,7 @@ int train(caf::actor_system& system, caf::actor agent, int64_t rank, int64_t wor
       spawn_data_loader(system, DataLoaderOptions{samples, kGlobalBatch / world / kAccumulation,
                                                   kAccumulation, world, rank, 2, nullptr});
   SchedulerOptions sched;
-  sched.stage = stage;
+  sched.chunks = {stage};
   sched.data_loader = loader;
   sched.comm_agent = agent;
   sched.program = *pipeline::make_program("1f1b", {1, kAccumulation}, 0);

@@ -29,12 +29,34 @@ TEST_P(ScheduleParity, LossesNormsAndParametersMatchTheReference) {
 
 std::vector<Job> jobs() {
   const std::string dp_fastest = " --set parallel.order=\\\"dp,pp\\\"";
+  const std::string eight_layers = " --set model.n_layers=6";  // 4 stages of 2 chunks need 8 layers
   return {
-      Job{2, 1, 4, "zb_h1", 0, 0, ""},         Job{2, 1, 8, "zb_h1", 0, 0.5, ""},
-      Job{4, 1, 8, "zb_h1", 0, 0, ""},         Job{4, 1, 4, "zb_h1", 0, 0.5, ""},
-      Job{2, 2, 4, "zb_h1", 0, 0.5, ""},       Job{2, 2, 8, "zb_h1", 1, 0, dp_fastest},
-      Job{2, 2, 4, "zb_h1", 2, 0.5, ""},       Job{4, 2, 4, "zb_h1", 2, 0, ""},
-      Job{2, 2, 4, "zb_h1", 1, 0.5, "", true}, Job{4, 1, 8, "zb_h1", 0, 0, "", true},
+      // Virtual stages: each rank holds 2 chunks, round-robin (interleaved) or in a V (zbv,
+      // whose bottom chunks pass activations and gradients between two actors of one rank).
+      Job{2, 1, 4, "interleaved_1f1b", 0, 0, ""},
+      Job{2, 1, 8, "interleaved_1f1b", 0, 0.5, ""},
+      Job{4, 1, 8, "interleaved_1f1b", 0, 0, eight_layers},
+      Job{4, 1, 4, "interleaved_1f1b", 0, 0.5, eight_layers},
+      Job{2, 2, 4, "interleaved_1f1b", 1, 0.5, ""},
+      Job{2, 2, 8, "interleaved_1f1b", 2, 0, dp_fastest},
+      Job{2, 2, 4, "interleaved_1f1b", 3, 0.5, ""},
+      Job{2, 1, 4, "zbv", 0, 0, ""},
+      Job{2, 1, 8, "zbv", 0, 0.5, ""},
+      Job{4, 1, 8, "zbv", 0, 0, eight_layers},
+      Job{4, 1, 4, "zbv", 0, 0.5, eight_layers},
+      Job{2, 2, 4, "zbv", 0, 0.5, ""},
+      Job{2, 2, 8, "zbv", 1, 0, dp_fastest},
+      Job{2, 2, 4, "zbv", 2, 0.5, ""},
+      Job{2, 1, 4, "zb_h1", 0, 0, ""},
+      Job{2, 1, 8, "zb_h1", 0, 0.5, ""},
+      Job{4, 1, 8, "zb_h1", 0, 0, ""},
+      Job{4, 1, 4, "zb_h1", 0, 0.5, ""},
+      Job{2, 2, 4, "zb_h1", 0, 0.5, ""},
+      Job{2, 2, 8, "zb_h1", 1, 0, dp_fastest},
+      Job{2, 2, 4, "zb_h1", 2, 0.5, ""},
+      Job{4, 2, 4, "zb_h1", 2, 0, ""},
+      Job{2, 2, 4, "zb_h1", 1, 0.5, "", true},
+      Job{4, 1, 8, "zb_h1", 0, 0, "", true},
   };
 }
 

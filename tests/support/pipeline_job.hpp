@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -29,6 +30,19 @@ struct PipelineJob {
   std::string settings;  ///< more --set flags (partition, order)
   bool tied = false;     ///< [model] tie_embeddings: the head on the last stage uses stage 0's embedding
 };
+
+// The --set flags of `settings` that change the model (model.*): the reference needs them too.
+inline std::string model_settings(const std::string& settings) {
+  std::string out;
+  const std::string flag = " --set ";
+  for (std::size_t at = settings.find(flag); at != std::string::npos;) {
+    const std::size_t next = settings.find(flag, at + flag.size());
+    const std::string one = settings.substr(at, next == std::string::npos ? std::string::npos : next - at);
+    if (one.compare(flag.size(), 6, "model.") == 0) out += one;
+    at = next;
+  }
+  return out;
+}
 
 inline std::string describe(const PipelineJob& j) {
   return "pp " + std::to_string(j.pp) + ", dp " + std::to_string(j.dp) + ", " + j.schedule + ", m " +
@@ -75,12 +89,12 @@ inline TrainedRun train_pipeline(const std::string& how, const PipelineJob& j) {
 }
 
 // The reference: one process, the whole batch at once, the same model, optimizer and clipping.
-inline const TrainedRun& pipeline_reference(double clip, bool tied) {
-  static std::map<std::pair<double, bool>, TrainedRun> cache;
-  auto found = cache.find({clip, tied});
+inline const TrainedRun& pipeline_reference(double clip, bool tied, const std::string& model = "") {
+  static std::map<std::tuple<double, bool, std::string>, TrainedRun> cache;
+  auto found = cache.find({clip, tied, model});
   if (found == cache.end()) {
-    PipelineJob one{1, 1, 1, "1f1b", 0, clip, "", tied};
-    found = cache.emplace(std::make_pair(clip, tied), train_pipeline(" --reference", one)).first;
+    PipelineJob one{1, 1, 1, "1f1b", 0, clip, model, tied};
+    found = cache.emplace(std::make_tuple(clip, tied, model), train_pipeline(" --reference", one)).first;
   }
   return found->second;
 }
@@ -88,7 +102,7 @@ inline const TrainedRun& pipeline_reference(double clip, bool tied) {
 // Trains `j` and holds it to the reference: losses within 1e-5 relative, gradient norms
 // within 1e-4, final parameters within 1e-5 of their norm; prints the worst figures.
 inline void expect_pipeline_parity(const PipelineJob& j) {
-  const TrainedRun& ref = pipeline_reference(j.clip, j.tied);
+  const TrainedRun& ref = pipeline_reference(j.clip, j.tied, model_settings(j.settings));
   TrainedRun run = train_pipeline("", j);
   ParityFigures worst = expect_parity(run, ref, 20, j.clip);
   std::printf(
@@ -114,6 +128,7 @@ inline std::string test_name(const PipelineJob& j) {
   if (j.settings.find("profile") != std::string::npos) name += "_profiled";
   if (j.settings.find("[3,1]") != std::string::npos) name += "_explicit";
   if (j.settings.find("dp,pp") != std::string::npos) name += "_dpFastest";
+  if (j.settings.find("model.") != std::string::npos) name += "_deeper";
   return name;
 }
 
