@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
 """Draws a pipeline run's trace as an SVG timeline: one row per rank, its forward spans
-in blue and backward spans in orange, each labelled with its micro-batch, over the last
-traced step.
+in blue, whole and input-half backward spans in orange and weight-half spans in green,
+each labelled with its micro-batch, over the last traced step.
 
 usage: trace_timeline.py TRACE.json OUT.svg
 Reads the merged Chrome/Perfetto trace a run writes with `[trace] path` (or `troupe bench
 pipeline --trace`): the "stream compute" track of every rank, whose work items are named
-"forward STEP.MICRO" and "backward STEP.MICRO".
+"forward STEP.MICRO", "backward STEP.MICRO", "backward_input STEP.MICRO" and
+"backward_weight STEP.MICRO" (a rank's chunks share the track when they share the stream).
 """
 import json
 import sys
+
+
+COLOURS = {"forward": "#4c78a8", "backward": "#f58518", "backward_input": "#f58518", "backward_weight": "#54a24b"}
 
 
 def compute_spans(trace):
@@ -22,7 +26,7 @@ def compute_spans(trace):
         if e.get("ph") != "X" or names.get((e["pid"], e["tid"])) != "stream compute":
             continue
         kind, _, where = e["name"].partition(" ")
-        if kind not in ("forward", "backward") or "." not in where:
+        if kind not in COLOURS or "." not in where:
             continue
         step, micro = where.split(".")
         spans.append((e["pid"], int(step), int(micro), kind, e["ts"], e["dur"]))
@@ -49,7 +53,7 @@ def main():
         for (_, _, micro, kind, ts, dur) in (s for s in spans if s[0] == rank):
             x = left + (ts - t0) * scale
             w = max(1.0, dur * scale)
-            color = "#4c78a8" if kind == "forward" else "#f58518"
+            color = COLOURS[kind]
             out.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{row - 8}" fill="{color}" '
                        'stroke="white" stroke-width="0.5"/>')
             if w > 12:
@@ -57,7 +61,7 @@ def main():
     axis_y = 10 + len(ranks) * row + 14
     out.append(f'<text x="{left}" y="{axis_y}">0 ms</text>')
     out.append(f'<text x="{width - 10}" y="{axis_y}" text-anchor="end">{(t1 - t0) / 1000:.0f} ms '
-               '(blue: forward, orange: backward; one step, rank = stage)</text>')
+               '(blue: forward, orange: backward or its input half, green: weight half; one step)</text>')
     out.append("</svg>")
     open(sys.argv[2], "w").write("\n".join(out) + "\n")
 
