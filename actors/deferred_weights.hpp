@@ -41,7 +41,6 @@ class DeferredWeights {
   };
 
   void defer(Work work) { work_.push_back(std::move(work)); }
-  bool empty() const { return work_.empty(); }
   /// Runs every deferred piece of work, in the order deferred, and accumulates the
   /// gradients into their parameters' .grad through autograd (one backward of the leaves).
   void run();

@@ -4,16 +4,6 @@
 
 namespace troupe::pipeline {
 
-Result<ChunkLayout> parse_chunk_layout(std::string_view name) {
-  if (name == "interleaved") return ChunkLayout::interleaved;
-  if (name == "v") return ChunkLayout::v_shape;
-  return make_error(fmt::format("unknown chunk layout \"{}\": the layouts are interleaved, v", name));
-}
-
-const char* chunk_layout_name(ChunkLayout layout) {
-  return layout == ChunkLayout::v_shape ? "v" : "interleaved";
-}
-
 int64_t Layout::virtual_stage(int64_t rank, int64_t chunk) const {
   if (kind == ChunkLayout::v_shape && chunk % 2 == 1) return (chunk + 1) * ranks - 1 - rank;
   return chunk * ranks + rank;

@@ -11,17 +11,12 @@
 #pragma once
 
 #include <cstdint>
-#include <string_view>
 
 #include "base/result.hpp"
 
 namespace troupe::pipeline {
 
 enum class ChunkLayout { interleaved, v_shape };
-
-/// "interleaved" or "v"; an error names the allowed values.
-Result<ChunkLayout> parse_chunk_layout(std::string_view name);
-const char* chunk_layout_name(ChunkLayout layout);
 
 struct Layout {
   int64_t ranks = 1;   ///< p

@@ -58,22 +58,22 @@ Order interleaved(const ScheduleShape& shape, int64_t rank) {
   return order;
 }
 
-// ZB-H1: 1F1B's forwards and input halves, with rank r running the weight half of
-// micro-batch k − r after the input half of k (r weight halves behind), and the rest
-// at the end. The tail's weight halves fill the idle time 1F1B has while the last
-// backwards travel up; every rank holds at most p micro-batches, 1F1B's stage 0.
+// ZB-H1: 1F1B's order with each backward split, rank r running the weight half of
+// micro-batch k − r after the input half of k (r weight halves behind) and the rest at the
+// end. The tail's weight halves fill the idle time 1F1B has while the last backwards travel
+// up; every rank holds at most p micro-batches, 1F1B's stage 0.
 Order zb_h1(const ScheduleShape& shape, int64_t rank) {
-  const int64_t m = shape.micro_batches;
-  const int64_t warmup = std::min(shape.stages - rank - 1, m);
   Order order;
-  for (int64_t i = 0; i < warmup; ++i) order.push_back({Op::forward, i, 0});
-  int64_t weights = 0;
-  for (int64_t k = 0; k < m; ++k) {
-    if (warmup + k < m) order.push_back({Op::forward, warmup + k, 0});
-    order.push_back({Op::backward_input, k, 0});
-    if (k - rank >= 0) order.push_back({Op::backward_weight, weights++, 0});
+  int64_t inputs = 0, weights = 0;
+  for (const Action& a : one_f_one_b(shape, rank)) {
+    if (a.op != Op::backward) {
+      order.push_back(a);
+      continue;
+    }
+    order.push_back({Op::backward_input, a.micro, 0});
+    if (inputs++ >= rank) order.push_back({Op::backward_weight, weights++, 0});
   }
-  while (weights < m) order.push_back({Op::backward_weight, weights++, 0});
+  while (weights < shape.micro_batches) order.push_back({Op::backward_weight, weights++, 0});
   return order;
 }
 
@@ -198,6 +198,15 @@ double bubble_formula(std::string_view schedule, const ScheduleShape& shape) {
   if (schedule == "zb_h1") return idle / (3.0 * m + idle);
   if (schedule == "zbv") return idle / (6.0 * m + idle);
   return idle / (m + idle);
+}
+
+bool splits_backward(const Program& program) {
+  return std::any_of(program.begin(), program.end(),
+                     [](const Action& a) { return a.op == Op::backward_input; });
+}
+
+bool splits_backward(const std::vector<Program>& programs) {
+  return std::any_of(programs.begin(), programs.end(), [](const Program& p) { return splits_backward(p); });
 }
 
 Program surround(const Layout& layout, int64_t rank, const std::vector<Action>& order) {

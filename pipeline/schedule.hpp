@@ -76,6 +76,11 @@ Result<std::vector<Program>> make_programs(std::string_view schedule, const Sche
 /// Rank `rank`'s program: make_programs()'s row.
 Result<Program> make_program(std::string_view schedule, const ScheduleShape& shape, int64_t rank);
 
+/// Whether `program` splits backwards into input and weight halves (and so needs
+/// layers that defer their weights' gradients, and rows posted as weight halves end).
+bool splits_backward(const Program& program);
+bool splits_backward(const std::vector<Program>& programs);
+
 /// Rank `rank`'s program around its compute actions in `order`: each forward with its
 /// load (first and last virtual stage), the activation received before it and sent after
 /// it; each backward (or input half) with the gradient received before it and sent after

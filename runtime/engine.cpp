@@ -21,6 +21,7 @@
 #include "actors/stage.hpp"
 #include "actors/stream.hpp"
 #include "memory/nvme_store.hpp"
+#include "pipeline/schedule.hpp"
 #include "runtime/config/token.hpp"
 #include "runtime/coordinator.hpp"
 #include "runtime/devices.hpp"
@@ -188,6 +189,7 @@ class Engine::Impl {
   std::unique_ptr<caf::actor_system> system;
   caf::actor comm, loader, driver;  // driver: the scheduler
   std::vector<caf::actor> stages;   // by chunk: one, or v with virtual stages
+  std::shared_ptr<Stream> shared_compute;  // the chunks' compute stream, when they share one
   PipelinePlan plan;
   std::vector<CommunicatorId> groups = {world_communicator};  // by chunk: its data-parallel group
   std::vector<TiedWeight> ties;               // what this rank's stage shares with others
@@ -198,6 +200,11 @@ class Engine::Impl {
   bool finished = false;
 
   ~Impl() {
+    // The chunks' shared stream drained here, on this thread, so that no chunk's state
+    // waits for it on an actor thread as it goes (see StageState's destructor).
+    if (shared_compute)
+      shared_compute->record().wait_for(
+          std::chrono::milliseconds(static_cast<int64_t>(1000 * config.cluster.collective_timeout_s)));
     for (auto* a : {&driver, &loader, &collectives, &comm})
       if (*a) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
     for (auto& chunk : stages)
@@ -256,6 +263,7 @@ class Engine::Impl {
       stages.push_back(spawn_stage(*system, std::move(so)));
     }
     *failures = stages;
+    shared_compute = shared.compute;
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t vs = plan.virtual_stage(c);
       auto local = [&](int64_t neighbour) -> caf::actor {
@@ -289,9 +297,7 @@ class Engine::Impl {
     so.make_optimizer = std::move(optimizer);
     so.schedule = std::move(t.schedule);
     so.activation_checkpointing = config.model.activation_checkpointing;
-    so.split_backward = std::any_of(plan.program.begin(), plan.program.end(), [](const pipeline::Action& a) {
-      return a.op == pipeline::Op::backward_input;
-    });
+    so.split_backward = pipeline::splits_backward(plan.program);
     so.ties = ties;
     so.zero = zero_options(config);
     so.dp = config.parallel.dp;

@@ -169,11 +169,7 @@ Result<std::vector<pipeline::Program>> stage_programs(const JobConfig& job) {
   if (!programs) return programs.error();
   if (auto checked = pipeline::simulate(*programs, pipeline::layout_of(schedule, shape), micro); !checked)
     return make_error(fmt::format("[pipeline] schedule \"{}\": {}", schedule, checked.error().message));
-  const bool split = std::any_of(programs->begin(), programs->end(), [](const pipeline::Program& program) {
-    return std::any_of(program.begin(), program.end(),
-                       [](const pipeline::Action& a) { return a.op == pipeline::Op::backward_input; });
-  });
-  if (split && job.zero.stage == 3)
+  if (pipeline::splits_backward(*programs) && job.zero.stage == 3)
     return make_error(
         fmt::format("[pipeline] schedule \"{}\" splits backwards into input and weight halves, "
                     "which [zero] stage = 3 does not run yet: use stage 0-2",

@@ -19,6 +19,7 @@ peer=${TROUPE_PEERS:-../shared/peers}/torch2-pipe.py
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 source scripts/free-port.sh
+source scripts/bench-lib.sh
 
 troupe_tokens_per_s() {  # PP DP
   hold_free_port || exit 2
@@ -29,11 +30,7 @@ troupe_tokens_per_s() {  # PP DP
     --set pipeline.schedule=1f1b --set train.steps=$((steps + 1)) --set train.threads=1 \
     --set optimizer.lr=3e-4 --set cluster.coordinator=127.0.0.1:"$port" --metrics "$work/m.jsonl" \
     > "$work/out" 2>&1 || { tail -5 "$work/out" >&2; exit 1; }
-  python3 - "$work/m.jsonl" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])][1:]
-print(sum(r["tokens"] for r in rows) / (sum(r["step_ms"] for r in rows) / 1000))
-PY
+  metrics_tokens_per_s "$work/m.jsonl"
 }
 
 peer_tokens_per_s() {
@@ -45,8 +42,6 @@ peer_single_tokens_per_s() {
   "${peer%/*}/torch2-gpt.py" --ranks 1 --layers 4 --hidden 256 --heads 4 --seq 128 --micro 8 --steps "$steps" \
     --threads 1 2>/dev/null | tail -1 | sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p'
 }
-
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
 ours=() theirs=() ours1=() theirs1=()
 for i in $(seq "$repeats"); do

@@ -180,7 +180,9 @@ struct StageState {
   StageState(const StageState&) = delete;
   StageState& operator=(const StageState&) = delete;
   // A stream shared with other chunks goes on after this state: this chunk's queued work
-  // must have run (and done nothing: stopped) before what it touches goes.
+  // must have run (and done nothing: stopped) before what it touches goes. The engine
+  // drains the stream before it stops the actors, so this waits only when a chunk ends
+  // on its own (its shard owner failed) while the stream still holds its work.
   ~StageState() {
     if (!options.compute) return;
     *stopped = true;

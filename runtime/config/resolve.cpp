@@ -398,14 +398,6 @@ std::string one_of(const std::string& got, const std::vector<std::string>& names
   return fmt::format("got {}; the allowed values are {}", toml_string(got), allowed);
 }
 
-// Whether `programs` split backwards into input and weight halves.
-bool splits_backward(const std::vector<pipeline::Program>& programs) {
-  for (const auto& program : programs)
-    for (const auto& a : program)
-      if (a.op == pipeline::Op::backward_input) return true;
-  return false;
-}
-
 // Weights tied across virtual stages, and ZeRO stage 3 with split backwards, are not run.
 Status check_runnable(const JobConfig& job, const ConfigOrigins& origins, std::string_view key,
                       int64_t chunks, bool split) {
@@ -437,7 +429,7 @@ Status resolve_schedule_file(const JobConfig& job, const ConfigOrigins& origins)
   auto programs =
       pipeline::load_schedule_table(p.schedule_file, layout, job.batch.gradient_accumulation_steps);
   if (!programs) return key_error(origins, "pipeline", "schedule_file", programs.error().message);
-  return check_runnable(job, origins, "schedule_file", chunks, splits_backward(*programs));
+  return check_runnable(job, origins, "schedule_file", chunks, pipeline::splits_backward(*programs));
 }
 
 // 1f1b and zb_h1 with fewer micro-batches than stages, blamed on the schedule where the
