@@ -1,61 +1,29 @@
 #include "actors/scheduler.hpp"
 
-#include <caf/all.hpp>
-
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <map>
-#include <optional>
-#include <set>
 
 #include <fmt/format.h>
 
 #include "actors/protocol/comm.hpp"
-#include "actors/protocol/data.hpp"
 #include "actors/protocol/engine.hpp"
 #include "actors/protocol/pipeline.hpp"
-#include "actors/protocol/stage.hpp"
-#include "memory/host_buffer.hpp"
+#include "actors/scheduler/state.hpp"
 
-namespace troupe {
+namespace troupe::scheduling {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using pipeline::Op;
 
 constexpr uint64_t kSummaryTag = 1;        // the step's sums gathered over the world
 constexpr uint64_t kFinishTag = 2;         // the barrier of finish_training
 constexpr std::size_t kSummaryFields = 4;  // loss, gradient square sum, tokens, compute seconds
 
-struct CurrentStep {
-  int64_t step = 0;
-  Clock::time_point start;
-  caf::response_promise reply;
-  std::size_t next = 0;                      // the next action to hand over
-  int64_t unfinished = 0;                    // actions handed to chunks and not finished
-  std::map<int64_t, MicroBatchPtr> batches;  // fetched, with loads still to hand over
-  std::map<int64_t, int64_t> loads_left;     // by micro-batch
-  std::size_t gradients_in = 0;              // chunks that answered reduce_gradients
-  gradients_ready mine;                      // their answers, summed
-  std::optional<gradients_ready> gradients;  // the step's, once known
-  std::size_t applied_in = 0;                // chunks that answered optimizer_step
-  bool compute_handed = false;               // a compute action handed over, not on the stream yet
-  StepStats stats;
-};
-
-struct SchedulerState {
-  SchedulerOptions options;
-  std::optional<CurrentStep> current;
-  std::optional<caf::response_promise> finishing;
-  std::shared_ptr<HostBuffer> summary;  // pp > 1: kSummaryFields doubles by world rank
-  static inline const char* name = "scheduler";
-};
-using Scheduler = caf::stateful_actor<SchedulerState>;
-
 std::size_t chunk_count(const Scheduler* self) {
   return self->state.options.chunks.size();
 }
+
+}  // namespace
 
 void finish_step(Scheduler* self, std::string error) {
   auto& s = self->state;
@@ -73,13 +41,15 @@ void finish_step(Scheduler* self, std::string error) {
 }
 
 // Hands the chunks the next actions while the window has room; a load waits for its
-// batch. A step-wide action goes to every chunk of the rank.
+// batch. A step-wide action goes to every chunk of the rank. Event-driven, the program
+// holds only what is decided, with its receives bounded by credits: no window.
 void dispatch(Scheduler* self) {
   auto& s = self->state;
-  const auto& program = s.options.program;
-  while (s.current && s.current->next < program.size() && s.current->unfinished < s.options.window) {
+  const bool windowed = !event_driven(self);
+  while (s.current && s.current->next < s.current->program.size() &&
+         (!windowed || s.current->unfinished < s.options.window)) {
     CurrentStep& c = *s.current;
-    const pipeline::Action& a = program[c.next];
+    const pipeline::Action a = c.program[c.next];
     stage_action out{c.step, static_cast<int64_t>(c.next), a, s.options.micro_count, nullptr};
     if (a.op == Op::load) {
       auto batch = c.batches.find(a.micro);
@@ -104,6 +74,8 @@ void dispatch(Scheduler* self) {
   }
 }
 
+namespace {
+
 void fetch(Scheduler* self, int64_t micro) {
   auto& s = self->state;
   auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -115,6 +87,7 @@ void fetch(Scheduler* self, int64_t micro) {
             auto& st = self->state;
             if (!st.current || st.current->step != step) return;
             st.current->batches[micro] = ready.batch;
+            if (event_driven(self)) batch_fetched(self, micro);
             dispatch(self);
           },
           [=](caf::error& e) {
@@ -134,14 +107,21 @@ void start_step(Scheduler* self, int64_t step) {
   // a V of chunks the first and the last virtual stage share a rank: one fetch, two loads.
   for (const auto& a : s.options.program)
     if (a.op == Op::load) ++s.current->loads_left[a.micro];
+  if (event_driven(self))
+    begin_events(self);
+  else
+    s.current->program = s.options.program;
+  if (!s.current) return;  // the scheduler failed at once
   for (const auto& [micro, loads] : s.current->loads_left) fetch(self, micro);
   dispatch(self);
 }
 
-void action_finished(Scheduler* self, int64_t step) {
+// `index`: the action of the program that finished, or -1 for a step-wide answer.
+void action_finished(Scheduler* self, int64_t step, int64_t index) {
   auto& s = self->state;
   if (!s.current || s.current->step != step) return;
   --s.current->unfinished;
+  if (index >= 0 && event_driven(self)) event_happened(self, static_cast<std::size_t>(index));
   dispatch(self);
 }
 
@@ -191,7 +171,7 @@ caf::behavior scheduler_behavior(Scheduler* self, SchedulerOptions options) {
         Tracer::Scope span(tracer, "scheduler", "train_step");
         start_step(self, t.step);
       },
-      [=](action_done& d) { action_finished(self, d.step); },
+      [=](action_done& d) { action_finished(self, d.step, d.index); },
       [=](compute_started& started) {
         auto& s = self->state;
         if (!s.current || s.current->step != started.step) return;
@@ -209,7 +189,7 @@ caf::behavior scheduler_behavior(Scheduler* self, SchedulerOptions options) {
         c.mine.busy_s += g.busy_s;
         c.mine.square_sum += g.square_sum;
         if (++c.gradients_in == chunk_count(self)) gradients_in(self);
-        action_finished(self, g.step);
+        action_finished(self, g.step, -1);
       },
       [=](step_applied& a) {
         Tracer::Scope span(tracer, "scheduler", "step_applied");
@@ -221,7 +201,7 @@ caf::behavior scheduler_behavior(Scheduler* self, SchedulerOptions options) {
       },
       [=](stage_failed& f) {
         Tracer::Scope span(tracer, "scheduler", "stage_failed");
-        finish_step(self, f.error);
+        finish_step(self, f.error + decision_context(self));
       },
       [=](finish_training&) {
         auto& s = self->state;
@@ -244,8 +224,12 @@ caf::behavior scheduler_behavior(Scheduler* self, SchedulerOptions options) {
 
 }  // namespace
 
+}  // namespace troupe::scheduling
+
+namespace troupe {
+
 caf::actor spawn_scheduler(caf::actor_system& system, SchedulerOptions options) {
-  return system.spawn(scheduler_behavior, std::move(options));
+  return system.spawn(scheduling::scheduler_behavior, std::move(options));
 }
 
 }  // namespace troupe

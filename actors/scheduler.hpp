@@ -13,6 +13,13 @@
 // the one before it is on the stream (compute_started), so the stream runs them in
 // program order, as the schedule planned, not in the order their inputs happened to arrive.
 //
+// Event-driven (an EventScheduler, pipeline/events.hpp, named by [pipeline] schedule):
+// there is no program to walk; the rank's scheduler hears each action that finishes and
+// chooses the next compute action whenever fewer than two are chosen and unfinished, and
+// this actor adds the loads, receives, sends and the step's end around its choices. A
+// choice that is not ready, or choosing nothing when nothing more can come, fails the step
+// with an error naming the scheduler, what was ready and what it waited for.
+//
 // Protocol (actors/protocol/engine.hpp): train_step → step_report (error set on failure);
 // finish_training → collective_done once every rank has finished.
 #pragma once
@@ -21,10 +28,15 @@
 #include <caf/actor_system.hpp>
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "base/trace.hpp"
+#include "memory/memory_ledger.hpp"
 #include "pipeline/action.hpp"
+#include "pipeline/events.hpp"
+#include "pipeline/layout.hpp"
 
 namespace troupe {
 
@@ -40,6 +52,13 @@ struct SchedulerOptions {
   int64_t window = 8;         ///< actions handed to the stage and not finished, at most
   double fetch_timeout_s = 60;
   Tracer* tracer = nullptr;
+  // Event-driven only: the rank's scheduler (it lives for every step) and what it needs.
+  std::shared_ptr<pipeline::EventScheduler> policy;
+  std::string policy_name;
+  pipeline::Layout layout;  ///< where the pipeline's chunks sit
+  int64_t stage = 0;        ///< this rank's stage in its pipeline
+  bool split_backward = false;
+  std::shared_ptr<MemoryLedger> ledger;  ///< the activation bytes its limit is checked against
 };
 
 caf::actor spawn_scheduler(caf::actor_system& system, SchedulerOptions options);

@@ -48,6 +48,13 @@ struct Action {
 /// One rank's actions for one step, in the order it runs them.
 using Program = std::vector<Action>;
 
+/// What a schedule is written for: one step of a pipeline.
+struct ScheduleShape {
+  int64_t stages = 1;          ///< p: the ranks of one pipeline
+  int64_t micro_batches = 1;   ///< m: the step's gradient-accumulation micro-batches
+  int64_t virtual_stages = 1;  ///< v: model chunks per rank
+};
+
 inline bool is_compute(Op op) {
   return op == Op::forward || op == Op::backward || op == Op::backward_input || op == Op::backward_weight;
 }

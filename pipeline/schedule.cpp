@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "pipeline/event_plan.hpp"
 #include "pipeline/list_schedule.hpp"
 
 namespace troupe::pipeline {
@@ -133,7 +134,11 @@ Result<std::vector<Order>> custom_orders(std::string_view name, const CustomSche
 Status register_schedule(const std::string& name, CustomSchedule schedule) {
   if (name.empty()) return make_error("a scheduler needs a name");
   if (built_in(name)) return make_error(fmt::format("\"{}\" is a built-in schedule's name", name));
-  if (!schedule.make) return make_error(fmt::format("scheduler \"{}\" has no function", name));
+  if (!schedule.make == !schedule.events)
+    return make_error(
+        fmt::format("scheduler \"{}\" needs either a schedule function or an event-driven "
+                    "scheduler factory, not {}",
+                    name, schedule.make ? "both" : "neither"));
   TROUPE_TRY(check_layout(Layout{1, schedule.virtual_stages, schedule.layout}));
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
@@ -148,6 +153,11 @@ std::vector<std::string> schedule_names() {
   std::lock_guard<std::mutex> lock(r.mutex);
   for (const auto& entry : r.schedules) names.push_back(entry.first);
   return names;
+}
+
+EventSchedulerFactory event_scheduler(std::string_view schedule) {
+  if (auto registered = custom(schedule)) return registered->events;
+  return {};
 }
 
 int64_t default_virtual_stages(std::string_view schedule) {
@@ -235,7 +245,12 @@ Result<std::vector<Program>> make_programs(std::string_view schedule, const Sche
   TROUPE_TRY(check_shape(schedule, shape));
   const Layout layout = layout_of(schedule, shape);
   std::vector<Order> orders;
-  if (auto registered = custom(schedule)) {
+  if (auto registered = custom(schedule); registered && registered->events) {
+    auto planned =
+        plan_events(schedule, registered->events, layout, shape.micro_batches, registered->split_backward);
+    if (!planned) return planned.error();
+    orders = std::move(*planned);
+  } else if (registered) {
     auto made = custom_orders(schedule, *registered, shape);
     if (!made) return made.error();
     orders = std::move(*made);

@@ -22,15 +22,10 @@
 
 #include "base/result.hpp"
 #include "pipeline/action.hpp"
+#include "pipeline/events.hpp"
 #include "pipeline/layout.hpp"
 
 namespace troupe::pipeline {
-
-struct ScheduleShape {
-  int64_t stages = 1;          ///< p: the ranks of one pipeline
-  int64_t micro_batches = 1;   ///< m: the step's gradient-accumulation micro-batches
-  int64_t virtual_stages = 1;  ///< v: model chunks per rank
-};
 
 /// A schedule written in C++ (include/troupe/scheduler.hpp): every rank's compute
 /// actions (forwards and backwards, whole or halved) in the order it runs them, rank 0
@@ -38,15 +33,22 @@ struct ScheduleShape {
 /// checks the whole before a job runs it.
 using ScheduleFunction = std::function<std::vector<std::vector<Action>>(const ScheduleShape& shape)>;
 
+/// A schedule written in C++: either `make`, the whole step's actions up front, or
+/// `events`, a scheduler per rank that decides as the step goes (events.hpp).
 struct CustomSchedule {
   ScheduleFunction make;
   ChunkLayout layout = ChunkLayout::interleaved;  ///< where its chunks sit, with virtual stages
   int64_t virtual_stages = 1;                     ///< chunks per rank when the job names none
+  EventSchedulerFactory events;
+  bool split_backward = false;  ///< events only: its backwards run as input then weight halves
 };
 
 /// Makes `name` a schedule jobs may name ([pipeline] schedule). An error when the name is
 /// a built-in's, already registered, empty, or the function is missing.
 Status register_schedule(const std::string& name, CustomSchedule schedule);
+
+/// The factory of `schedule` when it is an event-driven scheduler; empty otherwise.
+EventSchedulerFactory event_scheduler(std::string_view schedule);
 
 /// The names make_programs() knows: the built-ins in the order docs list them, then the
 /// registered ones.
@@ -70,7 +72,8 @@ Status check_shape(std::string_view schedule, const ScheduleShape& shape);
 /// ZBV idles no more than the last rank's wait for the first forward, (p − 1)/(6m + p − 1).
 double bubble_formula(std::string_view schedule, const ScheduleShape& shape);
 
-/// Every rank's program, rank 0 first.
+/// Every rank's program, rank 0 first. An event-driven scheduler's is its plan at unit
+/// costs (event_plan.hpp).
 Result<std::vector<Program>> make_programs(std::string_view schedule, const ScheduleShape& shape);
 
 /// Rank `rank`'s program: make_programs()'s row.

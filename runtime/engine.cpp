@@ -336,7 +336,25 @@ class Engine::Impl {
     sched.window = 4 * config.parallel.pp + 4;  // room for every receive a stage posts ahead
     sched.fetch_timeout_s = config.cluster.collective_timeout_s;
     sched.tracer = tr;
+    use_event_scheduler(sched);
     driver = spawn_scheduler(*system, std::move(sched));
+  }
+
+  // [pipeline] schedule names an event-driven scheduler (pipeline/events.hpp): this rank's
+  // decides each compute action as the step goes; plan.program, its plan at unit costs,
+  // still says which loads the rank has and whether backwards split.
+  void use_event_scheduler(SchedulerOptions& sched) {
+    if (config.parallel.pp == 1 || !config.pipeline.schedule_file.empty()) return;
+    pipeline::EventSchedulerFactory make = pipeline::event_scheduler(config.pipeline.schedule);
+    if (!make) return;
+    const pipeline::ScheduleShape shape{config.parallel.pp, config.batch.gradient_accumulation_steps,
+                                        plan.layout.chunks};
+    sched.policy = make(shape, plan.place.stage);
+    sched.policy_name = config.pipeline.schedule;
+    sched.layout = plan.layout;
+    sched.stage = plan.place.stage;
+    sched.split_backward = pipeline::splits_backward(plan.program);
+    sched.ledger = ledger;
   }
 
   // This rank's stage, its layers and program, and (pp > 1) every stage's data-parallel

@@ -1,8 +1,9 @@
 // `make install` gives an outside project everything it needs: examples/embed is
 // configured and built against a temporary prefix with find_package(troupe), and
 // trains its own model on 2 ranks to a falling loss; the installed troupe finds troupe-core.
-// examples/scheduler, built the same way, registers a pipeline scheduler troupe does not
-// build in and trains the GPT with it, step for step like the single-process reference.
+// examples/scheduler, built the same way, registers pipeline schedulers troupe does not
+// build in (one of each kind) and trains the GPT with them, step for step like the
+// single-process reference.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -60,15 +61,18 @@ TEST(Install, OutsideProjectBuildsAgainstTheInstalledPackageAndTrainsOnTwoRanks)
   EXPECT_NE(bench.output.find("\"params\":4096"), std::string::npos) << bench.output;
 }
 
-// The example's budget_greedy scheduler (2 micro-batches of activations per stage at
-// most) trains the GPT like the reference, at pp 2 and 4, m 4 and 8, dp 1 and 2, ZeRO 0-3.
+// The example's schedulers (2 micro-batches of activations per stage at most), the one
+// that plans the step (budget_greedy) and the one that decides from events (budget_events),
+// train the GPT like the reference, at pp 2 and 4, m 4 and 8, dp 1 and 2, ZeRO 0-3.
 TEST(Install, ATrainersOwnSchedulerTrainsLikeTheReference) {
   std::string build = build_example("scheduler");
   ASSERT_FALSE(build.empty());
   const std::vector<testing::PipelineJob> jobs = {
       {2, 1, 4, "budget_greedy", 0, 0, ""}, {4, 1, 8, "budget_greedy", 0, 0.5, ""},
       {2, 2, 8, "budget_greedy", 1, 0, ""}, {2, 2, 4, "budget_greedy", 2, 0.5, ""},
-      {2, 2, 4, "budget_greedy", 3, 0, ""},
+      {2, 2, 4, "budget_greedy", 3, 0, ""}, {2, 1, 8, "budget_events", 0, 0.5, ""},
+      {4, 1, 4, "budget_events", 0, 0, ""}, {2, 2, 4, "budget_events", 1, 0.5, ""},
+      {2, 2, 8, "budget_events", 2, 0, ""}, {2, 2, 4, "budget_events", 3, 0.5, ""},
   };
   for (const auto& j : jobs) {
     SCOPED_TRACE(testing::describe(j));
