@@ -6,8 +6,8 @@ each labelled with its micro-batch, over the last traced step.
 usage: trace_timeline.py TRACE.json OUT.svg
 Reads the merged Chrome/Perfetto trace a run writes with `[trace] path` (or `troupe bench
 pipeline --trace`): the "stream compute" track of every rank, whose work items are named
-"forward STEP.MICRO", "backward STEP.MICRO", "backward_input STEP.MICRO" and
-"backward_weight STEP.MICRO" (a rank's chunks share the track when they share the stream).
+"forward STEP.MICRO.CHUNK", "backward STEP.MICRO.CHUNK", "backward_input STEP.MICRO.CHUNK"
+and "backward_weight STEP.MICRO.CHUNK" (a rank's chunks share the track when they share the stream).
 """
 import json
 import sys
@@ -28,7 +28,7 @@ def compute_spans(trace):
         kind, _, where = e["name"].partition(" ")
         if kind not in COLOURS or "." not in where:
             continue
-        step, micro = where.split(".")
+        step, micro = where.split(".")[:2]
         spans.append((e["pid"], int(step), int(micro), kind, e["ts"], e["dur"]))
     return spans
 

@@ -112,7 +112,7 @@ bool start_forward(StageActor* self, const stage_action& a) {
   f.inputs_arrived.erase(m);
   start(self, a);
   s.compute->enqueue(
-      fmt::format("forward {}.{}", a.step, m),
+      fmt::format("forward {}.{}.{}", a.step, m, a.action.chunk),
       [&s, c = s.compute_side, w = std::move(w), self = me(self)] { run_forward(s, *c, w, self); });
   self->send(f.scheduler, compute_started{a.step, a.index});
   return true;
@@ -132,7 +132,7 @@ bool start_backward(StageActor* self, const stage_action& a) {
   f.output_grads_arrived.erase(m);
   start(self, a);
   s.compute->enqueue(
-      fmt::format("{} {}.{}", pipeline::op_name(a.action.op), a.step, m),
+      fmt::format("{} {}.{}.{}", pipeline::op_name(a.action.op), a.step, m, a.action.chunk),
       [&s, c = s.compute_side, w = std::move(w), self = me(self)] { run_backward(s, *c, w, self); });
   self->send(f.scheduler, compute_started{a.step, a.index});
   return true;

@@ -1,6 +1,7 @@
 // Tracing: a 2-rank run writes one Chrome-trace/Perfetto timeline with a process per
 // rank and a thread track per actor and stream; under ZeRO stages 2 and 3 it shows
-// reduction and gathering running while compute runs.
+// reduction and gathering running while compute runs; with virtual stages, each rank's
+// compute stream runs its chunks' work in the order the schedule planned.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,8 +11,10 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "pipeline/schedule.hpp"
 #include "tests/integration/command.hpp"
 #include "tests/support/free_port.hpp"
 
@@ -124,6 +127,55 @@ TEST(Trace, WithoutOverlapCommNoGradientRowIsOnTheWireWhileBackwardComputes) {
   ASSERT_EQ(backward.size(), 3u);
   ASSERT_GT(reduces.size(), 3u);
   EXPECT_EQ(overlap_with_compute(reduces, backward, spans(json, "compute wait", "")), 0);
+}
+
+// Two chunks per rank share the rank's compute stream (ZeRO 0-1). Their actors get inputs
+// in whatever order messages arrive, but the scheduler hands a chunk its next compute action
+// only once the one before it is on the stream, so each rank's stream runs exactly its
+// program's compute actions in order, as planned, step after step.
+TEST(Trace, ChunksSharingAStreamComputeInTheirProgramsOrder) {
+  const int64_t stages = 2, micro = 4;
+  std::string trace = testing::make_temp_dir() + "/trace.json";
+  auto r = testing::run_command(
+      std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR +
+      "/configs/tiny-gpt.toml --set train.steps=3 --set parallel.pp=2 --set parallel.dp=1" +
+      " --set pipeline.schedule=interleaved_1f1b --set batch.micro_batch_size=2" +
+      " --set batch.gradient_accumulation_steps=4 --set batch.global_batch_size=8" +
+      " --set cluster.coordinator=" + testing::free_coordinator() + " --set trace.path=" + trace);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto json = nlohmann::json::parse(testing::read_file(trace), nullptr, false);
+  ASSERT_FALSE(json.is_discarded());
+  auto programs = pipeline::make_programs("interleaved_1f1b", {stages, micro, 2});
+  ASSERT_TRUE(programs.ok());
+  std::map<std::pair<int, int>, std::string> tracks;  // (pid, tid) -> name
+  for (const auto& e : json.at("traceEvents"))
+    if (e.at("ph") == "M" && e.at("name") == "thread_name")
+      tracks[{e.at("pid").get<int>(), e.at("tid").get<int>()}] = e.at("args").at("name");
+  for (int rank = 0; rank < stages; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    std::vector<std::string> expected;
+    for (const pipeline::Action& a : (*programs)[static_cast<std::size_t>(rank)])
+      if (pipeline::is_compute(a.op))
+        expected.push_back(fmt::format("{} {}.{}", pipeline::op_name(a.op), a.micro, a.chunk));
+    for (int step = 0; step < 3; ++step) {
+      std::vector<std::pair<double, std::string>> ran;  // (start, "forward MICRO.CHUNK")
+      for (const auto& e : json.at("traceEvents")) {
+        if (e.at("ph") != "X" || e.at("pid") != rank ||
+            tracks[{rank, e.at("tid").get<int>()}] != "stream compute")
+          continue;
+        const std::string name = e.at("name");
+        const std::string prefix = std::to_string(step) + ".";
+        const auto space = name.find(' ');
+        if (space == std::string::npos || name.compare(space + 1, prefix.size(), prefix) != 0) continue;
+        ran.emplace_back(e.at("ts").get<double>(),
+                         name.substr(0, space + 1) + name.substr(space + 1 + prefix.size()));
+      }
+      std::sort(ran.begin(), ran.end());
+      std::vector<std::string> order;
+      for (const auto& [start, what] : ran) order.push_back(what);
+      EXPECT_EQ(order, expected) << "step " << step;
+    }
+  }
 }
 
 }  // namespace
