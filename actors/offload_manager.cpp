@@ -54,6 +54,7 @@ struct OffloadState {
   std::unique_ptr<CpuStream> stream;  // last: its thread stops before what it touches goes
   std::string broken;                 // why the tier cannot be used, once it cannot
   int64_t step = 0;                   // the training step of the pass in flight, for the reply
+  OptimizerRule pass_rule;            // the rule with the pass's rate and betas
   ParameterUse used;                  // the parameters the pass in flight updates (null: all)
   ParameterSteps steps;               // the optimizer's own step count of each parameter
   caf::actor reply_to;
@@ -204,7 +205,7 @@ void enqueue_update(OffloadManager* self, std::size_t i) {
                                   : nullptr;
   std::vector<UpdateSegment> segments = update_segments(span.runs, span.count, s.used, s.steps);
   s.stream->enqueue(fmt::format("update group {}", i),
-                    [rule = s.options.rule, segments = std::move(segments), span = std::move(span), state,
+                    [rule = s.pass_rule, segments = std::move(segments), span = std::move(span), state,
                      threads = static_cast<int>(s.options.threads)] {
                       for (const UpdateSegment& segment : segments)
                         update(rule, segment, span, state, threads);
@@ -262,6 +263,7 @@ void start_pass(OffloadManager* self, const optimizer_pass& p) {
   s.reply_to = p.reply_to;
   s.step = p.step;
   s.used = p.used;
+  s.pass_rule = s.options.rule.with(p.hyper);
   s.in_pass = true;
   if (!s.broken.empty()) return finish_pass(self, s.broken);
   s.next_read = 0;

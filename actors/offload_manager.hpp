@@ -37,6 +37,7 @@
 #include "memory/memory_ledger.hpp"
 #include "memory/parameter_runs.hpp"
 #include "memory/parameter_swap.hpp"
+#include "optim/lr_schedule.hpp"
 
 namespace troupe {
 
@@ -49,6 +50,14 @@ struct OptimizerRule {
   bool nesterov = false;
   /// fp32 values of optimizer state per parameter element.
   int64_t states_per_element() const { return kind == Kind::sgd ? (momentum != 0 ? 1 : 0) : 2; }
+  /// This rule for one update whose rate or betas a schedule sets.
+  OptimizerRule with(const UpdateHyper& hyper) const {
+    OptimizerRule r = *this;
+    r.lr = hyper.lr.value_or(lr);
+    r.beta1 = hyper.beta1.value_or(beta1);
+    r.beta2 = hyper.beta2.value_or(beta2);
+    return r;
+  }
 };
 
 /// A contiguous run of the partition: parameters and their (reduced) gradients. With

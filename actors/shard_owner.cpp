@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/issuing_stream.hpp"
+#include "actors/optimizer_hyper.hpp"
 #include "actors/protocol/offload.hpp"
 #include "actors/protocol/stage.hpp"
 #include "actors/protocol/zero.hpp"
@@ -258,8 +259,9 @@ void update_offloaded(ShardOwner* self, const update_shard& u) {
   s.updating_for = u.reply_to;
   s.stream->enqueue(fmt::format("clip {}", u.step),
                     [&s, scale = u.scale] { scale_gradients(s.gradients, scale); });
-  auto pass = [to = s.offload, me = caf::actor_cast<caf::actor>(self), step = u.step, used = u.used] {
-    caf::anon_send(to, optimizer_pass{step, used, me});
+  auto pass = [to = s.offload, me = caf::actor_cast<caf::actor>(self), step = u.step, used = u.used,
+               hyper = u.hyper] {
+    caf::anon_send(to, optimizer_pass{step, used, hyper, me});
   };
   if (s.mirror) return copy_mirror(s, MirrorCopy::gradients_to_host, pass);
   s.stream->record().on_complete(pass);
@@ -347,17 +349,19 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
         auto& st = self->state;
         if (st.offload) return update_offloaded(self, u);
         if (st.device_adam) {
-          st.stream->enqueue(
-              fmt::format("optimizer step {}", u.step),
-              [&st, scale = u.scale, by_step = advance_device_steps(*st.device_adam, st.runs, u.used)] {
-                scale_gradients(st.gradients, scale);
-                step_device_adam(*st.device_adam, st.options.rule, by_step, st.parameters, st.gradients,
-                                 st.stream->native_handle());
-              });
+          st.stream->enqueue(fmt::format("optimizer step {}", u.step),
+                             [&st, scale = u.scale, rule = st.options.rule.with(u.hyper),
+                              by_step = advance_device_steps(*st.device_adam, st.runs, u.used)] {
+                               scale_gradients(st.gradients, scale);
+                               step_device_adam(*st.device_adam, rule, by_step, st.parameters, st.gradients,
+                                                st.stream->native_handle());
+                             });
           return reply_after(self, u.reply_to, shard_updated{u.step});
         }
-        st.stream->enqueue(fmt::format("optimizer step {}", u.step), [&st, scale = u.scale, used = u.used] {
+        st.stream->enqueue(fmt::format("optimizer step {}", u.step), [&st, scale = u.scale, used = u.used,
+                                                                      hyper = u.hyper] {
           scale_gradients(st.gradients, scale);
+          set_hyper(*st.optimizer, hyper);
           step_torch(*st.optimizer, st.pieces, used);
           st.options.store->ledger()->set(MemoryKind::optimizer_state, optimizer_state_bytes(*st.optimizer));
         });

@@ -357,6 +357,7 @@ void report_step(StageActor* self) {
     it = it->second.op == pipeline::Op::optimizer_step ? f.started.erase(it) : std::next(it);
   StepStats stats{s.progress.grad_norm, largest, mine[0], mine[1], mine[2], mine[3]};
   stats.activation_bytes = mine[static_cast<std::size_t>(MemoryKind::activations)];
+  stats.lr = s.progress.lr;
   self->send(f.scheduler, step_applied{s.progress.step, stats});
 }
 
@@ -553,7 +554,13 @@ void apply_update(StageActor* self) {
   Tracer::Scope span(self->state.options.tracer, "stage", "optimizer_step");
   auto& s = self->state;
   double scale = clip_scale(s.progress.grad_norm, s.options.zero.gradient_clipping);
-  self->send(s.owner, update_shard{s.progress.step, scale, s.progress.used, caf::actor_cast<caf::actor>(self)});
+  // The schedule's value for this update: DeepSpeed steps its schedule after each update.
+  UpdateHyper hyper;
+  if (s.options.lr_schedule) hyper = s.options.lr_schedule->for_update(s.updates_applied);
+  s.progress.lr = hyper.lr.value_or(s.options.rule.lr);
+  ++s.updates_applied;
+  self->send(s.owner,
+             update_shard{s.progress.step, scale, s.progress.used, hyper, caf::actor_cast<caf::actor>(self)});
 }
 
 }  // namespace troupe::stage

@@ -42,6 +42,7 @@
 #include "base/trace.hpp"
 #include "memory/fetch_planner.hpp"
 #include "memory/memory_ledger.hpp"
+#include "optim/lr_schedule.hpp"
 #include "transport/transport.hpp"
 
 namespace troupe {
@@ -103,6 +104,8 @@ struct StageOptions {
   std::shared_ptr<MemoryLedger> ledger;
   std::optional<OffloadOptions> offload;  ///< set: the optimizer state goes to an offload tier
   OptimizerRule rule;                     ///< the optimizer, for the offload tier's kernels
+  /// The learning-rate schedule each update follows (unset: the optimizer's constant rate).
+  std::shared_ptr<const LrSchedule> lr_schedule;
   std::optional<DeviceRank> device;       ///< set: a GPU rank (ZeRO stage 0; model already on it)
 };
 

@@ -3,7 +3,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(TROUPE_LIBRARIES troupe_base troupe_kernels troupe_memory troupe_pipeline troupe_transport troupe_actors troupe_front troupe_runtime)
+set(TROUPE_LIBRARIES troupe_base troupe_kernels troupe_memory troupe_optim troupe_pipeline troupe_transport troupe_actors troupe_front troupe_runtime)
 if(TROUPE_HAVE_CUDA)
   list(APPEND TROUPE_LIBRARIES troupe_kernels_cuda)
 endif()
@@ -14,11 +14,11 @@ install(TARGETS troupe RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # troupe finds troupe-core at ../libexec/troupe from its own directory (cli/core_program.hpp).
 install(TARGETS troupe-core RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/troupe)
 
-# The public headers are include/troupe/troupe.hpp and scheduler.hpp; the layer headers they include go
-# under include/troupe/internal, keeping their folder names.
+# The public headers are include/troupe/troupe.hpp, scheduler.hpp and loss_scaler.hpp; the layer headers
+# they include go under include/troupe/internal, keeping their folder names.
 install(FILES ${PROJECT_SOURCE_DIR}/include/troupe/troupe.hpp ${PROJECT_SOURCE_DIR}/include/troupe/scheduler.hpp
-  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe)
-foreach(layer base kernels memory pipeline transport actors runtime)
+  ${PROJECT_SOURCE_DIR}/include/troupe/loss_scaler.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe)
+foreach(layer base kernels memory optim pipeline transport actors runtime)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${layer}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe/internal/${layer}
     FILES_MATCHING PATTERN "*.hpp")
 endforeach()

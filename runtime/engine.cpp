@@ -22,6 +22,7 @@
 #include "actors/stream.hpp"
 #include "memory/nvme_store.hpp"
 #include "pipeline/schedule.hpp"
+#include "runtime/config/scheduler.hpp"
 #include "runtime/config/token.hpp"
 #include "runtime/coordinator.hpp"
 #include "runtime/devices.hpp"
@@ -184,6 +185,7 @@ class Engine::Impl {
   torch::nn::Sequential layers;
   std::unique_ptr<Tracer> tracer;
   std::shared_ptr<MemoryLedger> ledger = std::make_shared<MemoryLedger>();
+  std::shared_ptr<const LrSchedule> lr_schedule;  // [scheduler]; unset: a constant rate
   std::unique_ptr<GpuRank> gpu;  // before the actor system: its streams outlive the actors
   caf::actor_system_config actor_config;
   std::unique_ptr<caf::actor_system> system;
@@ -312,6 +314,7 @@ class Engine::Impl {
     // bit-identical to LibTorch's on AVX CPUs, about 10× faster) with its state in memory:
     // the offload manager's "cpu" tier. A trainer's own optimizer factory runs as given.
     so.rule = optimizer_rule(config.optimizer);
+    so.lr_schedule = lr_schedule;
     if (gpu) {
       // A GPU rank: Adam and AdamW as the fused CUDA kernel (no factory), SGD as LibTorch's
       // on the device; with [offload] optimizer, the tier's kernels on the host.
@@ -537,6 +540,12 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
     return make_error("Engine::make needs layers, a loss function and a data source");
   auto parameters = model_parameters(trainable.layers);  // what troupe cannot train stops here
   if (!parameters) return make_error(fmt::format("rank {}: {}", impl->rank.rank, parameters.error().message));
+  std::vector<std::string> warnings;
+  auto schedule = make_lr_schedule(impl->config, &warnings);
+  if (!schedule) return schedule.error();
+  if (impl->rank.rank == 0)
+    for (const std::string& w : warnings) spdlog::warn("{}", w);
+  if (!schedule->constant()) impl->lr_schedule = std::make_shared<const LrSchedule>(*schedule);
   const bool on_gpu = impl->config.cluster.device == "cuda";
   if (on_gpu) TROUPE_TRY(usable_gpu(impl->rank));
   impl->layers = trainable.layers;

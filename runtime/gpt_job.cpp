@@ -119,6 +119,7 @@ int train_rank(const JobConfig& job, const JobOutputs& outputs, std::string& pha
     m.optimizer_state_bytes = r->stats.optimizer_state_bytes;
     m.communication_bytes = r->stats.communication_bytes;
     m.bubble = r->stats.bubble;
+    m.lr = r->stats.lr;
     m.activation_bytes = r->stats.activation_bytes;
     auto written = report->step(m);
     if (!written) return fail(written.error().message);

@@ -44,6 +44,7 @@ Status MetricsWriter::write(const StepMetrics& metrics) {
       {"communication_bytes", metrics.communication_bytes},
       {"activation_bytes", metrics.activation_bytes},
       {"bubble", metrics.bubble},
+      {"lr", metrics.lr},
   };
   file_ << line.dump() << '\n';
   file_.flush();

@@ -35,6 +35,7 @@ struct StepMetrics {
   int64_t communication_bytes = 0;
   int64_t activation_bytes = 0;  ///< this rank's peak of activations held (MemoryKind::activations)
   double bubble = 0;             ///< the pipeline's idle fraction of the step (StepStats::bubble)
+  double lr = 0;                 ///< the learning rate of the step's update ([scheduler])
 };
 
 /// Appends one JSON object per step to a file, flushed after each line, with every

@@ -11,6 +11,8 @@
 #include <torch/torch.h>
 
 #include "actors/model_parameters.hpp"
+#include "actors/optimizer_hyper.hpp"
+#include "runtime/config/scheduler.hpp"
 #include "runtime/data/corpus.hpp"
 #include "runtime/model/gpt.hpp"
 #include "runtime/model/optimizer.hpp"
@@ -111,6 +113,8 @@ Result<std::vector<StepMetrics>> train(const JobConfig& job,
   // Each tensor once: the optimizer would step a tied weight twice if listed twice.
   const std::vector<torch::Tensor> parameters = unique_parameters(*model);
   auto optimizer = make_optimizer(job.optimizer, parameters);
+  auto schedule = make_lr_schedule(job);  // the same schedule, stepped after every update
+  if (!schedule) return schedule.error();
   // Gradients set to none between steps (PyTorch 2's zero_grad): a parameter without a
   // gradient in a step is skipped by the optimizer, as troupe skips it.
   auto clear_gradients = [&] {
@@ -126,6 +130,8 @@ Result<std::vector<StepMetrics>> train(const JobConfig& job,
     const double grad_norm = gradient_norm(parameters);
     if (job.optimizer.gradient_clipping > 0)
       clip_gradients(parameters, grad_norm, job.optimizer.gradient_clipping);
+    const UpdateHyper hyper = schedule->for_update(step);
+    set_hyper(*optimizer, hyper);
     optimizer->step();
     clear_gradients();
     const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
@@ -138,6 +144,7 @@ Result<std::vector<StepMetrics>> train(const JobConfig& job,
     metrics.tokens = tokens;
     metrics.tokens_per_s = elapsed.count() > 0 ? static_cast<double>(tokens) / elapsed.count() : 0;
     metrics.grad_norm = grad_norm;
+    metrics.lr = hyper.lr.value_or(job.optimizer.lr);
     metrics.params = params;
     // One process holds everything: fp32 parameters and gradients, the whole optimizer state.
     metrics.parameter_bytes = 4 * params;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "memory/parameter_runs.hpp"
+#include "optim/lr_schedule.hpp"
 
 namespace troupe {
 
@@ -18,6 +19,7 @@ namespace troupe {
 struct optimizer_pass {
   int64_t step = 0;
   ParameterUse used;  ///< the parameters to update (null: all)
+  UpdateHyper hyper;  ///< the rate and betas of this update (a learning-rate schedule's)
   caf::actor reply_to;
 };
 struct optimizer_pass_done {

@@ -21,11 +21,13 @@ struct StepStats {
   /// time), busy summed over the stages (averaged over replicas); 0 on its own, one stage
   /// idles only outside forward and backward.
   double bubble = 0;
+  double lr = 0;  ///< the learning rate the step's update ran at
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepStats& x) {
   return f(caf::meta::type_name("StepStats"), x.grad_norm, x.model_state_bytes, x.parameter_bytes,
-           x.gradient_bytes, x.optimizer_state_bytes, x.communication_bytes, x.activation_bytes, x.bubble);
+           x.gradient_bytes, x.optimizer_state_bytes, x.communication_bytes, x.activation_bytes, x.bubble,
+           x.lr);
 }
 
 }  // namespace troupe

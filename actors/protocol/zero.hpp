@@ -11,6 +11,7 @@
 
 #include "actors/protocol/comm.hpp"
 #include "memory/parameter_runs.hpp"
+#include "optim/lr_schedule.hpp"
 
 namespace troupe {
 
@@ -56,6 +57,7 @@ struct update_shard {
   int64_t step = 0;
   double scale = 1;
   ParameterUse used;
+  UpdateHyper hyper;  ///< the rate and betas of this update (a learning-rate schedule's)
   caf::actor reply_to;
 };
 struct shard_updated {

@@ -81,6 +81,7 @@ struct StepProgress {
   troupe::gradients_ready answer;  // the step's figures (one stage) or this stage's share (a pipeline)
   bool norm_known = false;         // the global norm is known: the optimizer may step
   double grad_norm = 0;
+  double lr = 0;  // the rate this step's update ran at
   std::size_t gathers_left = 0;
 };
 
@@ -172,6 +173,7 @@ struct StageState {
   std::shared_ptr<IssueQueue> issue = std::make_shared<IssueQueue>();
   bool failed = false;
   std::string failure;  // why, once failed
+  int64_t updates_applied = 0;  // optimizer updates so far: where the learning-rate schedule is
   std::shared_ptr<std::atomic<bool>> stopped =
       std::make_shared<std::atomic<bool>>(false);  // compute reads it
   static inline const char* name = "stage";

@@ -125,6 +125,33 @@ struct OptimizerConfig {
   double gradient_clipping = 0.0;  ///< global L2 norm clip (DeepSpeed's semantics); 0 = off
 };
 
+/// [scheduler]: a learning-rate schedule, DeepSpeed's (optim/lr_schedule.hpp), with the keys
+/// of its "params" in the section itself. A rate or size left at -1 is unset (DeepSpeed's
+/// None): warmup_max_lr then means the optimizer's lr (WarmupLR) or 0.001 (WarmupDecayLR),
+/// the second step size and stair count the first's.
+struct SchedulerConfig {
+  std::string type;  ///< "" = the optimizer's constant lr; WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle
+  double warmup_min_lr = 0;
+  double warmup_max_lr = -1;
+  int64_t warmup_num_steps = 1000;
+  std::string warmup_type = "log";
+  int64_t total_num_steps = -1;
+  double warmup_min_ratio = 0;
+  double cos_min_ratio = 1e-4;
+  double cycle_min_lr = -1;
+  double cycle_max_lr = -1;
+  double decay_lr_rate = 0;
+  int64_t cycle_first_step_size = 2000;
+  int64_t cycle_second_step_size = -1;
+  int64_t cycle_first_stair_count = 0;
+  int64_t cycle_second_stair_count = -1;
+  int64_t decay_step_size = 0;
+  bool cycle_momentum = true;
+  double cycle_min_mom = 0.8;
+  double cycle_max_mom = 0.9;
+  double decay_mom_rate = 0;
+};
+
 /// [model]: the built-in GPT's shape.
 struct ModelConfig {
   std::string type = "gpt";  ///< only "gpt" for now
@@ -174,6 +201,7 @@ struct JobConfig {
   OffloadConfig offload;
   BatchConfig batch;
   OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
   ModelConfig model;
   DataConfig data;
   TrainConfig train;

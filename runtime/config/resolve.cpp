@@ -14,6 +14,7 @@
 #include "pipeline/schedule.hpp"
 #include "pipeline/table.hpp"
 #include "pipeline/topology.hpp"
+#include "runtime/config/scheduler.hpp"
 #include "runtime/config/schema.hpp"
 #include "runtime/config/suggest.hpp"
 #include "runtime/config/token.hpp"
@@ -308,6 +309,42 @@ Status resolve_optimizer(const OptimizerConfig& optimizer, const ConfigOrigins& 
   return {};
 }
 
+// [scheduler]: each key in its range, then the schedule made over the optimizer (a missing
+// key a schedule needs, an unknown type or warm-up kind), blamed on the key it names.
+Status resolve_scheduler(const JobConfig& job, const ConfigOrigins& origins) {
+  const SchedulerConfig& s = job.scheduler;
+  for (const auto& [key, value] : {std::pair{"warmup_min_lr", s.warmup_min_lr},
+                                   {"warmup_min_ratio", s.warmup_min_ratio},
+                                   {"cos_min_ratio", s.cos_min_ratio},
+                                   {"decay_lr_rate", s.decay_lr_rate},
+                                   {"decay_mom_rate", s.decay_mom_rate}})
+    TROUPE_TRY(require(non_negative(value), origins, "scheduler", key, value));
+  for (const auto& [key, value] : {std::pair{"warmup_max_lr", s.warmup_max_lr},
+                                   {"cycle_min_lr", s.cycle_min_lr},
+                                   {"cycle_max_lr", s.cycle_max_lr}})
+    TROUPE_TRY(require(value == -1 || non_negative(value), origins, "scheduler", key, value));
+  for (const auto& [key, value] :
+       {std::pair{"cycle_min_mom", s.cycle_min_mom}, {"cycle_max_mom", s.cycle_max_mom}})
+    TROUPE_TRY(require(unit_interval(value), origins, "scheduler", key, value));
+  TROUPE_TRY(require(in_range(s.warmup_num_steps, 1, int64_t{1} << 40), origins, "scheduler",
+                     "warmup_num_steps", s.warmup_num_steps));
+  TROUPE_TRY(require(in_range(s.total_num_steps, -1, int64_t{1} << 40), origins, "scheduler",
+                     "total_num_steps", s.total_num_steps));
+  TROUPE_TRY(require(in_range(s.cycle_first_step_size, 1, int64_t{1} << 40), origins, "scheduler",
+                     "cycle_first_step_size", s.cycle_first_step_size));
+  TROUPE_TRY(require(in_range(s.cycle_second_step_size, -1, int64_t{1} << 40), origins, "scheduler",
+                     "cycle_second_step_size", s.cycle_second_step_size));
+  TROUPE_TRY(require(in_range(s.decay_step_size, 0, int64_t{1} << 40), origins, "scheduler",
+                     "decay_step_size", s.decay_step_size));
+  auto made = make_lr_schedule(job);
+  if (made) return {};
+  const std::string& why = made.error().message;
+  for (const char* key : {"warmup_type", "total_num_steps", "cycle_min_lr"})
+    if (why.find(key) != std::string::npos)
+      return key_error(origins, "scheduler", key, why.substr(why.find(']') + 2));
+  return key_error(origins, "scheduler", "type", why.substr(why.find(']') + 2));
+}
+
 Status resolve_model(ModelConfig& model, const ConfigOrigins& origins) {
   if (model.type != "gpt") {
     const auto close = suggest(model.type, {"gpt"});
@@ -562,6 +599,7 @@ Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins) {
   TROUPE_TRY(resolve_offload(raw.offload, raw.zero.stage, origins));
   TROUPE_TRY(resolve_batch(raw, origins));
   TROUPE_TRY(resolve_optimizer(raw.optimizer, origins));
+  TROUPE_TRY(resolve_scheduler(raw, origins));
   TROUPE_TRY(resolve_model(raw.model, origins));
   TROUPE_TRY(resolve_data(raw.data, raw.model.seq_len, origins));
   TROUPE_TRY(resolve_train(raw.train, origins));

@@ -108,6 +108,49 @@ std::vector<KeySpec> make_key_specs() {
       {"optimizer", "gradient_clipping", "a non-negative number (0 = no clipping)",
        [](C& c) -> FieldRef { return &c.optimizer.gradient_clipping; }},
 
+      {"scheduler", "type",
+       R"(one of "WarmupLR", "WarmupDecayLR", "WarmupCosineLR" or "OneCycle" ("" = a constant lr))",
+       [](C& c) -> FieldRef { return &c.scheduler.type; }},
+      {"scheduler", "warmup_min_lr", "a non-negative number",
+       [](C& c) -> FieldRef { return &c.scheduler.warmup_min_lr; }},
+      {"scheduler", "warmup_max_lr", "a non-negative number, or -1 for the default",
+       [](C& c) -> FieldRef { return &c.scheduler.warmup_max_lr; }},
+      {"scheduler", "warmup_num_steps", "a positive integer",
+       [](C& c) -> FieldRef { return &c.scheduler.warmup_num_steps; }},
+      {"scheduler", "warmup_type", R"(one of "log" or "linear")",
+       [](C& c) -> FieldRef { return &c.scheduler.warmup_type; }},
+      {"scheduler", "total_num_steps",
+       "a non-negative integer (required by WarmupDecayLR and WarmupCosineLR)",
+       [](C& c) -> FieldRef { return &c.scheduler.total_num_steps; }},
+      {"scheduler", "warmup_min_ratio", "a non-negative number",
+       [](C& c) -> FieldRef { return &c.scheduler.warmup_min_ratio; }},
+      {"scheduler", "cos_min_ratio", "a non-negative number",
+       [](C& c) -> FieldRef { return &c.scheduler.cos_min_ratio; }},
+      {"scheduler", "cycle_min_lr", "a non-negative number (required by OneCycle)",
+       [](C& c) -> FieldRef { return &c.scheduler.cycle_min_lr; }},
+      {"scheduler", "cycle_max_lr", "a non-negative number (required by OneCycle)",
+       [](C& c) -> FieldRef { return &c.scheduler.cycle_max_lr; }},
+      {"scheduler", "decay_lr_rate", "a non-negative number",
+       [](C& c) -> FieldRef { return &c.scheduler.decay_lr_rate; }},
+      {"scheduler", "cycle_first_step_size", "a positive integer",
+       [](C& c) -> FieldRef { return &c.scheduler.cycle_first_step_size; }},
+      {"scheduler", "cycle_second_step_size", "a non-negative integer, or -1 for the first step size",
+       [](C& c) -> FieldRef { return &c.scheduler.cycle_second_step_size; }},
+      {"scheduler", "cycle_first_stair_count", "an integer (0 or less: no stairs)",
+       [](C& c) -> FieldRef { return &c.scheduler.cycle_first_stair_count; }},
+      {"scheduler", "cycle_second_stair_count", "an integer (-1: the first stair count)",
+       [](C& c) -> FieldRef { return &c.scheduler.cycle_second_stair_count; }},
+      {"scheduler", "decay_step_size", "a non-negative integer",
+       [](C& c) -> FieldRef { return &c.scheduler.decay_step_size; }},
+      {"scheduler", "cycle_momentum", "true or false",
+       [](C& c) -> FieldRef { return &c.scheduler.cycle_momentum; }},
+      {"scheduler", "cycle_min_mom", "a number from 0 to below 1",
+       [](C& c) -> FieldRef { return &c.scheduler.cycle_min_mom; }},
+      {"scheduler", "cycle_max_mom", "a number from 0 to below 1",
+       [](C& c) -> FieldRef { return &c.scheduler.cycle_max_mom; }},
+      {"scheduler", "decay_mom_rate", "a non-negative number",
+       [](C& c) -> FieldRef { return &c.scheduler.decay_mom_rate; }},
+
       {"model", "type", R"("gpt")", [](C& c) -> FieldRef { return &c.model.type; }},
       {"model", "vocab_size", "an integer from 256 (byte-level data) to 2^24",
        [](C& c) -> FieldRef { return &c.model.vocab_size; }},
@@ -163,9 +206,9 @@ const std::vector<KeySpec>& key_specs() {
 }
 
 const std::vector<std::string>& section_names() {
-  static const std::vector<std::string> names = {"cluster", "parallel",  "pipeline", "zero",  "offload",
-                                                 "batch",   "optimizer", "model",    "data",  "train",
-                                                 "trace"};
+  static const std::vector<std::string> names = {"cluster", "parallel", "pipeline",  "zero",
+                                                 "offload", "batch",    "optimizer", "scheduler",
+                                                 "model",   "data",     "train",     "trace"};
   return names;
 }
 

@@ -57,6 +57,29 @@ TEST(BadInput, ZeroStageOutsideZeroToThreeIsRefused) {
   expect_refused(r, "[zero] stage must be one of 0, 1, 2 or 3, got 4");
 }
 
+// [scheduler]: DeepSpeed's schedule names and keys, each refusal naming the file, line and key.
+TEST(BadInput, LearningRateSchedulesNameTheKeyTheyCannotRun) {
+  std::string path;
+  const std::string batch = "[batch]\nmicro_batch_size = 2\n";
+  auto r = run_on("check", "[scheduler]\ntype = \"WarmupCosine\"\n" + batch, &path);
+  expect_refused(r, path + ":2:");
+  expect_refused(r,
+                 "type = \"WarmupCosine\" is not a schedule troupe has: WarmupLR, WarmupDecayLR, "
+                 "WarmupCosineLR or OneCycle");
+  r = run_on("check", "[scheduler]\ntype = \"WarmupLR\"\nwarmup_num_steps = 0\n" + batch, &path);
+  expect_refused(r, path + ":3:");
+  expect_refused(r, "[scheduler] warmup_num_steps must be a positive integer, got 0");
+  r = run_on("check", "[scheduler]\ntype = \"WarmupDecayLR\"\nwarmup_num_steps = 10\n" + batch, &path);
+  expect_refused(r, "[scheduler] WarmupDecayLR needs total_num_steps");
+  r = run_on("check", "[scheduler]\ntype = \"WarmupLR\"\nwarmup_type = \"exp\"\n" + batch, &path);
+  expect_refused(r, path + ":3:");
+  expect_refused(r, "warmup_type = \"exp\": the warm-up is \"log\" or \"linear\"");
+  r = run_on("check", "[scheduler]\ntype = \"OneCycle\"\ncycle_max_lr = 0.01\n" + batch, &path);
+  expect_refused(r, "[scheduler] OneCycle needs cycle_min_lr and cycle_max_lr");
+  r = run_on("check", "[scheduler]\ntype = \"OneCycle\"\ncycle_min_mom = 1.5\n" + batch, &path);
+  expect_refused(r, "[scheduler] cycle_min_mom must be a number from 0 to below 1, got 1.5");
+}
+
 TEST(BadInput, ZeroBucketSizesMustBePositive) {
   std::string path;
   auto r = run_on("run", "[zero]\nstage = 2\nreduce_bucket_size = 0\n", &path);

@@ -79,6 +79,10 @@ TEST_P(Parity, LossesAndParametersMatchTheReference) {
   const TrainedRun& ref = reference(j);
   TrainedRun ranks = train("", j);
   testing::ParityFigures worst = testing::expect_parity(ranks, ref, 20, j.clip);
+  // Every step's update at the reference's rate (a [scheduler]'s, or the constant one).
+  ASSERT_EQ(ranks.lrs.size(), ref.lrs.size());
+  for (std::size_t k = 0; k < ref.lrs.size(); ++k)
+    EXPECT_NEAR(ranks.lrs[k], ref.lrs[k], 1e-12) << "step " << k + 1;
   // The figures docs/DESIGN.md quotes: `ctest -R parity_test -V` prints them.
   std::printf(
       "parity: %s: worst loss difference %.2e relative, gradient norm %.2e, parameters %.2e of their norm\n",
@@ -105,6 +109,26 @@ std::vector<Job> jobs() {
     all.push_back(Job{2, 2, 4, 0, optimizer});
     all.push_back(Job{3, 4, 1, 0, optimizer});
   }
+  // DeepSpeed's learning-rate schedules, each stepped after every update as it steps them:
+  // short warm-ups and cycles, so 20 steps see every phase (OneCycle also cycles Adam's betas).
+  const std::string decay =
+      " --set scheduler.type=\\\"WarmupDecayLR\\\" --set scheduler.warmup_num_steps=5"
+      " --set scheduler.total_num_steps=16 --set scheduler.warmup_max_lr=2e-3"
+      " --set scheduler.warmup_type=\\\"linear\\\"";
+  const std::string cosine =
+      " --set scheduler.type=\\\"WarmupCosineLR\\\" --set scheduler.warmup_num_steps=4"
+      " --set scheduler.total_num_steps=20 --set scheduler.warmup_min_ratio=0.1";
+  const std::string cycle =
+      " --set scheduler.type=\\\"OneCycle\\\" --set scheduler.cycle_min_lr=1e-4"
+      " --set scheduler.cycle_max_lr=2e-3 --set scheduler.cycle_first_step_size=6"
+      " --set scheduler.decay_lr_rate=0.5 --set scheduler.decay_step_size=2"
+      " --set scheduler.decay_mom_rate=0.01";
+  const std::string warmup = " --set scheduler.type=\\\"WarmupLR\\\" --set scheduler.warmup_num_steps=8";
+  all.push_back(Job{1, 2, 4, 0, decay});
+  all.push_back(Job{2, 2, 1, 0.5, cosine});
+  all.push_back(Job{3, 2, 4, 0, cycle});
+  all.push_back(Job{0, 4, 1, 0.5, warmup});
+  all.push_back(Job{0, 2, 1, 0, cycle, "nvme"});
   all.push_back(Job{2, 2, 4, 0, " --set zero.overlap_comm=false"});
   all.push_back(Job{3, 4, 1, 0, " --set zero.overlap_comm=false"});
   // The GPT with its head tied to the token embedding: one tensor in two layers, at every
@@ -116,13 +140,20 @@ std::vector<Job> jobs() {
   return all;
 }
 
+// "WarmupDecayLR" out of settings holding --set scheduler.type=\"WarmupDecayLR\".
+std::string schedule_name(const std::string& settings) {
+  const std::size_t start = settings.find("type=\\\"") + 7;
+  return settings.substr(start, settings.find('\\', start) - start);
+}
+
 INSTANTIATE_TEST_SUITE_P(Zero, Parity, ::testing::ValuesIn(jobs()), [](const auto& info) {
   const Job& j = info.param;
-  std::string variant = j.settings.find("adam") != std::string::npos      ? "Adam"
-                        : j.settings.find("sgd") != std::string::npos     ? "SgdMomentum"
-                        : j.settings.find("overlap") != std::string::npos ? "OneBucketSlot"
-                        : j.settings.find("tie_") != std::string::npos    ? "TiedEmbeddings"
-                                                                          : "";
+  std::string variant = j.settings.find("adam") != std::string::npos             ? "Adam"
+                        : j.settings.find("sgd") != std::string::npos            ? "SgdMomentum"
+                        : j.settings.find("overlap") != std::string::npos        ? "OneBucketSlot"
+                        : j.settings.find("tie_") != std::string::npos           ? "TiedEmbeddings"
+                        : j.settings.find("scheduler.type") != std::string::npos ? schedule_name(j.settings)
+                                                                                 : "";
   if (j.offload != "none") variant += j.offload == "cpu" ? "OffloadCpu" : "OffloadNvme";
   return "Stage" + std::to_string(j.stage) + "Dp" + std::to_string(j.dp) + "Accumulation" +
          std::to_string(j.accumulation) + (j.clip > 0 ? "Clipped" : "") + variant;

@@ -16,6 +16,7 @@ namespace troupe::testing {
 struct TrainedRun {
   std::vector<double> losses;
   std::vector<double> grad_norms;
+  std::vector<double> lrs;  ///< the learning rate of each step's update
   std::vector<float> parameters;
 };
 
@@ -26,6 +27,7 @@ inline TrainedRun read_run(const std::string& metrics, const std::string& parame
     auto json = nlohmann::json::parse(line);
     run.losses.push_back(json.at("loss"));
     run.grad_norms.push_back(json.at("grad_norm"));
+    if (json.contains("lr")) run.lrs.push_back(json.at("lr"));
   }
   std::ifstream p(parameters, std::ios::binary);
   p.seekg(0, std::ios::end);

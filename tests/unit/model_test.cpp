@@ -460,7 +460,9 @@ TEST(Metrics, WriterAppendsOneJsonObjectPerStep) {
     auto writer = MetricsWriter::make(path);
     ASSERT_TRUE(writer.ok());
     ASSERT_TRUE(writer->write({1, 2, 5.5, 100.0, 10.0, 1000}).ok());
-    ASSERT_TRUE(writer->write({2, 2, 5.0, 200.0, 5.0, 1000, 0.75, 123, 4000, 492, 492, 984, 64, 2048, 0.25}).ok());
+    ASSERT_TRUE(
+        writer->write({2, 2, 5.0, 200.0, 5.0, 1000, 0.75, 123, 4000, 492, 492, 984, 64, 2048, 0.25, 3e-4})
+            .ok());
   }
   std::ifstream file(path);
   std::string line;
@@ -482,7 +484,8 @@ TEST(Metrics, WriterAppendsOneJsonObjectPerStep) {
   EXPECT_EQ(lines[1]["communication_bytes"], 64);
   EXPECT_EQ(lines[1]["activation_bytes"], 2048);
   EXPECT_DOUBLE_EQ(lines[1]["bubble"].get<double>(), 0.25);
-  EXPECT_EQ(lines[1].size(), 15u);  // every StepMetrics field, nothing else
+  EXPECT_DOUBLE_EQ(lines[1]["lr"].get<double>(), 3e-4);
+  EXPECT_EQ(lines[1].size(), 16u);  // every StepMetrics field, nothing else
   // Fields a trainer leaves unset are written as zero.
   EXPECT_EQ(lines[0]["model_state_bytes"], 0);
   EXPECT_DOUBLE_EQ(lines[0]["grad_norm"].get<double>(), 0.0);
