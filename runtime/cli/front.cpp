@@ -100,9 +100,16 @@ int run_cluster(const JobConfig& job, const JobArguments& a) {
   return launch_ranks(launch);
 }
 
+// What loading went on past (a DeepSpeed key ignored), once, before anything runs.
+void print_warnings(const JobConfig& job) {
+  for (const std::string& warning : job.warnings)
+    std::fprintf(stderr, "troupe: warning: %s\n", warning.c_str());
+}
+
 int check_job(const JobArguments& a) {
   auto job = load_config_file(a.file, a.overrides);
   if (!job) return report_config_error(job.error());
+  print_warnings(*job);
   if (auto fits = check_this_machine(*job, ""); !fits) return report_config_error(fits.error());
   std::printf("%s", render_config(*job).c_str());
   return 0;
@@ -201,6 +208,9 @@ int main(int argc, char** argv) {
   JobArguments check_args;
   auto* check = app.add_subcommand("check", "validate the job and print the resolved configuration");
   add_config_arguments(check, check_args);
+  bool as_toml = false;  // what check prints in any case: the flag says so for a DeepSpeed JSON
+  check->add_flag("--toml", as_toml,
+                  "print the job as TOML (for a DeepSpeed JSON config, its TOML equivalent)");
 
   JobArguments estimate_args;
   bool estimate_as_json = false;
@@ -257,5 +267,6 @@ int main(int argc, char** argv) {
   if (run_args.reference) return exec_core_program(std::vector<std::string>(argv + 1, argv + argc));
   auto job = load_config_file(run_args.file, run_args.overrides);
   if (!job) return report_config_error(job.error());
+  print_warnings(*job);
   return run_cluster(*job, run_args);
 }

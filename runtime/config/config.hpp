@@ -194,6 +194,8 @@ struct JobConfig {
   /// Where each key was read (kept so checks made later, against the model, still name
   /// the line); empty for a config built in code.
   ConfigOrigins origins;
+  /// What loading noticed and went on with (a DeepSpeed key ignored); the front prints them.
+  std::vector<std::string> warnings;
   ClusterConfig cluster;
   ParallelConfig parallel;
   PipelineConfig pipeline;

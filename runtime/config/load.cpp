@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "runtime/config/convert.hpp"
+#include "runtime/config/deepspeed.hpp"
 #include "runtime/config/origins.hpp"
 #include "runtime/config/override.hpp"
 #include "runtime/config/resolve.hpp"
@@ -27,6 +28,7 @@ Result<JobConfig> load_config_file(const std::string& path, const std::vector<st
   if (file.bad()) {
     return make_error(fmt::format("cannot read config file {}: {}", path, std::strerror(errno)));
   }
+  if (is_deepspeed_config(path)) return load_deepspeed_string(text.str(), path, overrides);
   return load_config_string(text.str(), path, overrides);
 }
 

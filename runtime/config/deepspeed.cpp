@@ -1,0 +1,341 @@
+#include "runtime/config/deepspeed.hpp"
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <variant>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <toml++/toml.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/config/convert.hpp"
+#include "runtime/config/origins.hpp"
+#include "runtime/config/override.hpp"
+#include "runtime/config/resolve.hpp"
+#include "runtime/config/schema.hpp"
+
+namespace troupe {
+namespace {
+
+using Json = nlohmann::json;
+
+struct Target {
+  const char* section;
+  const char* key;
+};
+
+// DeepSpeed keys that are troupe keys under another name (scheduler.params.* are
+// [scheduler]'s keys by the same names; optimizer.type is read on its own).
+const std::map<std::string, Target, std::less<>>& supported_keys() {
+  static const std::map<std::string, Target, std::less<>> keys = {
+      {"train_batch_size", {"batch", "global_batch_size"}},
+      {"train_micro_batch_size_per_gpu", {"batch", "micro_batch_size"}},
+      {"gradient_accumulation_steps", {"batch", "gradient_accumulation_steps"}},
+      {"gradient_clipping", {"optimizer", "gradient_clipping"}},
+      {"steps_per_print", {"train", "log_interval"}},
+      {"optimizer.params.lr", {"optimizer", "lr"}},
+      {"optimizer.params.betas", {"optimizer", "betas"}},
+      {"optimizer.params.eps", {"optimizer", "eps"}},
+      {"optimizer.params.weight_decay", {"optimizer", "weight_decay"}},
+      {"optimizer.params.momentum", {"optimizer", "momentum"}},
+      {"optimizer.params.nesterov", {"optimizer", "nesterov"}},
+      {"scheduler.type", {"scheduler", "type"}},
+      {"zero_optimization.stage", {"zero", "stage"}},
+      {"zero_optimization.reduce_bucket_size", {"zero", "reduce_bucket_size"}},
+      {"zero_optimization.overlap_comm", {"zero", "overlap_comm"}},
+      {"zero_optimization.stage3_prefetch_bucket_size", {"zero", "prefetch_bucket_size"}},
+      {"zero_optimization.stage3_max_live_parameters", {"zero", "max_live_parameters"}},
+      {"zero_optimization.stage3_max_reuse_distance", {"zero", "max_reuse_distance"}},
+      {"zero_optimization.stage3_param_persistence_threshold", {"zero", "param_persistence_threshold"}},
+      {"zero_optimization.sub_group_size", {"offload", "sub_group_size"}},
+      {"zero_optimization.offload_optimizer.device", {"offload", "optimizer"}},
+      {"zero_optimization.offload_optimizer.nvme_path", {"offload", "nvme_path"}},
+      {"zero_optimization.offload_optimizer.buffer_count", {"offload", "buffer_count"}},
+      {"zero_optimization.offload_param.device", {"offload", "param"}},
+      {"zero_optimization.offload_param.nvme_path", {"offload", "nvme_path"}},
+      {"zero_optimization.offload_param.buffer_count", {"offload", "buffer_count"}},
+      {"aio.block_size", {"offload", "block_size"}},
+      {"aio.queue_depth", {"offload", "queue_depth"}},
+  };
+  return keys;
+}
+
+// DeepSpeed keys that tune its own implementation, logging or integrations: troupe does
+// the same work its own way (or has no such integration), so they are ignored with a
+// warning. A key ending in '.' stands for everything under it.
+const std::set<std::string, std::less<>>& ignored_keys() {
+  static const std::set<std::string, std::less<>> keys = {
+      "wall_clock_breakdown",
+      "memory_breakdown",
+      "dump_state",
+      "tensorboard.",
+      "wandb.",
+      "csv_monitor.",
+      "comet.",
+      "flops_profiler.",
+      "comms_logger.",
+      "zero_allow_untested_optimizer",
+      "zero_force_ds_cpu_optimizer",
+      "activation_checkpointing.",
+      "optimizer.params.torch_adam",
+      "zero_optimization.contiguous_gradients",
+      "zero_optimization.reduce_scatter",
+      "zero_optimization.allgather_partitions",
+      "zero_optimization.allgather_bucket_size",
+      "zero_optimization.round_robin_gradients",
+      "zero_optimization.load_from_fp32_weights",
+      "zero_optimization.ignore_unused_parameters",
+      "zero_optimization.elastic_checkpoint",
+      "zero_optimization.use_multi_rank_bucket_allreduce",
+      "zero_optimization.gather_16bit_weights_on_model_save",
+      "zero_optimization.stage3_gather_16bit_weights_on_model_save",
+      "zero_optimization.stage3_gather_fp16_weights_on_model_save",
+      "zero_optimization.offload_optimizer.pin_memory",
+      "zero_optimization.offload_optimizer.fast_init",
+      "zero_optimization.offload_param.pin_memory",
+      "zero_optimization.offload_param.buffer_size",
+      "zero_optimization.offload_param.max_in_cpu",
+      "aio.thread_count",
+      "aio.single_submit",
+      "aio.overlap_events",
+      "aio.intra_op_parallelism",
+      "aio.use_gds"};
+  return keys;
+}
+
+bool ignored(std::string_view path) {
+  for (const std::string& key : ignored_keys()) {
+    if (key.back() == '.' ? path.substr(0, key.size()) == key || path == key.substr(0, key.size() - 1)
+                          : path == key)
+      return true;
+  }
+  return false;
+}
+
+std::string shown(const Json& value) {
+  return value.dump();
+}
+
+// What a JSON value is, for messages: "a string", "a number", ...
+std::string kind_of(const Json& value) {
+  switch (value.type()) {
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::boolean:
+      return "true or false";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned:
+      return "an integer";
+    case Json::value_t::number_float:
+      return "a number";
+    case Json::value_t::array:
+      return "an array";
+    case Json::value_t::object:
+      return "an object";
+    default:
+      return "null";
+  }
+}
+
+class Converter {
+ public:
+  Converter(const std::string& source, ConfigOrigins& origins) : source_(source), origins_(origins) {}
+
+  Status run(const Json& root) {
+    if (!root.is_object())
+      return make_error(
+          fmt::format("{}: a DeepSpeed config is a JSON object, not {}", source_, kind_of(root)));
+    optimizer_type(root);
+    precision(root, "fp16");
+    precision(root, "bf16");
+    walk(root, "");
+    if (!refused_.empty())
+      return make_error(
+          fmt::format("{}: troupe does not run {} of this DeepSpeed config: {}", source_,
+                      refused_.size() == 1 ? "one key" : fmt::format("{} keys", refused_.size()),
+                      fmt::join(refused_, "; ")));
+    if (!type_errors_.empty()) return make_error(type_errors_.front());
+    return {};
+  }
+
+  toml::table& table() { return table_; }
+  std::vector<std::string>& warnings() { return warnings_; }
+
+ private:
+  void refuse(const std::string& path, const std::string& why) {
+    refused_.push_back(fmt::format("{} ({})", path, why));
+  }
+
+  // optimizer.type: DeepSpeed's "Adam" is AdamW unless params.adam_w_mode is false.
+  void optimizer_type(const Json& root) {
+    done_.insert("optimizer.type");
+    if (!root.contains("optimizer") || !root["optimizer"].is_object() || !root["optimizer"].contains("type"))
+      return;
+    const Json& type = root["optimizer"]["type"];
+    const Json params = root["optimizer"].value("params", Json::object());
+    if (!type.is_string()) return refuse("optimizer.type", "a string naming the optimizer");
+    const std::string name = type.get<std::string>();
+    std::string lowered;
+    for (char c : name) lowered += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    std::string mine;
+    if (lowered == "adamw") mine = "adamw";
+    if (lowered == "adam") mine = params.value("adam_w_mode", true) ? "adamw" : "adam";
+    if (lowered == "sgd") mine = "sgd";
+    if (mine.empty())
+      return refuse("optimizer.type", fmt::format("\"{}\": troupe has Adam, AdamW and SGD", name));
+    if (params.contains("bias_correction") && params["bias_correction"] == false)
+      refuse("optimizer.params.bias_correction", "false: troupe's Adam always corrects its bias");
+    if (params.contains("amsgrad") && params["amsgrad"] == true)
+      refuse("optimizer.params.amsgrad", "true: troupe's Adam has no AMSGrad");
+    for (const char* read :
+         {"optimizer.params.bias_correction", "optimizer.params.amsgrad", "optimizer.params.adam_w_mode"})
+      done_.insert(read);
+    put("optimizer.type", "optimizer", "type", Json(mine));
+  }
+
+  // fp16 / bf16: enabled runs in that precision, which troupe's runtime does not yet.
+  void precision(const Json& root, const char* name) {
+    if (!root.contains(name)) return;
+    const Json& section = root[name];
+    const std::string prefix = std::string(name) + ".";
+    if (section.is_object() && section.value("enabled", false) == true)
+      refuse(prefix + "enabled",
+             fmt::format("true: troupe trains in fp32 so far; {} compute is the mixed-precision "
+                         "work under way (docs/DESIGN.md, Mixed precision)",
+                         name));
+    done_.insert(name);  // disabled: nothing in it applies
+  }
+
+  void walk(const Json& node, const std::string& path) {
+    if (done_.count(path)) return;
+    if (!path.empty() && ignored(path)) {
+      warnings_.push_back(
+          fmt::format("{}: {} is ignored: it tunes DeepSpeed's own implementation or logging, "
+                      "which troupe does its own way",
+                      source_, path));
+      return;
+    }
+    if (node.is_object() && !supported_keys().count(path)) {
+      for (const auto& [key, child] : node.items()) walk(child, path.empty() ? key : path + "." + key);
+      return;
+    }
+    leaf(node, path);
+  }
+
+  void leaf(const Json& value, const std::string& path) {
+    if (path.rfind("scheduler.params.", 0) == 0) {
+      const std::string key = path.substr(std::string("scheduler.params.").size());
+      if (!find_key("scheduler", key)) return refuse(path, "not a parameter of DeepSpeed's four schedules");
+      return put(path, "scheduler", key, value);
+    }
+    if (path == "communication_data_type") {
+      if (value != "fp32")
+        refuse(path, fmt::format("{}: troupe reduces gradients in fp32 so far", shown(value)));
+      return;
+    }
+    if (path == "zero_optimization.offload_optimizer.ratio") {
+      if (!value.is_number() || value.get<double>() != 1.0)
+        refuse(path, "a partial optimizer offload: troupe offloads all of the optimizer state or none");
+      return;
+    }
+    auto found = supported_keys().find(path);
+    if (found == supported_keys().end()) return refuse(path, "not a key troupe knows");
+    put(path, found->second.section, found->second.key, value);
+  }
+
+  // section.key = value, checked against the key's type in the schema; its origin is the
+  // DeepSpeed key path.
+  void put(const std::string& path, const std::string& section, const std::string& key, const Json& value) {
+    const KeySpec* spec = find_key(section, key);
+    if (!spec) return refuse(path, "not a key troupe knows");
+    if (value.is_string() && value.get<std::string>() == "auto")
+      return refuse(path,
+                    "\"auto\" is filled in by Hugging Face's integration, not by DeepSpeed: give the value, "
+                    "or set it with --set " +
+                        section + "." + key);
+    JobConfig probe;
+    const FieldRef field = spec->field(probe);
+    auto wrong = [&](const char* expected) {
+      type_errors_.push_back(fmt::format("{}: {} must be {}, got {} ({}), for [{}] {}", source_, path,
+                                         expected, shown(value), kind_of(value), section, key));
+    };
+    toml::table& into = *table_.emplace(section, toml::table{}).first->second.as_table();
+    if (std::holds_alternative<int64_t*>(field)) {
+      // 5e8 is how DeepSpeed configs write bucket sizes: a whole number is an integer.
+      if (!value.is_number() || std::floor(value.get<double>()) != value.get<double>())
+        return wrong("an integer");
+      into.insert_or_assign(
+          key, value.is_number_float() ? static_cast<int64_t>(value.get<double>()) : value.get<int64_t>());
+    } else if (std::holds_alternative<double*>(field)) {
+      if (!value.is_number()) return wrong("a number");
+      into.insert_or_assign(key, value.get<double>());
+    } else if (std::holds_alternative<bool*>(field)) {
+      if (!value.is_boolean()) return wrong("true or false");
+      into.insert_or_assign(key, value.get<bool>());
+    } else if (std::holds_alternative<BetasRef>(field)) {
+      if (!value.is_array() || value.size() != 2 || !value[0].is_number() || !value[1].is_number())
+        return wrong("an array of two numbers");
+      into.insert_or_assign(key, toml::array{value[0].get<double>(), value[1].get<double>()});
+    } else {
+      if (!value.is_string()) return wrong("a string");
+      into.insert_or_assign(key, value.get<std::string>());
+    }
+    origins_.by_key[section + "." + key] = fmt::format("{}: {}", source_, path);
+  }
+
+  std::string source_;
+  ConfigOrigins& origins_;
+  toml::table table_;
+  std::set<std::string> done_;  // handled before the walk
+  std::vector<std::string> refused_, type_errors_, warnings_;
+};
+
+// "line L, column C" of byte `offset` in `text` (nlohmann counts bytes from 1).
+std::string position_of(std::string_view text, std::size_t offset) {
+  std::size_t line = 1, column = 1;
+  for (std::size_t i = 0; i + 1 < offset && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return fmt::format("{}:{}", line, column);
+}
+
+}  // namespace
+
+bool is_deepspeed_config(std::string_view path) {
+  return path.size() >= 5 && path.substr(path.size() - 5) == ".json";
+}
+
+Result<JobConfig> load_deepspeed_string(std::string_view json_text, const std::string& source_name,
+                                        const std::vector<std::string>& overrides) {
+  Json root;
+  try {
+    root = Json::parse(json_text);
+  } catch (const Json::parse_error& e) {
+    // nlohmann's text repeats the position after its own prefix: keep what follows.
+    std::string what = e.what();
+    const std::size_t column = what.find("column ");
+    const std::size_t detail = column == std::string::npos ? std::string::npos : what.find(": ", column);
+    return make_error(fmt::format("{}:{}: not valid JSON: {}", source_name, position_of(json_text, e.byte),
+                                  detail == std::string::npos ? what : what.substr(detail + 2)));
+  }
+  ConfigOrigins origins;
+  origins.source = source_name;
+  Converter converter(source_name, origins);
+  TROUPE_TRY(converter.run(root));
+  TROUPE_TRY(apply_overrides(converter.table(), overrides, origins));
+  Result<JobConfig> raw = table_to_config(converter.table(), origins);
+  if (!raw.ok()) return raw.error();
+  auto resolved = resolve_config(std::move(raw).value(), origins);
+  if (!resolved) return resolved.error();
+  resolved->warnings = std::move(converter.warnings());
+  return resolved;
+}
+
+}  // namespace troupe

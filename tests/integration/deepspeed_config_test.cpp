@@ -1,0 +1,131 @@
+// DeepSpeed configs taken as they are: eight shapes of ds_config.json seen in real use
+// (tests/data/deepspeed: ZeRO 0-3, optimizer offload to the CPU and to NVMe with its aio
+// keys, each of DeepSpeed's four learning-rate schedules, Adam in both of its modes, SGD,
+// monitoring sections) are converted and trained for a few steps on 2 ranks; `troupe
+// check --toml` shows what each became. What troupe ignores is a warning naming the key;
+// what it cannot run is refused in one message naming every such key; a JSON syntax
+// error names its line and column, a value of the wrong type its key path.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/integration/command.hpp"
+#include "tests/support/free_port.hpp"
+
+namespace troupe {
+namespace {
+
+std::string data(const std::string& name) {
+  return std::string(TROUPE_SOURCE_DIR) + "/tests/data/deepspeed/" + name;
+}
+
+struct Shape {
+  std::string file;
+  std::vector<std::string> toml;  ///< lines `troupe check --toml` must print
+};
+
+std::vector<Shape> shapes() {
+  return {
+      {"zero1_warmup.json", {"stage = 1", "type = \"WarmupLR\"", "warmup_num_steps = 3", "log_interval = 1"}},
+      {"zero2_hf.json",
+       {"stage = 2", "type = \"adamw\"", "betas = [0.9, 0.95]", "type = \"WarmupDecayLR\"",
+        "gradient_clipping = 1.0", "reduce_bucket_size = 200000000"}},
+      {"zero3_cosine.json",
+       {"stage = 3", "type = \"WarmupCosineLR\"", "param_persistence_threshold = 1000",
+        "prefetch_bucket_size = 50000"}},
+      {"zero2_offload_cpu_onecycle.json",
+       {"optimizer = \"cpu\"", "type = \"OneCycle\"", "cycle_max_mom = 0.99"}},
+      {"zero3_offload_nvme.json", {"param = \"nvme\"", "optimizer = \"nvme\"", "block_size = 1048576"}},
+      {"zero0_sgd.json", {"stage = 0", "type = \"sgd\"", "nesterov = true"}},
+      {"adam_l2_clipping.json",
+       {"type = \"adam\"", "gradient_clipping = 0.5", "gradient_accumulation_steps = 4"}},
+      {"monitoring.json", {"stage = 1", "type = \"adamw\""}},
+  };
+}
+
+TEST(DeepSpeedConfig, RealWorldConfigsConvertAndTrain) {
+  for (const Shape& shape : shapes()) {
+    SCOPED_TRACE(shape.file);
+    const std::string dir = testing::make_temp_dir();
+    const std::string common = " --set cluster.world_size=2 --set offload.nvme_path=" + dir;
+    auto checked = testing::run_command(
+        std::string(TROUPE_BINARY) + " check " + data(shape.file) + common + " --toml", 60);
+    ASSERT_EQ(checked.exit_code, 0) << checked.output;
+    for (const std::string& line : shape.toml)
+      EXPECT_NE(checked.output.find(line), std::string::npos) << line;
+    auto trained = testing::run_command(
+        std::string(TROUPE_BINARY) + " run " + data(shape.file) + common +
+            " --set train.steps=4 --set cluster.coordinator=" + testing::free_coordinator() + " --metrics " +
+            dir + "/metrics.jsonl",
+        180);
+    ASSERT_EQ(trained.exit_code, 0) << trained.output;
+    std::vector<nlohmann::json> steps;
+    std::istringstream lines(testing::read_file(dir + "/metrics.jsonl"));
+    for (std::string line; std::getline(lines, line);) steps.push_back(nlohmann::json::parse(line));
+    ASSERT_EQ(steps.size(), 4u) << trained.output;
+    for (const auto& step : steps) EXPECT_TRUE(std::isfinite(step.at("loss").get<double>()));
+  }
+}
+
+TEST(DeepSpeedConfig, IgnoredKeysAreWarningsNamingThem) {
+  auto r = testing::run_command(
+      std::string(TROUPE_BINARY) + " check " + data("monitoring.json") + " --set cluster.world_size=2", 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* key : {"tensorboard is ignored", "flops_profiler is ignored",
+                          "wall_clock_breakdown is ignored", "activation_checkpointing is ignored"})
+    EXPECT_NE(r.output.find(key), std::string::npos) << key << " in " << r.output;
+  EXPECT_EQ(r.output.find("fp16"), std::string::npos) << "a disabled fp16 section is not worth a word";
+}
+
+testing::CommandResult check_json(const std::string& json) {
+  const std::string file = testing::make_temp_dir() + "/ds_config.json";
+  testing::write_file(file, json);
+  return testing::run_command(std::string(TROUPE_BINARY) + " check " + file + " --set cluster.world_size=2",
+                              60);
+}
+
+void expect_refused(const testing::CommandResult& r, const std::string& needle) {
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(r.exit_code, 128) << "crashed: " << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << "missing \"" << needle << "\" in: " << r.output;
+}
+
+TEST(DeepSpeedConfig, WhatTroupeCannotRunIsRefusedInOneMessageNamingEveryKey) {
+  auto r = check_json(R"({
+  "train_batch_size": 16,
+  "optimizer": {"type": "Lamb", "params": {"lr": 1e-3}},
+  "fp16": {"enabled": true},
+  "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.3}},
+  "sparse_attention": {"mode": "fixed"}
+})");
+  expect_refused(r, "does not run 4 keys of this DeepSpeed config");
+  for (const char* key :
+       {"optimizer.type (\"Lamb\": troupe has Adam, AdamW and SGD)", "fp16.enabled (true",
+        "sparse_attention.mode (not a key troupe knows)", "zero_optimization.offload_optimizer.ratio"})
+    expect_refused(r, key);
+  expect_refused(check_json(R"({"train_batch_size": "auto"})"),
+                 "train_batch_size (\"auto\" is filled in by Hugging Face's integration, not by DeepSpeed");
+}
+
+TEST(DeepSpeedConfig, SyntaxAndTypeErrorsNameTheLineColumnOrKeyPath) {
+  expect_refused(check_json("{\n  \"train_batch_size\": 16,\n  \"zero_optimization\": {\"stage\": 2,}\n}\n"),
+                 "ds_config.json:3:36: not valid JSON: syntax error while parsing object key");
+  expect_refused(check_json(R"({"train_batch_size": 16, "zero_optimization": {"stage": "two"}})"),
+                 "zero_optimization.stage must be an integer, got \"two\" (a string), for [zero] stage");
+  expect_refused(
+      check_json(R"({"train_batch_size": 16, "optimizer": {"type": "AdamW", "params": {"betas": 0.9}}})"),
+      "optimizer.params.betas must be an array of two numbers, got 0.9");
+  // A value of the right type out of range: troupe's own check, at the DeepSpeed key.
+  expect_refused(check_json(R"({"train_batch_size": 16, "zero_optimization": {"stage": 7}})"),
+                 "ds_config.json: zero_optimization.stage: [zero] stage must be one of 0, 1, 2 or 3, got 7");
+  expect_refused(check_json(R"({"train_batch_size": 16, "fp16": {"enabled": true, "loss_scale": -1}})"),
+                 "fp16.enabled");
+}
+
+}  // namespace
+}  // namespace troupe
