@@ -1,8 +1,13 @@
 #include "runtime/config/deepspeed.hpp"
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <variant>
 
 #include <fmt/format.h>
@@ -312,8 +317,8 @@ bool is_deepspeed_config(std::string_view path) {
   return path.size() >= 5 && path.substr(path.size() - 5) == ".json";
 }
 
-Result<JobConfig> load_deepspeed_string(std::string_view json_text, const std::string& source_name,
-                                        const std::vector<std::string>& overrides) {
+Result<toml::table> deepspeed_table(std::string_view json_text, const std::string& source_name,
+                                    ConfigOrigins& origins, std::vector<std::string>& warnings) {
   Json root;
   try {
     root = Json::parse(json_text);
@@ -325,17 +330,65 @@ Result<JobConfig> load_deepspeed_string(std::string_view json_text, const std::s
     return make_error(fmt::format("{}:{}: not valid JSON: {}", source_name, position_of(json_text, e.byte),
                                   detail == std::string::npos ? what : what.substr(detail + 2)));
   }
-  ConfigOrigins origins;
-  origins.source = source_name;
   Converter converter(source_name, origins);
   TROUPE_TRY(converter.run(root));
-  TROUPE_TRY(apply_overrides(converter.table(), overrides, origins));
-  Result<JobConfig> raw = table_to_config(converter.table(), origins);
+  for (std::string& w : converter.warnings()) warnings.push_back(std::move(w));
+  return std::move(converter.table());
+}
+
+Result<JobConfig> load_deepspeed_string(std::string_view json_text, const std::string& source_name,
+                                        const std::vector<std::string>& overrides) {
+  ConfigOrigins origins;
+  origins.source = source_name;
+  std::vector<std::string> warnings;
+  auto table = deepspeed_table(json_text, source_name, origins, warnings);
+  if (!table) return table.error();
+  TROUPE_TRY(apply_overrides(*table, overrides, origins));
+  Result<JobConfig> raw = table_to_config(*table, origins);
   if (!raw.ok()) return raw.error();
   auto resolved = resolve_config(std::move(raw).value(), origins);
   if (!resolved) return resolved.error();
-  resolved->warnings = std::move(converter.warnings());
+  resolved->warnings = std::move(warnings);
   return resolved;
+}
+
+Status merge_deepspeed_config(toml::table& root, const std::string& toml_source, ConfigOrigins& origins,
+                              std::vector<std::string>& warnings) {
+  toml::node* pointer = root.get("deepspeed_config");
+  if (!pointer) return {};
+  const auto& at = pointer->source().begin;
+  const std::string where = fmt::format("{}:{}:{}", toml_source, at.line, at.column);
+  if (!pointer->is_string())
+    return make_error(fmt::format("{}: deepspeed_config must be a path to a DeepSpeed JSON config", where));
+  std::filesystem::path path = pointer->as_string()->get();
+  if (path.is_relative()) path = std::filesystem::path(toml_source).parent_path() / path;
+  std::ifstream file(path, std::ios::binary);
+  if (!file)
+    return make_error(
+        fmt::format("{}: deepspeed_config: cannot read {}: {}", where, path.string(), std::strerror(errno)));
+  std::ostringstream text;
+  text << file.rdbuf();
+  ConfigOrigins from_json;
+  from_json.source = path.string();
+  auto table = deepspeed_table(text.str(), path.string(), from_json, warnings);
+  if (!table) return table.error();
+  for (auto& [section, keys] : *table) {
+    toml::table* mine = root.get_as<toml::table>(section.str());
+    if (!mine) mine = root.insert_or_assign(section.str(), toml::table{}).first->second.as_table();
+    for (auto& [key, value] : *keys.as_table()) {
+      const std::string name = fmt::format("{}.{}", section.str(), key.str());
+      if (const toml::node* both = mine->get(key.str()))
+        return make_error(
+            fmt::format("{}:{}:{}: [{}] {} is set here and by deepspeed_config ({}); set it in one "
+                        "place",
+                        toml_source, both->source().begin.line, both->source().begin.column, section.str(),
+                        key.str(), from_json.where(section.str(), key.str())));
+      mine->insert_or_assign(key.str(), value);
+      origins.by_key[name] = from_json.where(section.str(), key.str());
+    }
+  }
+  root.erase("deepspeed_config");
+  return {};
 }
 
 }  // namespace troupe

@@ -38,10 +38,14 @@ Result<JobConfig> load_config_string(std::string_view toml_text, const std::stri
   if (!root.ok()) return root.error();
   ConfigOrigins origins;
   origins.source = source_name;
+  std::vector<std::string> warnings;
+  TROUPE_TRY(merge_deepspeed_config(*root, source_name, origins, warnings));
   TROUPE_TRY(apply_overrides(*root, overrides, origins));
   Result<JobConfig> raw = table_to_config(*root, origins);
   if (!raw.ok()) return raw.error();
-  return resolve_config(std::move(raw).value(), origins);
+  auto resolved = resolve_config(std::move(raw).value(), origins);
+  if (resolved) resolved->warnings = std::move(warnings);
+  return resolved;
 }
 
 }  // namespace troupe

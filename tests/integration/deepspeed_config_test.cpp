@@ -127,5 +127,26 @@ TEST(DeepSpeedConfig, SyntaxAndTypeErrorsNameTheLineColumnOrKeyPath) {
                  "fp16.enabled");
 }
 
+// A job TOML may point at a DeepSpeed config for its training keys and give the model and
+// the cluster itself; a key set in both is refused, naming both places.
+TEST(DeepSpeedConfig, AJobTomlTakesItsTrainingKeysFromADeepSpeedConfig) {
+  const std::string dir = testing::make_temp_dir();
+  testing::write_file(dir + "/ds.json", testing::read_file(data("zero2_hf.json")));
+  testing::write_file(dir + "/job.toml",
+                      "deepspeed_config = \"ds.json\"\n[cluster]\nworld_size = 2\n[model]\nd_model = 32\n");
+  auto r = testing::run_command(std::string(TROUPE_BINARY) + " check " + dir + "/job.toml", 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* line : {"stage = 2", "type = \"WarmupDecayLR\"", "d_model = 32", "world_size = 2",
+                           "allgather_bucket_size is ignored"})
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << " in " << r.output;
+  testing::write_file(dir + "/both.toml", "deepspeed_config = \"ds.json\"\n[zero]\nstage = 1\n");
+  expect_refused(testing::run_command(std::string(TROUPE_BINARY) + " check " + dir + "/both.toml", 60),
+                 "both.toml:3:9: [zero] stage is set here and by deepspeed_config (" + dir +
+                     "/ds.json: zero_optimization.stage); set it in one place");
+  testing::write_file(dir + "/missing.toml", "deepspeed_config = \"nowhere.json\"\n");
+  expect_refused(testing::run_command(std::string(TROUPE_BINARY) + " check " + dir + "/missing.toml", 60),
+                 "missing.toml:1:20: deepspeed_config: cannot read " + dir + "/nowhere.json");
+}
+
 }  // namespace
 }  // namespace troupe
