@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -20,6 +21,12 @@ void Tracer::span(std::string_view track, std::string_view name, int64_t start_u
   }
   auto [it, inserted] = tracks_.try_emplace(std::string(track), static_cast<int64_t>(tracks_.size()) + 1);
   events_.push_back(Event{it->second, std::string(name), start_us, std::max<int64_t>(0, end_us - start_us)});
+}
+
+void Tracer::settle(std::chrono::milliseconds bound) const {
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  while (open_.load(std::memory_order_acquire) > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 std::size_t Tracer::size() const {

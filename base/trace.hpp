@@ -7,6 +7,8 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -32,9 +34,13 @@ class Tracer {
   class Scope {
    public:
     Scope(Tracer* tracer, std::string_view track, std::string_view name)
-        : tracer_(tracer), track_(track), name_(name), start_us_(tracer ? now_us() : 0) {}
+        : tracer_(tracer), track_(track), name_(name), start_us_(tracer ? now_us() : 0) {
+      if (tracer_ != nullptr) tracer_->open_.fetch_add(1, std::memory_order_relaxed);
+    }
     ~Scope() {
-      if (tracer_ != nullptr) tracer_->span(track_, name_, start_us_, now_us());
+      if (tracer_ == nullptr) return;
+      tracer_->span(track_, name_, start_us_, now_us());
+      tracer_->open_.fetch_sub(1, std::memory_order_release);
     }
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
@@ -45,6 +51,11 @@ class Tracer {
     std::string_view name_;
     int64_t start_us_;
   };
+
+  /// Waits, at most `bound`, until no Scope is open. A stream's work item can answer (and
+  /// its step end) before the span around it is recorded: a thread descheduled between
+  /// the two would leave the last span out of a trace written at once.
+  void settle(std::chrono::milliseconds bound) const;
 
   /// Writes this rank's events as a JSON array to `path`.
   Status write(const std::string& path) const;
@@ -65,6 +76,7 @@ class Tracer {
   std::unordered_map<std::string, int64_t> tracks_;
   std::vector<Event> events_;
   std::size_t dropped_ = 0;
+  std::atomic<int64_t> open_{0};  // Scopes begun and not yet recorded
 };
 
 }  // namespace troupe

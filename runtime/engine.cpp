@@ -643,7 +643,10 @@ Status Engine::finish() {
   if (m.finished) return {};
   if (m.failed) return make_error(fmt::format("rank {}: the engine has failed", m.rank.rank));
   m.finished = true;
-  if (m.tracer) TROUPE_TRY(m.tracer->write(rank_trace_path(m.config.trace.path, m.rank.rank)));
+  if (m.tracer) {
+    m.tracer->settle(std::chrono::seconds(2));  // the last work items' spans are in
+    TROUPE_TRY(m.tracer->write(rank_trace_path(m.config.trace.path, m.rank.rank)));
+  }
   caf::scoped_actor self{*m.system};
   std::string error;
   auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
