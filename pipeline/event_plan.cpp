@@ -16,10 +16,6 @@
 namespace troupe::pipeline {
 namespace {
 
-// Compute actions chosen and not finished per rank, as the scheduler actor allows: one
-// computing and one behind it, so a rank never waits for its own decision.
-constexpr int64_t kLookahead = 2;
-
 struct ModelRank {
   Frontier frontier;
   std::unique_ptr<EventScheduler> scheduler;
@@ -142,7 +138,7 @@ class EventPlan {
   Status decide(int64_t now, int64_t r) {
     ModelRank& rank = at(r);
     Frontier& f = rank.frontier;
-    while (f.running() < kLookahead && !f.all_chosen()) {
+    while (f.running() < kComputeLookahead && !f.all_chosen()) {
       std::optional<Action> pick = rank.scheduler->next(f.view(shape_, 0, 0));
       if (!pick) return {};
       if (Status chosen = f.choose(*pick); !chosen)

@@ -53,6 +53,14 @@ struct RankView {
   int64_t held = 0;              ///< chunk micro-batches held: forward chosen, (weight-half) backward not
   int64_t remaining = 0;         ///< compute actions of the step not chosen yet
   int64_t activation_bytes = 0;  ///< what the rank's ledger holds as activations (0 in the plan)
+
+  /// The ready action of kind `op` with the lowest micro-batch (the first listed on a tie).
+  std::optional<Action> oldest(Op op) const {
+    std::optional<Action> pick;
+    for (const Action& a : ready)
+      if (a.op == op && (!pick || a.micro < pick->micro)) pick = a;
+    return pick;
+  }
 };
 
 class EventScheduler {

@@ -23,6 +23,9 @@
 namespace troupe::pipeline {
 
 constexpr int64_t kReceiveCredits = 2;
+/// Compute actions a rank's scheduler may have chosen and not finished: one computing and
+/// one behind it, so the stream never waits for a decision. The run and the plan alike.
+constexpr int64_t kComputeLookahead = 2;
 
 class Frontier {
  public:

@@ -17,10 +17,6 @@ using pipeline::Event;
 using pipeline::EventKind;
 using pipeline::Op;
 
-// Compute actions chosen and not finished: one on the stream and one behind it, so the
-// stream never waits for a decision and each decision sees the events up to the one before.
-constexpr int64_t kLookahead = 2;
-
 pipeline::ScheduleShape shape_of(const SchedulerOptions& o) {
   return pipeline::ScheduleShape{o.layout.ranks, o.micro_count, o.layout.chunks};
 }
@@ -79,14 +75,14 @@ void append_choice(CurrentStep& c, const Action& a) {
     c.program.push_back({Op::send_gradient, a.micro, a.chunk});
 }
 
-// Asks the scheduler while fewer than kLookahead computes are chosen and unfinished. A
+// Asks the scheduler while fewer than kComputeLookahead computes are chosen and unfinished. A
 // choice that is not ready, or nothing chosen when nothing runs and nothing more can come,
 // fails the step with what the rank had.
 void decide(Scheduler* self) {
   auto& s = self->state;
   CurrentStep& c = *s.current;
   pipeline::Frontier& f = *c.frontier;
-  while (f.running() < kLookahead && !f.all_chosen()) {
+  while (f.running() < pipeline::kComputeLookahead && !f.all_chosen()) {
     std::optional<Action> pick;
     try {
       pick = s.options.policy->next(view_of(self));

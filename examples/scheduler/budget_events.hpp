@@ -25,24 +25,16 @@ class BudgetEvents : public troupe::EventScheduler {
   }
 
   std::optional<troupe::Action> next(const troupe::RankView& rank) override {
-    if (auto backward = oldest(rank, false)) return backward;
+    if (auto backward = rank.oldest(troupe::Op::backward)) return backward;
     // Over the memory limit, forwards wait for a backward to free some; with nothing held
     // there is nothing to wait for, so it forwards anyway rather than stall.
     if (rank.held >= budget_ || (over_limit_ && rank.held > 0)) return std::nullopt;
-    return oldest(rank, true);
+    return rank.oldest(troupe::Op::forward);
   }
 
   int64_t activation_limit() const override { return limit_bytes_; }
 
  private:
-  // The ready forward (or backward) of the lowest micro-batch.
-  static std::optional<troupe::Action> oldest(const troupe::RankView& rank, bool forward) {
-    std::optional<troupe::Action> pick;
-    for (const troupe::Action& a : rank.ready)
-      if ((a.op == troupe::Op::forward) == forward && (!pick || a.micro < pick->micro)) pick = a;
-    return pick;
-  }
-
   int64_t budget_, limit_bytes_;
   bool over_limit_ = false;
 };

@@ -4,6 +4,8 @@
 //   budget_events: the example's (examples/scheduler/budget_events.hpp), 2 micro-batches;
 //   zbv_events:    split backwards over a V of 2 chunks per rank, decided as zbv's list
 //                  scheduler plans it (tests/support/zero_bubble_events.hpp);
+//   memory_capped: budget_events with no budget and a 1-byte activation limit, failing if
+//                  a forward is ever chosen past what the memory events allow;
 //   forgets:       budget_events, except that from step 2 on stage 0 never runs the forward
 //                  of the last micro-batch: a scheduler stuck on its own rank;
 //   waits:         from step 2, stage 0 runs one forward and then waits for its gradient,
@@ -15,10 +17,14 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "examples/scheduler/budget_events.hpp"
+#include "pipeline/frontier.hpp"
 #include "tests/support/zero_bubble_events.hpp"
 
 namespace {
@@ -27,12 +33,22 @@ using troupe::Action;
 using troupe::Op;
 using troupe::RankView;
 
-std::optional<Action> first_of(const RankView& rank, Op op) {
-  std::optional<Action> pick;
-  for (const Action& a : rank.ready)
-    if (a.op == op && (!pick || a.micro < pick->micro)) pick = a;
-  return pick;
-}
+// The example's scheduler with no budget but a 1-byte activation limit: only troupe's
+// memory_over_limit event holds its forwards back, so at run time (activation bytes known;
+// the plan has none and no memory events) it throws, failing the step, if a rank ever
+// holds more than the lookahead's two chunk micro-batches.
+class MemoryCapped : public example::BudgetEvents {
+ public:
+  MemoryCapped() : BudgetEvents(int64_t{1} << 20, 1) {}
+  std::optional<Action> next(const RankView& rank) override {
+    std::optional<Action> pick = BudgetEvents::next(rank);
+    if (pick && pick->op == Op::forward && rank.activation_bytes > 0 &&
+        rank.held >= troupe::pipeline::kComputeLookahead)
+      throw std::runtime_error(
+          fmt::format("a forward with {} micro-batches held, over the memory limit", rank.held));
+    return pick;
+  }
+};
 
 class Forgets : public example::BudgetEvents {
  public:
@@ -52,7 +68,7 @@ class Waits : public example::BudgetEvents {
   Waits() : BudgetEvents(2, 0) {}
   std::optional<Action> next(const RankView& rank) override {
     if (rank.step < 2) return BudgetEvents::next(rank);
-    if (rank.rank == 0 && rank.held > 0) return first_of(rank, Op::backward);
+    if (rank.rank == 0 && rank.held > 0) return rank.oldest(Op::backward);
     if (rank.rank == 1 && rank.held == 0 && rank.ready.size() < 2) return std::nullopt;
     return BudgetEvents::next(rank);
   }
@@ -92,6 +108,7 @@ int main(int argc, char** argv) {
                },
                true, troupe::ChunkLayout::v_shape, 2),
            troupe::register_event_scheduler("forgets", factory<Forgets>()),
+           troupe::register_event_scheduler("memory_capped", factory<MemoryCapped>()),
            troupe::register_event_scheduler("waits", factory<Waits>()),
        })
     if (!registered) {

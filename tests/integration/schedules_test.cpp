@@ -85,7 +85,8 @@ TEST(ScheduleTable, TablesTrainLikeTheReferenceWhateverOrderTheStagesTakeMicroBa
 
 // Event-driven schedulers (pipeline/events.hpp), registered by a trainer of their own
 // (event_scheduler_rank) and launched over real processes: the example's budget_events
-// with whole backwards, and zbv_events with split backwards over a V of chunks, decide
+// with whole backwards, memory_capped held back by memory events alone, and zbv_events
+// with split backwards over a V of chunks, decide
 // each compute action from what arrives and still train like the reference.
 testing::TrainedRun train_with_event_scheduler(const Job& j, const std::string& extra = "") {
   std::string dir = testing::make_temp_dir();
@@ -106,6 +107,7 @@ TEST(EventScheduler, SchedulersThatDecideFromEventsTrainLikeTheReference) {
       {Job{2, 2, 8, "budget_events", 1, 0, ""}, ""},        {Job{2, 2, 4, "budget_events", 2, 0.5, ""}, ""},
       {Job{2, 2, 4, "budget_events", 3, 0, ""}, ""},        {Job{2, 1, 8, "zbv_events", 0, 0.5, ""}, ""},
       {Job{4, 1, 4, "zbv_events", 0, 0, ""}, eight_layers}, {Job{2, 2, 4, "zbv_events", 2, 0, ""}, ""},
+      {Job{2, 1, 4, "memory_capped", 0, 0, ""}, ""},        {Job{2, 2, 8, "memory_capped", 1, 0.5, ""}, ""},
   };
   for (const auto& [j, extra] : jobs) {
     SCOPED_TRACE(testing::describe(j) + extra);

@@ -26,21 +26,14 @@ class ZeroBubbleEvents : public EventScheduler {
   explicit ZeroBubbleEvents(int64_t stages) : stages_(stages) {}
 
   std::optional<Action> next(const RankView& rank) override {
-    std::optional<Action> pick = oldest(rank, Op::backward_input);
+    std::optional<Action> pick = rank.oldest(Op::backward_input);
     if (!pick && rank.running == 0) pick = deepest_forward(rank);
-    if (!pick && rank.running == 0) pick = oldest(rank, Op::backward_weight);
+    if (!pick && rank.running == 0) pick = rank.oldest(Op::backward_weight);
     if (pick && pick->op == Op::forward) ++(pick->chunk == 0 ? first_half_ : second_half_);
     return pick;
   }
 
  private:
-  static std::optional<Action> oldest(const RankView& rank, Op op) {
-    std::optional<Action> pick;
-    for (const Action& a : rank.ready)
-      if (a.op == op && (!pick || a.micro < pick->micro)) pick = a;
-    return pick;
-  }
-
   // A new micro-batch takes a slot now and one later for its forward back up the V: it is
   // admitted only when both fit in 1F1B's memory (2p chunk micro-batches) beside what is
   // held and what is already promised.

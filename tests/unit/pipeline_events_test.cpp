@@ -20,19 +20,12 @@
 namespace troupe::pipeline {
 namespace {
 
-std::optional<Action> oldest(const RankView& rank, bool forward) {
-  std::optional<Action> pick;
-  for (const Action& a : rank.ready)
-    if ((a.op == Op::forward) == forward && (!pick || a.micro < pick->micro)) pick = a;
-  return pick;
-}
-
 // Backward first, forwards while fewer than `budget` are held.
 struct Greedy : EventScheduler {
   explicit Greedy(int64_t budget) : budget(budget) {}
   std::optional<Action> next(const RankView& rank) override {
-    if (auto backward = oldest(rank, false)) return backward;
-    return rank.held < budget ? oldest(rank, true) : std::nullopt;
+    if (auto backward = rank.oldest(Op::backward)) return backward;
+    return rank.held < budget ? rank.oldest(Op::forward) : std::nullopt;
   }
   int64_t budget;
 };
