@@ -10,6 +10,7 @@
 #include "actors/protocol/offload.hpp"
 #include "actors/stream.hpp"
 #include "kernels/cpu/optimizer.hpp"
+#include "kernels/cpu/precision.hpp"
 #include "memory/aligned_pool.hpp"
 #include "memory/host_buffer.hpp"
 #include "memory/nvme_store.hpp"
@@ -29,11 +30,12 @@ std::vector<PartitionSpan> cut(const std::vector<PartitionSpan>& partition, std:
   std::vector<PartitionSpan> groups;
   for (const PartitionSpan& span : partition)
     for (std::size_t at = 0; at < span.count; at += limit)
-      groups.push_back(PartitionSpan{span.parameters + at, span.gradients + at,
-                                     std::min(limit, span.count - at), span.row,
-                                     runs_within(span.runs, at, std::min(limit, span.count - at))});
+      groups.push_back(span.slice(at, std::min(limit, span.count - at)));
   return groups;
 }
+
+// Widened 16-bit gradients go through a scratch tile this long (256 KiB of fp32).
+constexpr std::size_t kWideTile = 65536;
 
 struct Group {
   PartitionSpan span;                 // parameters null while they live on NVMe
@@ -55,6 +57,7 @@ struct OffloadState {
   std::string broken;                 // why the tier cannot be used, once it cannot
   int64_t step = 0;                   // the training step of the pass in flight, for the reply
   OptimizerRule pass_rule;            // the rule with the pass's rate and betas
+  float gradient_scale = 1;           // the pass's factor for 16-bit gradients
   ParameterUse used;                  // the parameters the pass in flight updates (null: all)
   ParameterSteps steps;               // the optimizer's own step count of each parameter
   caf::actor reply_to;
@@ -104,8 +107,8 @@ void make_groups(OffloadState& s, std::size_t limit) {
     }
     for (const ParameterSwap::Piece& piece : s.options.parameter_swap->pieces(span.row)) {
       Group& g = s.groups.emplace_back();
-      g.span = PartitionSpan{nullptr, span.gradients + piece.offset, piece.count, span.row,
-                             runs_within(span.runs, piece.offset, piece.count)};
+      g.span = span.slice(piece.offset, piece.count);
+      g.span.parameters = nullptr;
       g.parameter_key = piece.key;
     }
   }
@@ -158,26 +161,63 @@ Status open_tier(OffloadState& s) {
   return {};
 }
 
-// The fused update of one segment of a sub-group whose state is at `state`
-// (m then v over the whole group, or the momentum).
-void update(const OptimizerRule& rule, const UpdateSegment& segment, const PartitionSpan& span, float* state,
-            int threads) {
-  float* parameters = span.parameters + segment.offset;
-  const float* gradients = span.gradients + segment.offset;
+// One fused step over n elements: parameters, gradients, state (Adam: m and v; SGD: the
+// momentum, or none), and with a precision the 16-bit copy written in the same pass.
+struct StepArrays {
+  float* parameters = nullptr;
+  const float* gradients = nullptr;
+  float* first = nullptr;
+  float* second = nullptr;
+  uint16_t* copy16 = nullptr;
+  std::size_t count = 0;
+  int64_t step = 0;
+};
+
+void step(const OptimizerRule& rule, const StepArrays& a, kernels::Precision16 precision, int threads) {
   if (rule.kind == OptimizerRule::Kind::sgd) {
     kernels::SgdParams p;
     p.lr = rule.lr;
     p.momentum = rule.momentum;
     p.weight_decay = rule.weight_decay;
     p.nesterov = rule.nesterov;
-    p.first_step = segment.step == 1;
-    kernels::sgd_step(parameters, gradients, state ? state + segment.offset : nullptr, segment.count, p);
+    p.first_step = a.step == 1;
+    kernels::sgd_step(a.parameters, a.gradients, a.first, a.count, p);
+    if (precision != kernels::Precision16::none)
+      kernels::cast_from_f32(a.parameters, a.copy16, a.count,
+                             precision == kernels::Precision16::bf16 ? DataType::bf16 : DataType::f16);
     return;
   }
-  kernels::AdamParams p = adam_params_of(rule, segment.step);
-  kernels::adam_step_parallel(parameters, gradients, state + segment.offset,
-                              state + span.count + segment.offset, segment.count, p,
-                              kernels::Precision16::none, nullptr, threads);
+  kernels::adam_step_parallel(a.parameters, a.gradients, a.first, a.second, a.count,
+                              adam_params_of(rule, a.step), precision, a.copy16, threads);
+}
+
+// The fused update of one segment of a sub-group whose state is at `state` (m then v
+// over the whole group, or the momentum). Mixed precision: tile by tile, each tile's
+// 16-bit gradients widened (and scaled) into fp32 first.
+void update(const OptimizerRule& rule, const UpdateSegment& segment, const PartitionSpan& span, float* state,
+            int threads, float gradient_scale) {
+  auto arrays = [&](std::size_t at, std::size_t n) {
+    return StepArrays{span.parameters + at,
+                      span.gradients ? span.gradients + at : nullptr,
+                      state ? state + at : nullptr,
+                      state && rule.kind != OptimizerRule::Kind::sgd ? state + span.count + at : nullptr,
+                      span.copy16 ? span.copy16 + at : nullptr,
+                      n,
+                      segment.step};
+  };
+  if (span.precision == kernels::Precision16::none)
+    return step(rule, arrays(segment.offset, segment.count), span.precision, threads);
+  const DataType type = span.precision == kernels::Precision16::bf16 ? DataType::bf16 : DataType::f16;
+  std::vector<float> wide(std::min(kWideTile, segment.count));
+  for (std::size_t done = 0; done < segment.count; done += kWideTile) {
+    std::size_t n = std::min(kWideTile, segment.count - done);
+    std::size_t at = segment.offset + done;
+    kernels::cast_to_f32(span.gradients16 + at, type, wide.data(), n);
+    if (gradient_scale != 1.0F) kernels::scale(wide.data(), n, gradient_scale);
+    StepArrays a = arrays(at, n);
+    a.gradients = wide.data();
+    step(rule, a, span.precision, threads);
+  }
 }
 
 // Returns sub-group `i`'s swap buffer to the pool (if it holds one; i may be out of range).
@@ -206,9 +246,9 @@ void enqueue_update(OffloadManager* self, std::size_t i) {
   std::vector<UpdateSegment> segments = update_segments(span.runs, span.count, s.used, s.steps);
   s.stream->enqueue(fmt::format("update group {}", i),
                     [rule = s.pass_rule, segments = std::move(segments), span = std::move(span), state,
-                     threads = static_cast<int>(s.options.threads)] {
+                     threads = static_cast<int>(s.options.threads), scale = s.gradient_scale] {
                       for (const UpdateSegment& segment : segments)
-                        update(rule, segment, span, state, threads);
+                        update(rule, segment, span, state, threads, scale);
                     });
   s.stream->notify(s.stream->record(), caf::actor_cast<caf::actor>(self),
                    caf::make_message(group_updated{i}));
@@ -264,6 +304,7 @@ void start_pass(OffloadManager* self, const optimizer_pass& p) {
   s.step = p.step;
   s.used = p.used;
   s.pass_rule = s.options.rule.with(p.hyper);
+  s.gradient_scale = static_cast<float>(p.gradient_scale);
   s.in_pass = true;
   if (!s.broken.empty()) return finish_pass(self, s.broken);
   s.next_read = 0;
@@ -364,6 +405,17 @@ Result<std::unique_ptr<NvmeStore>> open_nvme_store(const OffloadOptions& o, doub
 
 caf::actor spawn_offload_manager(caf::actor_system& system, OffloadManagerOptions options) {
   return system.spawn(offload_manager_behavior, std::move(options));
+}
+
+PartitionSpan PartitionSpan::slice(std::size_t at, std::size_t n) const {
+  PartitionSpan out = *this;
+  if (parameters) out.parameters = parameters + at;
+  if (gradients) out.gradients = gradients + at;
+  if (gradients16) out.gradients16 = gradients16 + at;
+  if (copy16) out.copy16 = copy16 + at;
+  out.count = n;
+  out.runs = runs_within(runs, at, n);
+  return out;
 }
 
 kernels::AdamParams adam_params_of(const OptimizerRule& rule, int64_t step) {

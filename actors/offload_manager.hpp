@@ -65,12 +65,21 @@ struct OptimizerRule {
 /// and its pieces in the ParameterSwap are swapped with their state. `runs` says which
 /// parameter each element belongs to (padding belongs to none): a pass updates only the
 /// runs of the parameters it is told were used, each at its own step count.
+/// Mixed precision: `parameters` are the fp32 master values, the gradients are 16-bit
+/// (`gradients16`, `gradients` null) and the updated values are written, rounded, to
+/// `copy16` (the model's 16-bit parameters) in the same pass.
 struct PartitionSpan {
   float* parameters = nullptr;
   float* gradients = nullptr;
   std::size_t count = 0;
   std::size_t row = 0;
   std::vector<ParameterRun> runs;
+  uint16_t* gradients16 = nullptr;
+  uint16_t* copy16 = nullptr;
+  kernels::Precision16 precision = kernels::Precision16::none;
+
+  /// The span's elements [at, at + n).
+  PartitionSpan slice(std::size_t at, std::size_t n) const;
 };
 
 /// The fused kernels' Adam/AdamW arguments for `rule` at (1-based) step `step`.

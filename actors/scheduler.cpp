@@ -156,7 +156,7 @@ void on_summary(Scheduler* self) {
     for (std::size_t k = 0; k < kSummaryFields; ++k) sums[k] += all[kSummaryFields * r + k];
   CurrentStep& c = *s.current;
   c.gradients = gradients_ready{c.step, sums[0], static_cast<int64_t>(sums[2]), sums[3], sums[1]};
-  const double norm = std::sqrt(std::max(0.0, sums[1]));
+  const double norm = sums[1] < 0 ? 0.0 : std::sqrt(sums[1]);  // a NaN (an overflow) stays NaN
   for (const caf::actor& chunk : s.options.chunks) self->send(chunk, gradients_summed{c.step, norm});
 }
 

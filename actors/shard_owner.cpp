@@ -83,14 +83,42 @@ int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
   return bytes;
 }
 
+// Σ g² of 16-bit gradients, widened tile by tile (in fp64 as the fp32 path).
+double wide_square_sum(const torch::Tensor& g) {
+  constexpr int64_t kTile = 65536;
+  double sum = 0;
+  for (int64_t at = 0; at < g.numel(); at += kTile) {
+    torch::Tensor wide = g.narrow(0, at, std::min(kTile, g.numel() - at)).to(torch::kFloat32);
+    sum += kernels::sum_squares(wide.data_ptr<float>(), static_cast<std::size_t>(wide.numel()));
+  }
+  return sum;
+}
+
 double square_sum(const std::vector<torch::Tensor>& gradients, const std::vector<bool>& outside) {
   double sum = 0;
   for (std::size_t k = 0; k < gradients.size(); ++k) {
     if (k < outside.size() && outside[k]) continue;
     torch::Tensor c = gradients[k].contiguous();
-    sum += kernels::sum_squares(c.data_ptr<float>(), static_cast<std::size_t>(c.numel()));
+    sum += c.scalar_type() == torch::kFloat32
+               ? kernels::sum_squares(c.data_ptr<float>(), static_cast<std::size_t>(c.numel()))
+               : wide_square_sum(c.reshape({-1}));
   }
   return sum;
+}
+
+// Mixed precision: shard k's span updates its fp32 master values from its 16-bit
+// gradients and writes the rounded result into the model's 16-bit parameters.
+PartitionSpan mixed_span(const ShardOwnerState& s, std::size_t k) {
+  const ParameterStore& store = *s.options.store;
+  PartitionSpan span;
+  span.parameters = store.master_parameters()->as<float>() + store.master_offsets()[k];
+  span.count = static_cast<std::size_t>(s.gradients[k].numel());
+  span.row = k;
+  span.runs = s.runs[k];
+  span.gradients16 = static_cast<uint16_t*>(s.gradients[k].data_ptr());
+  span.copy16 = static_cast<uint16_t*>(s.parameters[k].data_ptr());
+  span.precision = store.dtype() == DataType::bf16 ? kernels::Precision16::bf16 : kernels::Precision16::f16;
+  return span;
 }
 
 // A GPU rank's gradients (stage 0: one flat device tensor), squared and summed on the
@@ -254,14 +282,17 @@ void reply_after(ShardOwner* self, const caf::actor& to, Reply reply) {
 
 // With an offload tier: clip on this stream, then the manager runs the optimizer pass
 // (on a GPU rank over the host mirror, after the gradients have come over).
+// 16-bit gradients are scaled as the pass widens them, so they are rounded once.
 void update_offloaded(ShardOwner* self, const update_shard& u) {
   auto& s = self->state;
   s.updating_for = u.reply_to;
-  s.stream->enqueue(fmt::format("clip {}", u.step),
-                    [&s, scale = u.scale] { scale_gradients(s.gradients, scale); });
+  const bool wide_in_pass = s.options.store->dtype() != DataType::f32;
+  if (!wide_in_pass)
+    s.stream->enqueue(fmt::format("clip {}", u.step),
+                      [&s, scale = u.scale] { scale_gradients(s.gradients, scale); });
   auto pass = [to = s.offload, me = caf::actor_cast<caf::actor>(self), step = u.step, used = u.used,
-               hyper = u.hyper] {
-    caf::anon_send(to, optimizer_pass{step, used, hyper, me});
+               hyper = u.hyper, scale = wide_in_pass ? u.scale : 1.0] {
+    caf::anon_send(to, optimizer_pass{step, used, hyper, scale, me});
   };
   if (s.mirror) return copy_mirror(s, MirrorCopy::gradients_to_host, pass);
   s.stream->record().on_complete(pass);
@@ -297,6 +328,10 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
     o.offload = *s.options.offload;
     o.rule = s.options.rule;
     for (std::size_t k = 0; k < s.parameters.size(); ++k) {
+      if (s.options.store->dtype() != DataType::f32) {
+        o.partition.push_back(mixed_span(s, k));
+        continue;
+      }
       const torch::Tensor& p = s.parameters[k];
       float* parameters = s.mirror      ? s.mirror->parameters->as<float>() + s.mirror->offsets[k]
                           : p.defined() ? p.data_ptr<float>()
@@ -329,9 +364,10 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
       [=](absorb_gradients& a) {
         auto& st = self->state;
         const auto& row = st.options.store->layout().row(a.row);
-        float* into = st.options.store->partition_gradients()->as<float>() + row.partition_offset;
+        std::byte* into = st.options.store->partition_gradients()->data() +
+                          row.partition_offset * st.options.store->element_size();
         st.stream->enqueue(fmt::format("absorb row {}", a.row), [into, block = a.block] {
-          kernels::add_into(into, reinterpret_cast<const float*>(block.data()), block.count, DataType::f32);
+          kernels::add_into(into, block.data(), block.count, block.type);
         });
         reply_after(self, a.reply_to, gradients_absorbed{a.row, a.slot});
       },

@@ -44,7 +44,7 @@ IssueQueue::Issue reduce_row(const StageOptions& o, caf::actor self, std::size_t
   // In place: this rank's block of the row receives the average of every rank's.
   BufferSpan mine = span;
   mine.count = span.count / static_cast<std::size_t>(o.dp);
-  mine.offset_bytes += static_cast<std::size_t>(o.rank) * mine.count * sizeof(float);
+  mine.offset_bytes += static_cast<std::size_t>(o.rank) * mine.count * element_bytes(span.type);
   return [comm = o.comm_agent, group = o.place.group, self, row, slot, span = std::move(span),
           mine = std::move(mine)]() mutable {
     caf::anon_send(comm,
@@ -105,13 +105,15 @@ void place_ties(StageState& s, std::vector<bool>& outside_norm) {
     TieSlot slot{{}, position, t.comm};
     switch (store.stage()) {
       case 0:
-        slot.gradient = float_span(store.flat_gradients(), row.begin, layout.row_elements(k));
+        slot.gradient = typed_span(store.flat_gradients(), row.begin, layout.row_elements(k), store.dtype());
         break;
       case 1:
-        slot.gradient = float_span(store.flat_gradients(), layout.block_begin(k, s.options.rank), row.block);
+        slot.gradient = typed_span(store.flat_gradients(), layout.block_begin(k, s.options.rank), row.block,
+                                   store.dtype());
         break;
       default:
-        slot.gradient = float_span(store.partition_gradients(), row.partition_offset, row.block);
+        slot.gradient =
+            typed_span(store.partition_gradients(), row.partition_offset, row.block, store.dtype());
     }
     s.ties.push_back(std::move(slot));
     if (!t.owner) outside_norm[store.stage() == 0 ? t.parameter : k] = true;
@@ -149,9 +151,9 @@ Status build(StageActor* self) {
     swap = std::move(*opened);
   }
   try {
-    s.store =
-        std::make_shared<ParameterStore>(std::move(*plan), std::move(parameters->tensors), s.options.rank,
-                                         s.options.ledger, std::move(swap), s.options.device.has_value());
+    s.store = std::make_shared<ParameterStore>(std::move(*plan), std::move(parameters->tensors),
+                                               s.options.rank, s.options.ledger, std::move(swap),
+                                               s.options.device.has_value(), s.options.dtype);
     s.loss = std::make_shared<HostBuffer>((1 + s.store->layout().parameter_count()) * sizeof(float));
   } catch (const std::exception& e) {
     return make_error(e.what());
@@ -163,7 +165,8 @@ Status build(StageActor* self) {
       if (z.stage < 3 || !s.store->plan().persistent_rows[k])
         largest = std::max(largest, layout.row_elements(k));
     s.pool = std::make_shared<BucketPool>(z.overlap_comm, largest, s.options.ledger,
-                                          s.options.collective_timeout_s, s.options.tracer);
+                                          s.options.collective_timeout_s, s.options.tracer,
+                                          s.store->element_size());
     if (z.stage == 3)
       for (std::size_t k = 0; k < layout.row_count(); ++k)
         if (s.store->plan().persistent_rows[k]) s.pool->add_dedicated(k, layout.row_elements(k));
@@ -286,7 +289,8 @@ void gradients_known(StageActor* self, double loss, double square_sum, int64_t t
   auto& p = self->state.progress;
   p.answer = gradients_ready{p.step, loss, tokens, busy_s, square_sum};
   p.answer_ready = true;
-  p.grad_norm = std::sqrt(std::max(0.0, square_sum));
+  // Not std::max(0.0, ·), which turns a NaN into 0: an overflow must stay visible.
+  p.grad_norm = square_sum < 0 ? 0.0 : std::sqrt(square_sum);
   p.norm_known = true;
   answer_gradients_ready(self);
   pump(self);  // an optimizer_step waiting for the norm
@@ -358,6 +362,8 @@ void report_step(StageActor* self) {
   StepStats stats{s.progress.grad_norm, largest, mine[0], mine[1], mine[2], mine[3]};
   stats.activation_bytes = mine[static_cast<std::size_t>(MemoryKind::activations)];
   stats.lr = s.progress.lr;
+  stats.loss_scale = s.progress.loss_scale;
+  stats.skipped = s.progress.skipped;
   self->send(f.scheduler, step_applied{s.progress.step, stats});
 }
 
@@ -372,13 +378,14 @@ void gather_updated(StageActor* self) {
     const auto& row = layout.row(k);
     std::size_t size = layout.row_elements(k);
     BufferSpan in, out;
+    const DataType type = s.store->dtype();
     if (s.options.zero.stage == 3) {  // only the persistent rows stay gathered
       if (!s.store->plan().persistent_rows[k]) continue;
-      in = float_span(s.store->partition_parameters(), row.partition_offset, row.block);
-      out = float_span(s.store->row_buffer(k), 0, size);
+      in = typed_span(s.store->partition_parameters(), row.partition_offset, row.block, type);
+      out = typed_span(s.store->row_buffer(k), 0, size, type);
     } else {
-      out = float_span(s.store->flat_parameters(), row.begin, size);
-      in = float_span(s.store->flat_parameters(), layout.block_begin(k, s.options.rank), row.block);
+      out = typed_span(s.store->flat_parameters(), row.begin, size, type);
+      in = typed_span(s.store->flat_parameters(), layout.block_begin(k, s.options.rank), row.block, type);
     }
     ++p.gathers_left;
     self->send(s.options.comm_agent, all_gather_request{tag(Tag::parameters, k), std::move(in),
@@ -418,8 +425,9 @@ void on_collective(StageActor* self, const collective_done& done) {
       if (s.options.zero.stage < 2) return on_row_reduced(self);
       {
         const auto& row = s.store->layout().row(row_of(done.tag));
-        BufferSpan block = float_span(s.pool->buffer(slot_of(done.tag)),
-                                      row.block * static_cast<std::size_t>(s.options.rank), row.block);
+        BufferSpan block =
+            typed_span(s.pool->buffer(slot_of(done.tag)),
+                       row.block * static_cast<std::size_t>(s.options.rank), row.block, s.store->dtype());
         self->send(s.owner, absorb_gradients{row_of(done.tag), slot_of(done.tag), std::move(block),
                                              caf::actor_cast<caf::actor>(self)});
       }
@@ -495,6 +503,11 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
   s.memory =
       std::make_shared<HostBuffer>(kMemoryFields * sizeof(int64_t) * static_cast<std::size_t>(s.options.dp));
   for (auto& layer : *s.options.model) s.layers.push_back(&layer);
+  if (s.options.loss_scale) {
+    auto scaler = LossScaler::make(*s.options.loss_scale);
+    TROUPE_CHECK(scaler.ok(), "a validated config gives a valid loss scaler");
+    s.scaler = std::move(*scaler);
+  }
   if (Status built = build(self); !built) fail(self, built.error().message);
   return {
       [=](stage_action& a) {
@@ -550,14 +563,48 @@ void begin_step(StageActor* self, int64_t step, int64_t micro_count) {
   if (s.options.zero.stage >= 2) self->send(s.owner, begin_accumulation{});
 }
 
+namespace {
+
+// Loss scaling (DeepSpeed's): every rank sees the same global norm of the scaled
+// gradients, so each decides alike. Not finite: the step is skipped (no parameter,
+// optimizer state, Adam step count or schedule position changes) and the scaler lowers the
+// scale, or stops the job at its minimum. Finite: the true norm is the scaled one / scale,
+// and the gradients are unscaled and clipped by one factor in the update's pass. Returns
+// the factor the gradients take (1 / scale without clipping), or nothing when skipped.
+std::optional<double> unscale(StageActor* self) {
+  auto& s = self->state;
+  auto& p = s.progress;
+  if (!s.scaler) return 1.0;
+  const double scale = s.scaler->scale();
+  p.loss_scale = scale;
+  const bool overflow = !std::isfinite(p.grad_norm);
+  if (Status updated = s.scaler->update(overflow); !updated) {
+    fail(self, fmt::format("step {}: {}", p.step + 1, updated.error().message));
+    return std::nullopt;
+  }
+  if (overflow) {
+    p.skipped = true;
+    return std::nullopt;
+  }
+  p.grad_norm /= scale;
+  return 1.0 / scale;
+}
+
+}  // namespace
+
 void apply_update(StageActor* self) {
   Tracer::Scope span(self->state.options.tracer, "stage", "optimizer_step");
   auto& s = self->state;
-  double scale = clip_scale(s.progress.grad_norm, s.options.zero.gradient_clipping);
   // The schedule's value for this update: DeepSpeed steps its schedule after each update.
   UpdateHyper hyper;
   if (s.options.lr_schedule) hyper = s.options.lr_schedule->for_update(s.updates_applied);
   s.progress.lr = hyper.lr.value_or(s.options.rule.lr);
+  std::optional<double> unscaled = unscale(self);
+  if (!unscaled) {
+    if (!s.failed) exchange_memory(self);  // skipped: the parameters are as they were
+    return;
+  }
+  double scale = clip_scale(s.progress.grad_norm, s.options.zero.gradient_clipping) * *unscaled;
   ++s.updates_applied;
   self->send(s.owner,
              update_shard{s.progress.step, scale, s.progress.used, hyper, caf::actor_cast<caf::actor>(self)});

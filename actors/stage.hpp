@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@
 #include "base/trace.hpp"
 #include "memory/fetch_planner.hpp"
 #include "memory/memory_ledger.hpp"
+#include "optim/loss_scaler.hpp"
 #include "optim/lr_schedule.hpp"
 #include "transport/transport.hpp"
 
@@ -107,6 +109,17 @@ struct StageOptions {
   /// The learning-rate schedule each update follows (unset: the optimizer's constant rate).
   std::shared_ptr<const LrSchedule> lr_schedule;
   std::optional<DeviceRank> device;       ///< set: a GPU rank (ZeRO stage 0; model already on it)
+  /// What the model computes in ([precision] dtype). 16 bits: the stage converts the fp32
+  /// model it is given, the shard owner keeps fp32 master values, and the gradients, the
+  /// parameter gathers and the activations between stages move in 16 bits.
+  DataType dtype = DataType::f32;
+  /// Set: the loss is multiplied by the scaler's scale before backward; a step whose global
+  /// gradient norm is not finite (an inf or NaN in any gradient of any rank) is skipped on
+  /// every rank, and the gradients are divided by the scale in the update's pass.
+  std::optional<LossScaleOptions> loss_scale;
+  /// Fault injection for the scaler's tests (TROUPE_INJECT_OVERFLOW): at these steps
+  /// (counted from 1) this rank's last stage backpropagates an infinite loss.
+  std::set<int64_t> inject_overflow_steps;
 };
 
 caf::actor spawn_stage(caf::actor_system& system, StageOptions options);

@@ -171,29 +171,32 @@ MemoryBytes estimate_model_state(const ZeroPlan& plan, const ModelStateInputs& i
       bucket = std::max(bucket, size);
   }
   MemoryBytes b;
+  const int64_t item = in.element_bytes;
+  // The optimizer's fp32 state per element it updates, with the master copy under mixed precision.
+  const int64_t state = (in.optimizer_states_per_element + (in.master_copy ? 1 : 0)) * kFloatBytes;
   switch (plan.stage) {
     case 0:  // the model's own tensors; gradients in one flat buffer; full optimizer state
-      b[MemoryKind::parameters] = model * kFloatBytes;
-      b[MemoryKind::gradients] = total * kFloatBytes;
-      b[MemoryKind::optimizer_state] = model * in.optimizer_states_per_element * kFloatBytes;
+      b[MemoryKind::parameters] = model * item;
+      b[MemoryKind::gradients] = total * item;
+      b[MemoryKind::optimizer_state] = model * state;
       break;
     case 1:  // flat parameters and gradients, optimizer state for the partition
-      b[MemoryKind::parameters] = total * kFloatBytes;
-      b[MemoryKind::gradients] = total * kFloatBytes;
-      b[MemoryKind::optimizer_state] = partition * in.optimizer_states_per_element * kFloatBytes;
+      b[MemoryKind::parameters] = total * item;
+      b[MemoryKind::gradients] = total * item;
+      b[MemoryKind::optimizer_state] = partition * state;
       break;
     case 2:  // flat parameters; gradients only for the partition, through bucket buffers
-      b[MemoryKind::parameters] = total * kFloatBytes;
-      b[MemoryKind::gradients] = partition * kFloatBytes;
-      b[MemoryKind::optimizer_state] = partition * in.optimizer_states_per_element * kFloatBytes;
-      b[MemoryKind::communication] = in.bucket_buffers * bucket * kFloatBytes;
+      b[MemoryKind::parameters] = total * item;
+      b[MemoryKind::gradients] = partition * item;
+      b[MemoryKind::optimizer_state] = partition * state;
+      b[MemoryKind::communication] = in.bucket_buffers * bucket * item;
       break;
     default: {  // the partition, plus the rows gathered at the peak
       auto gathered = static_cast<int64_t>(stage3_peak_gathered(plan, in.limits));
-      b[MemoryKind::parameters] = (partition + gathered) * kFloatBytes;
-      b[MemoryKind::gradients] = partition * kFloatBytes;
-      b[MemoryKind::optimizer_state] = partition * in.optimizer_states_per_element * kFloatBytes;
-      b[MemoryKind::communication] = (in.bucket_buffers * bucket + persistent) * kFloatBytes;
+      b[MemoryKind::parameters] = (partition + gathered) * item;
+      b[MemoryKind::gradients] = partition * item;
+      b[MemoryKind::optimizer_state] = partition * state;
+      b[MemoryKind::communication] = (in.bucket_buffers * bucket + persistent) * item;
     }
   }
   return b;

@@ -76,9 +76,13 @@ struct ModelStateInputs {
   int64_t optimizer_states_per_element = 2;  ///< adam/adamw 2, sgd with momentum 1, plain sgd 0
   int64_t bucket_buffers = 2;                ///< stages 2-3: 2 with overlap_comm, else 1
   FetchPlanner::Limits limits;               ///< stage 3
+  /// Bytes of a parameter or gradient element: 4 (fp32), or 2 under mixed precision, when
+  /// the shard owner also keeps an fp32 master copy of its partition (optimizer state).
+  int64_t element_bytes = 4;
+  bool master_copy = false;
 };
 
-/// Bytes one rank holds, by kind (fp32 everywhere), at the peak of a step.
+/// Bytes one rank holds, by kind, at the peak of a step.
 MemoryBytes estimate_model_state(const ZeroPlan& plan, const ModelStateInputs& inputs);
 
 /// Elements stage 3 holds gathered at its peak: the persistent row plus the live window.

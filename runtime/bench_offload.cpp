@@ -50,7 +50,7 @@ Result<std::vector<double>> time_passes(caf::actor_system& system, const Offload
   std::vector<double> ms;
   for (int64_t i = 0; i <= o.iters; ++i) {  // pass 0 warms up (and, on nvme, writes the first state)
     auto start = Clock::now();
-    self->send(manager, optimizer_pass{i + 1, nullptr, {}, caf::actor_cast<caf::actor>(self)});
+    self->send(manager, optimizer_pass{i + 1, nullptr, {}, 1.0, caf::actor_cast<caf::actor>(self)});
     std::string error;
     self->receive([&](optimizer_pass_done& d) { error = d.error; },
                   caf::after(std::chrono::seconds(600)) >> [&] { error = "a pass took longer than 600 s"; });

@@ -28,6 +28,7 @@
 #include "runtime/devices.hpp"
 #include "runtime/gpu_rank.hpp"
 #include "runtime/model/optimizer.hpp"
+#include "runtime/overflow_injection.hpp"
 #include "runtime/pipeline_plan.hpp"
 #include "runtime/trace_merge.hpp"
 #include "troupe/troupe.hpp"
@@ -184,6 +185,7 @@ class Engine::Impl {
   RankEnvironment rank;
   torch::nn::Sequential layers;
   std::unique_ptr<Tracer> tracer;
+  std::shared_ptr<const std::atomic<uint64_t>> sent;  // the transport's payload bytes sent
   std::shared_ptr<MemoryLedger> ledger = std::make_shared<MemoryLedger>();
   std::shared_ptr<const LrSchedule> lr_schedule;  // [scheduler]; unset: a constant rate
   std::unique_ptr<GpuRank> gpu;  // before the actor system: its streams outlive the actors
@@ -315,6 +317,9 @@ class Engine::Impl {
     // the offload manager's "cpu" tier. A trainer's own optimizer factory runs as given.
     so.rule = optimizer_rule(config.optimizer);
     so.lr_schedule = lr_schedule;
+    so.dtype = data_type_of(config.precision.dtype);
+    if (config.precision.scales_loss()) so.loss_scale = loss_scale_options(config);
+    so.inject_overflow_steps = injected_overflow_steps(rank.rank);
     if (gpu) {
       // A GPU rank: Adam and AdamW as the fused CUDA kernel (no factory), SGD as LibTorch's
       // on the device; with [offload] optimizer, the tier's kernels on the host.
@@ -538,6 +543,12 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   impl->rank = *found;
   if (!trainable.layers || !trainable.loss || !trainable.data)
     return make_error("Engine::make needs layers, a loss function and a data source");
+  if (impl->config.precision.dtype != "fp32" && trainable.make_optimizer)
+    return make_error(fmt::format(
+        "rank {}: [precision] dtype = \"{}\" runs the [optimizer] as troupe's fused kernels over fp32 "
+        "master weights; a trainer's own optimizer factory trains fp32 only: drop make_optimizer or "
+        "set dtype = \"fp32\"",
+        impl->rank.rank, impl->config.precision.dtype));
   auto parameters = model_parameters(trainable.layers);  // what troupe cannot train stops here
   if (!parameters) return make_error(fmt::format("rank {}: {}", impl->rank.rank, parameters.error().message));
   std::vector<std::string> warnings;
@@ -561,6 +572,7 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   auto transport = Transport::make(*options);
   if (!transport) return make_error(fmt::format("rank {}: {}", impl->rank.rank, transport.error().message));
   std::shared_ptr<Transport> shared = std::move(*transport);
+  impl->sent = shared->bytes_sent();
   auto equal = broadcast_parameters(*shared, std::move(parameters->tensors));
   if (!equal)
     return make_error(
@@ -612,6 +624,7 @@ Result<StepResult> Engine::train_batch() {
   if (m.failed)
     return make_error(fmt::format("rank {}: the engine has failed; no further steps", m.rank.rank));
   caf::scoped_actor self{*m.system};
+  const uint64_t sent_before = m.sent->load(std::memory_order_relaxed);
   step_report report;
   std::string error;
   auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -623,7 +636,8 @@ Result<StepResult> Engine::train_batch() {
   if (!error.empty()) return m.fail(fmt::format("step {} failed: {}", m.steps_done + 1, error));
   ++m.steps_done;
   // The loss is the all-reduced one, so every rank stops at the same step.
-  if (!std::isfinite(report.loss) || !std::isfinite(report.stats.grad_norm))
+  // A step the loss scaler skipped has a norm that is not finite by definition.
+  if (!std::isfinite(report.loss) || (!std::isfinite(report.stats.grad_norm) && !report.stats.skipped))
     return m.fail(fmt::format(
         "rank {}: step {} has a loss of {} and a gradient norm of {}: training diverged (a learning rate "
         "too high, or data or a model that overflows float32); stopping",
@@ -635,6 +649,7 @@ Result<StepResult> Engine::train_batch() {
   result.tokens = report.tokens;
   result.tokens_per_s = report.step_ms > 0 ? report.tokens / (report.step_ms / 1000.0) : 0;
   result.stats = report.stats;
+  result.sent_bytes = static_cast<int64_t>(m.sent->load(std::memory_order_relaxed) - sent_before);
   return result;
 }
 

@@ -147,7 +147,7 @@ std::vector<double> layer_elements(const GptShape& shape) {
 int64_t stage_activation_bytes(const JobConfig& job, int64_t s) {
   const int64_t pp = job.parallel.pp, m = job.batch.gradient_accumulation_steps;
   const int64_t tokens = job.batch.micro_batch_size * job.model.seq_len;
-  const int64_t hidden = tokens * job.model.d_model * kFloatBytes;
+  const int64_t hidden = tokens * job.model.d_model * (job.precision.dtype == "fp32" ? kFloatBytes : 2);
   const int64_t input = s == 0 ? tokens * static_cast<int64_t>(sizeof(int64_t)) : hidden;
   const int64_t output = job.model.activation_checkpointing ? 0 : s == pp - 1 ? kFloatBytes : hidden;
   const int64_t held = job.pipeline.schedule == "gpipe" ? m : std::min(m, pp - s);
@@ -173,6 +173,9 @@ Result<ModelStateEstimate> estimate_layers(const JobConfig& job, const LayerSet&
   inputs.limits.prefetch_bucket_size = static_cast<std::size_t>(job.zero.prefetch_bucket_size);
   inputs.limits.max_live_parameters = static_cast<std::size_t>(job.zero.max_live_parameters);
   inputs.limits.max_reuse_distance = static_cast<std::size_t>(job.zero.max_reuse_distance);
+  const bool mixed = job.precision.dtype != "fp32";
+  inputs.element_bytes = mixed ? 2 : kFloatBytes;
+  inputs.master_copy = mixed;
 
   ModelStateEstimate e;
   e.file = job.source;
@@ -182,16 +185,19 @@ Result<ModelStateEstimate> estimate_layers(const JobConfig& job, const LayerSet&
   // Every kind lives in host memory: the CPU backend is the only one for now. GPU tiers
   // (device memory, pinned host buffers) come with the CUDA backend.
   e.tier = "host";
+  e.dtype = job.precision.dtype;
   e.bytes = estimate_model_state(*plan, inputs);
 
-  // The ZeRO paper's accounting, fp32 everywhere: parameters 4, gradients 4, optimizer
-  // state 4 per state; stage 1 partitions the optimizer state, 2 the gradients too, 3 all.
-  const int64_t optimizer = kFloatBytes * inputs.optimizer_states_per_element;
+  // The ZeRO paper's accounting: parameters and gradients of the dtype's size, optimizer
+  // state 4 per state (K = 12 for Adam under mixed precision: the fp32 master copy and both
+  // moments); stage 1 partitions the optimizer state, 2 the gradients too, 3 all.
+  const int64_t item = inputs.element_bytes;
+  const int64_t optimizer = kFloatBytes * (inputs.optimizer_states_per_element + (mixed ? 1 : 0));
   std::array<std::pair<int64_t, int64_t>, 4> whole_and_divided{{
-      {2 * kFloatBytes + optimizer, 0},
-      {2 * kFloatBytes, optimizer},
-      {kFloatBytes, kFloatBytes + optimizer},
-      {0, 2 * kFloatBytes + optimizer},
+      {2 * item + optimizer, 0},
+      {2 * item, optimizer},
+      {item, item + optimizer},
+      {0, 2 * item + optimizer},
   }};
   auto [whole, divided] = whole_and_divided[static_cast<std::size_t>(e.stage)];
   e.formula = formula_text(whole, divided);
@@ -302,12 +308,12 @@ std::string render_estimate(const ModelStateEstimate& e) {
     out +=
         fmt::format("  {:<{}}  {:<{}}  {:>{}}  {:>11.2f}\n", rows[i].kind, kind_width, tiers[i], tier_width,
                     group_thousands(rows[i].bytes), bytes_width, per_param(rows[i].bytes, e.params));
-  out += fmt::format("ZeRO formula (fp32): {} = {:.2f} bytes/param at N = {}", e.formula,
+  out += fmt::format("ZeRO formula ({}): {} = {:.2f} bytes/param at N = {}", e.dtype, e.formula,
                      e.formula_bytes_per_param, e.dp);
   if (e.stage == 3)
     out += fmt::format(", plus the live window: {} elements gathered at the peak ({:.2f} bytes/param)",
                        group_thousands(e.live_window_elements),
-                       per_param(kFloatBytes * e.live_window_elements, e.params));
+                       per_param((e.dtype == "fp32" ? kFloatBytes : 2) * e.live_window_elements, e.params));
   out += "\n";
   return out;
 }
@@ -325,6 +331,7 @@ std::string estimate_json(const ModelStateEstimate& e) {
       {"communication_bytes", e.bytes[MemoryKind::communication]},
       {"model_state_bytes", e.bytes.model_state()},
       {"formula", e.formula},
+      {"dtype", e.dtype},
       {"formula_bytes_per_param", e.formula_bytes_per_param},
   };
   if (e.stage == 3) j["live_window_elements"] = e.live_window_elements;

@@ -42,10 +42,14 @@ struct ModelStateEstimate {
   /// The tier every kind lives in: "host" for the CPU backend (GPU tiers come with the
   /// CUDA backend).
   std::string tier = "host";
-  /// The ZeRO paper's model-state bytes per parameter for this stage and dp, fp32
-  /// everywhere: 4 (parameters) + 4 (gradients) + 4 × optimizer states, the partitioned
-  /// kinds divided by dp. Adam: 16; 8 + 8/N; 4 + 12/N; 16/N. Stage 3 leaves out the
-  /// live window of gathered parameters (below).
+  /// [precision] dtype: "fp32", or "bf16"/"fp16" (2-byte parameters and gradients, an fp32
+  /// master copy with the optimizer state).
+  std::string dtype = "fp32";
+  /// The ZeRO paper's model-state bytes per parameter for this stage and dp: fp32
+  /// everywhere 4 (parameters) + 4 (gradients) + 4 × optimizer states (Adam: 16; 8 + 8/N;
+  /// 4 + 12/N; 16/N); mixed precision 2 + 2 + K with K = 4 × (states + 1) (Adam: 16;
+  /// 4 + 12/N; 2 + 14/N; 16/N); the partitioned kinds divided by dp. Stage 3 leaves out
+  /// the live window of gathered parameters (below).
   double formula_bytes_per_param = 0;
   /// The formula as text, e.g. "4 + 12/N".
   std::string formula;

@@ -120,6 +120,9 @@ int train_rank(const JobConfig& job, const JobOutputs& outputs, std::string& pha
     m.communication_bytes = r->stats.communication_bytes;
     m.bubble = r->stats.bubble;
     m.lr = r->stats.lr;
+    m.sent_bytes = r->sent_bytes;
+    m.loss_scale = r->stats.loss_scale;
+    m.skipped = r->stats.skipped;
     m.activation_bytes = r->stats.activation_bytes;
     auto written = report->step(m);
     if (!written) return fail(written.error().message);

@@ -45,6 +45,9 @@ Status MetricsWriter::write(const StepMetrics& metrics) {
       {"activation_bytes", metrics.activation_bytes},
       {"bubble", metrics.bubble},
       {"lr", metrics.lr},
+      {"sent_bytes", metrics.sent_bytes},
+      {"loss_scale", metrics.loss_scale},
+      {"skipped", metrics.skipped},
   };
   file_ << line.dump() << '\n';
   file_.flush();
@@ -76,8 +79,12 @@ std::string format_duration(double seconds) {
 std::string format_progress(const StepMetrics& metrics, double elapsed_s) {
   const int64_t remaining = metrics.steps_total - metrics.step;
   const double eta_s = metrics.step > 0 ? elapsed_s / static_cast<double>(metrics.step) * remaining : 0.0;
-  return fmt::format("step {}/{}  loss {:.4f}  {} tok/s  ETA {}", metrics.step, metrics.steps_total,
-                     metrics.loss, group_thousands(round_rate(metrics.tokens_per_s)), format_duration(eta_s));
+  std::string line =
+      fmt::format("step {}/{}  loss {:.4f}  {} tok/s  ETA {}", metrics.step, metrics.steps_total,
+                  metrics.loss, group_thousands(round_rate(metrics.tokens_per_s)), format_duration(eta_s));
+  if (metrics.skipped)
+    line += fmt::format("  skipped: gradients overflowed at loss scale {:g}", metrics.loss_scale);
+  return line;
 }
 
 std::string format_summary(const std::vector<StepMetrics>& steps, double wall_s,

@@ -36,13 +36,19 @@ struct StepMetrics {
   int64_t activation_bytes = 0;  ///< this rank's peak of activations held (MemoryKind::activations)
   double bubble = 0;             ///< the pipeline's idle fraction of the step (StepStats::bubble)
   double lr = 0;                 ///< the learning rate of the step's update ([scheduler])
+  /// Payload bytes rank 0 sent to its peers during the step (gradients, gathers, activations).
+  int64_t sent_bytes = 0;
+  double loss_scale = 0;  ///< the loss scale the step ran with (0: no loss scaling)
+  bool skipped = false;   ///< the gradients overflowed: no update on any rank (grad_norm null)
 };
 
 /// Appends one JSON object per step to a file, flushed after each line, with every
 /// StepMetrics field under its own name:
 /// {"step":..,"steps_total":..,"loss":..,"tokens_per_s":..,"step_ms":..,"tokens":..,
 ///  "grad_norm":..,"params":..,"model_state_bytes":..,"parameter_bytes":..,
-///  "gradient_bytes":..,"optimizer_state_bytes":..,"communication_bytes":..,"activation_bytes":..,"bubble":..}
+///  "gradient_bytes":..,"optimizer_state_bytes":..,"communication_bytes":..,"activation_bytes":..,"bubble":..,
+///  "lr":..,"sent_bytes":..,"loss_scale":..,"skipped":..}; a grad_norm that is not finite
+///  (a skipped step's) is null.
 class MetricsWriter {
  public:
   /// Creates (truncates) `path`; fails with a sentence naming the path.

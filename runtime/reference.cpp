@@ -4,6 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <limits>
+#include <optional>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -16,6 +19,7 @@
 #include "runtime/data/corpus.hpp"
 #include "runtime/model/gpt.hpp"
 #include "runtime/model/optimizer.hpp"
+#include "runtime/overflow_injection.hpp"
 
 namespace troupe {
 namespace {
@@ -40,7 +44,7 @@ int compute_threads(int64_t configured) {
 // Forward and backward over the global batch of `step`, accumulating gradients; returns
 // the global-batch mean loss (the sum of the per-micro-batch losses / micro-batch count).
 double accumulate_step(torch::nn::Sequential& model, const TextCorpus& corpus, const JobConfig& job,
-                       int64_t step) {
+                       int64_t step, double loss_scale) {
   const int64_t global = job.batch.global_batch_size;
   const int64_t micro = job.batch.micro_batch_size;
   const int64_t micro_batches = global / micro;
@@ -50,7 +54,10 @@ double accumulate_step(torch::nn::Sequential& model, const TextCorpus& corpus, c
     const TokenBatch batch =
         sample_sequences(corpus, job.model.seq_len, seed, step * global + k * micro, micro);
     auto loss = lm_loss(model->forward(batch.input), batch.target) / static_cast<double>(micro_batches);
-    loss.backward();
+    if (loss_scale == 1.0)
+      loss.backward();
+    else  // as troupe's last stage: d(scale · loss) = scale
+      loss.backward(torch::full_like(loss, loss_scale));
     loss_sum += loss.item<double>();
   }
   return loss_sum;
@@ -68,15 +75,54 @@ double gradient_norm(const std::vector<torch::Tensor>& parameters) {
 
 // DeepSpeed's clipping: with factor = (norm + 1e-6) / max_norm, gradients are divided by
 // the factor when it is above 1 and left untouched otherwise.
-void clip_gradients(const std::vector<torch::Tensor>& parameters, double norm, double max_norm) {
+double clip_factor(double norm, double max_norm) {
+  if (max_norm <= 0) return 1.0;
   const double factor = std::max(1.0, (norm + 1e-6) / max_norm);
-  if (factor <= 1.0) return;
+  return factor > 1.0 ? 1.0 / factor : 1.0;
+}
+
+void scale_gradients(const std::vector<torch::Tensor>& parameters, double scale) {
+  if (scale == 1.0) return;
   torch::NoGradGuard no_grad;
   for (const auto& parameter : parameters) {
     torch::Tensor grad = parameter.grad();
-    if (grad.defined()) grad.mul_(1.0 / factor);
+    if (grad.defined()) grad.mul_(scale);
   }
 }
+
+// Mixed precision as troupe runs it: the model computes in 16 bits, the optimizer steps
+// fp32 master copies with the widened (and clipped) gradients, and the model gets the
+// masters rounded back. Empty when the job trains fp32.
+struct Masters {
+  std::vector<torch::Tensor> values;  // by parameter, fp32
+
+  static Masters of(const std::vector<torch::Tensor>& parameters, const std::string& dtype) {
+    Masters m;
+    if (dtype == "fp32") return m;
+    const auto low = dtype == "bf16" ? torch::kBFloat16 : torch::kFloat16;
+    torch::NoGradGuard no_grad;
+    for (const auto& p : parameters) {
+      m.values.push_back(p.detach().clone());
+      p.set_data(p.detach().to(low));
+    }
+    return m;
+  }
+  bool active() const { return !values.empty(); }
+  // The widened gradients become the masters' (scaled by `scale`, as troupe's kernel does).
+  void take_gradients(const std::vector<torch::Tensor>& parameters, double scale) {
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      const torch::Tensor& g = parameters[i].grad();
+      values[i].mutable_grad() =
+          g.defined()
+              ? (scale == 1.0 ? g.to(torch::kFloat32) : g.to(torch::kFloat32) * static_cast<float>(scale))
+              : torch::Tensor();
+    }
+  }
+  void copy_to(const std::vector<torch::Tensor>& parameters) const {
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < values.size(); ++i) parameters[i].copy_(values[i]);
+  }
+};
 
 int64_t defined_bytes(const torch::Tensor& tensor) {
   return tensor.defined() ? static_cast<int64_t>(tensor.nbytes()) : 0;
@@ -112,7 +158,8 @@ Result<std::vector<StepMetrics>> train(const JobConfig& job,
   torch::nn::Sequential model = make_gpt(job.model);
   // Each tensor once: the optimizer would step a tied weight twice if listed twice.
   const std::vector<torch::Tensor> parameters = unique_parameters(*model);
-  auto optimizer = make_optimizer(job.optimizer, parameters);
+  Masters masters = Masters::of(parameters, job.precision.dtype);
+  auto optimizer = make_optimizer(job.optimizer, masters.active() ? masters.values : parameters);
   auto schedule = make_lr_schedule(job);  // the same schedule, stepped after every update
   if (!schedule) return schedule.error();
   // Gradients set to none between steps (PyTorch 2's zero_grad): a parameter without a
@@ -121,18 +168,46 @@ Result<std::vector<StepMetrics>> train(const JobConfig& job,
     for (auto p : parameters) p.mutable_grad().reset();
   };
   const int64_t params = count_parameters(*model);
+  std::optional<LossScaler> scaler;
+  if (job.precision.scales_loss()) {
+    auto made = LossScaler::make(loss_scale_options(job));
+    if (!made) return made.error();
+    scaler = std::move(*made);
+  }
+  const std::set<int64_t> injected = injected_overflow_steps(std::nullopt);
 
   std::vector<StepMetrics> history;
+  int64_t updates = 0;  // where the schedule is: skipped steps do not step it
   const int64_t tokens = job.batch.global_batch_size * job.model.seq_len;
   for (int64_t step = 0; step < job.train.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
-    const double loss = accumulate_step(model, *corpus, job, step);
-    const double grad_norm = gradient_norm(parameters);
-    if (job.optimizer.gradient_clipping > 0)
-      clip_gradients(parameters, grad_norm, job.optimizer.gradient_clipping);
-    const UpdateHyper hyper = schedule->for_update(step);
-    set_hyper(*optimizer, hyper);
-    optimizer->step();
+    const double loss_scale = scaler ? scaler->scale() : 1.0;
+    const double loss =
+        accumulate_step(model, *corpus, job, step,
+                        injected.count(step + 1) ? std::numeric_limits<double>::infinity() : loss_scale);
+    double grad_norm = gradient_norm(parameters);
+    // Loss scaling as troupe (and DeepSpeed) do it: a norm that is not finite skips the
+    // update, the schedule and the Adam step count; otherwise the gradients are unscaled
+    // and clipped by one factor.
+    bool skipped = false;
+    if (scaler) {
+      skipped = !std::isfinite(grad_norm);
+      if (Status updated = scaler->update(skipped); !updated)
+        return make_error(fmt::format("step {}: {}", step + 1, updated.error().message));
+      if (!skipped) grad_norm /= loss_scale;
+    }
+    const UpdateHyper hyper = schedule->for_update(updates);
+    if (!skipped) {
+      const double scale = clip_factor(grad_norm, job.optimizer.gradient_clipping) * (1.0 / loss_scale);
+      if (masters.active())
+        masters.take_gradients(parameters, scale);
+      else
+        scale_gradients(parameters, scale);
+      set_hyper(*optimizer, hyper);
+      optimizer->step();
+      if (masters.active()) masters.copy_to(parameters);
+      ++updates;
+    }
     clear_gradients();
     const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
 
@@ -145,11 +220,15 @@ Result<std::vector<StepMetrics>> train(const JobConfig& job,
     metrics.tokens_per_s = elapsed.count() > 0 ? static_cast<double>(tokens) / elapsed.count() : 0;
     metrics.grad_norm = grad_norm;
     metrics.lr = hyper.lr.value_or(job.optimizer.lr);
+    metrics.loss_scale = scaler ? loss_scale : 0.0;
+    metrics.skipped = skipped;
     metrics.params = params;
-    // One process holds everything: fp32 parameters and gradients, the whole optimizer state.
-    metrics.parameter_bytes = 4 * params;
-    metrics.gradient_bytes = 4 * params;
-    metrics.optimizer_state_bytes = optimizer_state_bytes(*optimizer);
+    // One process holds everything: the parameters and gradients in the dtype, the whole
+    // optimizer state (with mixed precision, the fp32 masters too, as ZeRO counts them).
+    const int64_t item = masters.active() ? 2 : 4;
+    metrics.parameter_bytes = item * params;
+    metrics.gradient_bytes = item * params;
+    metrics.optimizer_state_bytes = optimizer_state_bytes(*optimizer) + (masters.active() ? 4 * params : 0);
     metrics.communication_bytes = 0;
     metrics.model_state_bytes =
         metrics.parameter_bytes + metrics.gradient_bytes + metrics.optimizer_state_bytes;

@@ -182,6 +182,7 @@ void Transport::Impl::track(Transfer* t, ucs_status_ptr_t request) {
 void Transport::Impl::post_send(int64_t peer, const void* data, std::size_t bytes, uint64_t tag, uint64_t op,
                                 uint64_t chunk) {
   peer = world_rank_of(op, peer);
+  bytes_sent_->fetch_add(bytes, std::memory_order_relaxed);
   auto* t = new Transfer{this, op, chunk, peer, false, tag, bytes};
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;

@@ -33,6 +33,9 @@ int64_t Transport::rank() const {
 int64_t Transport::world_size() const {
   return impl_->options().world_size;
 }
+std::shared_ptr<const std::atomic<uint64_t>> Transport::bytes_sent() const {
+  return impl_->bytes_sent();
+}
 
 void Transport::all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Completion done,
                            CommunicatorId comm) {

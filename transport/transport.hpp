@@ -11,6 +11,8 @@
 // error, within collective_timeout_s; a lost or aborting peer fails them all.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -43,6 +45,10 @@ class Transport {
 
   int64_t rank() const;
   int64_t world_size() const;
+  /// Payload bytes this rank has posted to peers so far (collectives and point to point;
+  /// not the control frames): what a step moves is the difference across it. Shared so it
+  /// may be read after the transport is gone.
+  std::shared_ptr<const std::atomic<uint64_t>> bytes_sent() const;
 
   /// In-place all-reduce of `count` elements; `data` must stay valid until `done`.
   void all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Completion done,

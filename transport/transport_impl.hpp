@@ -143,6 +143,7 @@ class Transport::Impl final : public TransferIo {
                  uint64_t chunk) override;
 
   const TransportOptions& options() const { return options_; }
+  std::shared_ptr<const std::atomic<uint64_t>> bytes_sent() const { return bytes_sent_; }
 
  private:
   struct Transfer {
@@ -234,6 +235,8 @@ class Transport::Impl final : public TransferIo {
   std::mutex mutex_;  // guards commands_ and stopping_
   std::vector<std::function<void()>> commands_;
   std::atomic<bool> commands_waiting_{false};  // ends the progress thread's polling early
+  // Payload bytes posted by post_send (Transport::bytes_sent): any thread reads it.
+  std::shared_ptr<std::atomic<uint64_t>> bytes_sent_ = std::make_shared<std::atomic<uint64_t>>(0);
   bool stopping_ = false;
   std::thread thread_;
 

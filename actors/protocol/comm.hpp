@@ -34,6 +34,12 @@ inline BufferSpan float_span(std::shared_ptr<HostBuffer> owner, std::size_t offs
   return BufferSpan{std::move(owner), offset * sizeof(float), count, DataType::f32};
 }
 
+/// `count` values of `type` starting `offset` values into `owner`.
+inline BufferSpan typed_span(std::shared_ptr<HostBuffer> owner, std::size_t offset, std::size_t count,
+                             DataType type) {
+  return BufferSpan{std::move(owner), offset * element_bytes(type), count, type};
+}
+
 /// Reduce `buffer` in place across the members of `comm`; answered with collective_done.
 struct all_reduce_request {
   uint64_t tag = 0;

@@ -20,6 +20,9 @@ struct optimizer_pass {
   int64_t step = 0;
   ParameterUse used;  ///< the parameters to update (null: all)
   UpdateHyper hyper;  ///< the rate and betas of this update (a learning-rate schedule's)
+  /// 16-bit gradients are multiplied by it as they are widened (clipping; unscaling the
+  /// loss scale), so they are rounded once; fp32 gradients arrive scaled already.
+  double gradient_scale = 1;
   caf::actor reply_to;
 };
 struct optimizer_pass_done {

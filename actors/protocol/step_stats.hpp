@@ -22,12 +22,16 @@ struct StepStats {
   /// idles only outside forward and backward.
   double bubble = 0;
   double lr = 0;  ///< the learning rate the step's update ran at
+  /// Loss scaling: the scale the step's backward ran with (0: none), and whether the step
+  /// overflowed and was skipped on every rank (no update; grad_norm is then not finite).
+  double loss_scale = 0;
+  bool skipped = false;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepStats& x) {
   return f(caf::meta::type_name("StepStats"), x.grad_norm, x.model_state_bytes, x.parameter_bytes,
            x.gradient_bytes, x.optimizer_state_bytes, x.communication_bytes, x.activation_bytes, x.bubble,
-           x.lr);
+           x.lr, x.loss_scale, x.skipped);
 }
 
 }  // namespace troupe

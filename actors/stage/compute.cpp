@@ -37,19 +37,20 @@ torch::Device device_of(const StageState& s) {
   return s.options.device ? s.options.device->device : torch::Device(torch::kCPU);
 }
 
-// A float32 tensor's bytes in a buffer of their own (what travels to a neighbour).
-std::shared_ptr<HostBuffer> bytes_of(const torch::Tensor& t) {
-  torch::Tensor host = t.detach().to(torch::kCPU).contiguous();
-  auto buffer = std::make_shared<HostBuffer>(static_cast<std::size_t>(host.numel()) * sizeof(float));
-  std::memcpy(buffer->data(), host.data_ptr<float>(), buffer->bytes());
+// A tensor's values in a buffer of their own, as the stage's dtype (what travels to a
+// neighbour: activations and their gradients move in the precision the model computes in).
+std::shared_ptr<HostBuffer> bytes_of(const torch::Tensor& t, DataType type) {
+  torch::Tensor host = t.detach().to(torch::kCPU).to(scalar_type_of(type)).contiguous();
+  auto buffer = std::make_shared<HostBuffer>(static_cast<std::size_t>(host.numel()) * element_bytes(type));
+  std::memcpy(buffer->data(), host.data_ptr(), buffer->bytes());
   return buffer;
 }
 
 // A received buffer as a tensor on the stage's device (the buffer outlives the view).
 torch::Tensor tensor_of(const std::shared_ptr<HostBuffer>& buffer, const std::vector<int64_t>& shape,
-                        torch::Device device) {
+                        torch::Device device, DataType type) {
   torch::Tensor view = torch::from_blob(
-      buffer->data(), shape, [keep = buffer](void*) {}, torch::kFloat32);
+      buffer->data(), shape, [keep = buffer](void*) {}, scalar_type_of(type));
   return device.is_cpu() ? view : view.to(device);
 }
 
@@ -109,8 +110,9 @@ void run_forward(StageState& s, ComputeSide& c, const ForwardWork& w, caf::actor
   if (s.sequence_check) s.sequence_check->agree(w.step, w.micro, saved.sequence);
   if (s.fetcher) s.fetcher->begin_pass(split_passes(s) ? forward_only : whole_micro_batch);
   torch::Device device = device_of(s);
-  saved.input = s.first_stage() ? w.batch->input.to(device)
-                                : tensor_of(w.input, w.input_shape, device).requires_grad_(true);
+  saved.input = s.first_stage()
+                    ? w.batch->input.to(device)
+                    : tensor_of(w.input, w.input_shape, device, s.options.dtype).requires_grad_(true);
   if (s.last_stage()) saved.target = w.batch->target.to(device);
   torch::Tensor x;
   {
@@ -126,13 +128,14 @@ void run_forward(StageState& s, ComputeSide& c, const ForwardWork& w, caf::actor
     c.loss_sum += loss.item<double>();
     if (!checkpointing) saved.output = loss;
   } else {
-    if (x.scalar_type() != torch::kFloat32)
+    if (x.scalar_type() != scalar_type_of(s.options.dtype))
       throw std::runtime_error(
-          fmt::format("stage {} passes {} activations to the next stage; the pipeline "
-                      "moves float32 activations",
-                      s.options.place.stage, c10::toString(x.scalar_type())));
+          fmt::format("stage {} passes {} activations to the next stage; the pipeline moves the model's "
+                      "dtype, {}",
+                      s.options.place.stage, c10::toString(x.scalar_type()),
+                      c10::toString(scalar_type_of(s.options.dtype))));
     if (!checkpointing) saved.output = x;
-    done.output = bytes_of(x);
+    done.output = bytes_of(x, s.options.dtype);
     done.shape = x.sizes().vec();
   }
   saved.held = MemoryCharge(s.options.ledger, MemoryKind::activations,
@@ -216,10 +219,13 @@ void run_backward(StageState& s, ComputeSide& c, const BackwardWork& w, caf::act
     Tracer::Scope span(s.options.tracer, "stream compute", "autograd backward");
     std::optional<DeferredWeights::Scope> defer;
     if (deferred) defer.emplace(deferred->work);
-    if (s.last_stage())
+    if (s.last_stage() && w.loss_scale == 1.0)
       saved.output.backward();
+    else if (s.last_stage())  // loss scaling: d(scale · loss) = scale
+      saved.output.backward(torch::full_like(saved.output, w.loss_scale));
     else
-      saved.output.backward(tensor_of(w.output_gradient, w.output_shape, saved.output.device()));
+      saved.output.backward(
+          tensor_of(w.output_gradient, w.output_shape, saved.output.device(), s.options.dtype));
   }
   if (split)
     s.rows->end_split_pass();
@@ -227,7 +233,7 @@ void run_backward(StageState& s, ComputeSide& c, const BackwardWork& w, caf::act
     s.rows->flush();
   if (s.fetcher) s.fetcher->end_pass();
   backward_computed done{w.op, w.step, w.micro, nullptr};
-  if (!s.first_stage()) done.input_gradient = bytes_of(saved.input.grad());
+  if (!s.first_stage()) done.input_gradient = bytes_of(saved.input.grad(), s.options.dtype);
   if (deferred) deferred->held = std::move(saved.held);  // the weight half still needs them
   saved = Saved{};  // the micro-batch's activations go now, not when the message is read
   if (finishes) ++c.finished;

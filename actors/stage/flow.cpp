@@ -9,6 +9,8 @@
 // (the gradient coming back has the shape of the activation that went). Each transfer is
 // keyed by what it carries, the stage receiving it, the micro-batch and the step, so a
 // table may order a stage's receives differently from its neighbour's sends.
+#include <limits>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -44,20 +46,21 @@ uint64_t transfer_key(Carries what, int64_t step, int64_t receiving_stage, int64
          (static_cast<uint64_t>(receiving_stage) & 0x3ff) << 20 | (static_cast<uint64_t>(micro) & 0xfffff);
 }
 
+// Values of `type` (headers: int64 fields, moved as fp32 pairs).
 void send_bytes(StageActor* self, Tag kind, int64_t index, std::shared_ptr<HostBuffer> buffer, int64_t peer,
-                uint64_t key) {
-  std::size_t count = buffer->bytes() / sizeof(float);
+                uint64_t key, DataType type = DataType::f32) {
+  std::size_t count = buffer->bytes() / element_bytes(type);
   self->send(self->state.options.comm_agent,
-             send_request{tag(kind, static_cast<uint64_t>(index)), float_span(std::move(buffer), 0, count),
-                          peer, me(self), key});
+             send_request{tag(kind, static_cast<uint64_t>(index)),
+                          typed_span(std::move(buffer), 0, count, type), peer, me(self), key});
 }
 
 void receive_bytes(StageActor* self, Tag kind, int64_t index, std::shared_ptr<HostBuffer> buffer,
-                   int64_t peer, uint64_t key) {
-  std::size_t count = buffer->bytes() / sizeof(float);
+                   int64_t peer, uint64_t key, DataType type = DataType::f32) {
+  std::size_t count = buffer->bytes() / element_bytes(type);
   self->send(self->state.options.comm_agent,
-             recv_request{tag(kind, static_cast<uint64_t>(index)), float_span(std::move(buffer), 0, count),
-                          peer, me(self), key});
+             recv_request{tag(kind, static_cast<uint64_t>(index)),
+                          typed_span(std::move(buffer), 0, count, type), peer, me(self), key});
 }
 
 std::shared_ptr<HostBuffer> header_of(const std::vector<int64_t>& shape) {
@@ -126,7 +129,10 @@ bool start_backward(StageActor* self, const stage_action& a) {
   const int64_t m = a.action.micro;
   const bool weights = a.action.op == Op::backward_weight;
   if (!weights && !s.last_stage() && !f.output_grads_arrived.count(m)) return false;
-  BackwardWork w{a.action.op, a.step, m, a.micro_count, nullptr, f.output_shape};
+  BackwardWork w{a.action.op, a.step, m, a.micro_count, nullptr, f.output_shape, 1.0};
+  if (s.scaler) w.loss_scale = s.scaler->scale();
+  if (s.options.inject_overflow_steps.count(a.step + 1))
+    w.loss_scale = std::numeric_limits<double>::infinity();
   if (!weights && !s.last_stage()) w.output_gradient = f.output_grads[m];
   f.output_grads.erase(m);
   f.output_grads_arrived.erase(m);
@@ -186,13 +192,14 @@ bool start_receive(StageActor* self, const stage_action& a) {
   }
   if (!activation && f.output_shape.empty()) return false;  // known once the first forward has run
   const auto& shape = activation ? f.input_shape : f.output_shape;
-  auto buffer = std::make_shared<HostBuffer>(element_count(shape) * sizeof(float));
+  auto buffer = std::make_shared<HostBuffer>(element_count(shape) * element_bytes(s.options.dtype));
   (activation ? f.inputs : f.output_grads)[m] = buffer;
   start(self, a);
   const int64_t stage = s.options.place.stage;
   receive_bytes(self, Tag::received, a.index, std::move(buffer),
                 activation ? s.options.place.previous : s.options.place.next,
-                transfer_key(activation ? Carries::activation : Carries::gradient, a.step, stage, m));
+                transfer_key(activation ? Carries::activation : Carries::gradient, a.step, stage, m),
+                s.options.dtype);
   return true;
 }
 
@@ -221,7 +228,7 @@ bool start_send(StageActor* self, const stage_action& a) {
                transfer_key(Carries::header, a.step, receiver, 0));
   }
   start(self, a);
-  send_bytes(self, Tag::sent, a.index, found->second, peer, key);
+  send_bytes(self, Tag::sent, a.index, found->second, peer, key, s.options.dtype);
   pending.erase(found);
   return true;
 }

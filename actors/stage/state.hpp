@@ -82,6 +82,8 @@ struct StepProgress {
   bool norm_known = false;         // the global norm is known: the optimizer may step
   double grad_norm = 0;
   double lr = 0;  // the rate this step's update ran at
+  double loss_scale = 0;  // the scale this step's backward ran with (0: no scaler)
+  bool skipped = false;   // the gradients overflowed: no update
   std::size_t gathers_left = 0;
 };
 
@@ -174,6 +176,7 @@ struct StageState {
   bool failed = false;
   std::string failure;  // why, once failed
   int64_t updates_applied = 0;  // optimizer updates so far: where the learning-rate schedule is
+  std::optional<LossScaler> scaler;  // with StageOptions::loss_scale
   std::shared_ptr<std::atomic<bool>> stopped =
       std::make_shared<std::atomic<bool>>(false);  // compute reads it
   static inline const char* name = "stage";
@@ -235,6 +238,7 @@ struct BackwardWork {
   int64_t step = 0, micro = 0, micro_count = 1;
   std::shared_ptr<HostBuffer> output_gradient;  // not on the last stage
   std::vector<int64_t> output_shape;
+  double loss_scale = 1;  // the last stage backpropagates loss × this
 };
 /// A whole backward, an input half or a weight half (split_backward).
 void run_backward(StageState& s, ComputeSide& c, const BackwardWork& w, caf::actor self);

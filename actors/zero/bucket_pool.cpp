@@ -17,23 +17,24 @@ std::chrono::steady_clock::time_point deadline_after(double seconds) {
 }  // namespace
 
 BucketPool::BucketPool(bool overlap, std::size_t slot_elements, std::shared_ptr<MemoryLedger> ledger,
-                       double timeout_s, Tracer* tracer)
+                       double timeout_s, Tracer* tracer, std::size_t element_bytes)
     : overlap_(overlap),
       shared_slots_(overlap ? 2 : 1),
       slot_elements_(slot_elements),
+      element_bytes_(element_bytes),
       ledger_(std::move(ledger)),
       timeout_s_(timeout_s),
       tracer_(tracer) {
   for (std::size_t i = 0; i < shared_slots_; ++i)
     slots_.push_back(
-        Slot{std::make_shared<HostBuffer>(slot_elements * sizeof(float), ledger_, MemoryKind::communication),
+        Slot{std::make_shared<HostBuffer>(slot_elements * element_bytes_, ledger_, MemoryKind::communication),
              State::free, std::nullopt});
 }
 
 std::size_t BucketPool::add_dedicated(std::size_t row, std::size_t elements) {
   std::lock_guard lock(mutex_);
   slots_.push_back(
-      Slot{std::make_shared<HostBuffer>(elements * sizeof(float), ledger_, MemoryKind::communication),
+      Slot{std::make_shared<HostBuffer>(elements * element_bytes_, ledger_, MemoryKind::communication),
            State::free, row});
   return slots_.size() - 1;
 }
@@ -67,7 +68,7 @@ std::size_t BucketPool::acquire(std::size_t row, std::size_t elements) {
     for (const Slot& s : slots_) dedicated |= s.dedicated_row == row;
     if (!dedicated && can_grow()) {
       slots_.push_back(Slot{
-          std::make_shared<HostBuffer>(slot_elements_ * sizeof(float), ledger_, MemoryKind::communication),
+          std::make_shared<HostBuffer>(slot_elements_ * element_bytes_, ledger_, MemoryKind::communication),
           State::free, std::nullopt});
       continue;
     }
@@ -77,7 +78,7 @@ std::size_t BucketPool::acquire(std::size_t row, std::size_t elements) {
   if (!error_.empty()) throw std::runtime_error(error_);
   Slot& s = slots_[*slot];
   s.state = State::filling;
-  std::memset(s.buffer->data(), 0, elements * sizeof(float));
+  std::memset(s.buffer->data(), 0, elements * element_bytes_);
   return *slot;
 }
 

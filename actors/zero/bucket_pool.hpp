@@ -29,8 +29,9 @@ namespace troupe {
 class BucketPool {
  public:
   /// Waits show on the trace's "compute wait" track.
+  /// Slots hold `slot_elements` values of `element_bytes` each (the gradients' type).
   BucketPool(bool overlap, std::size_t slot_elements, std::shared_ptr<MemoryLedger> ledger, double timeout_s,
-             Tracer* tracer = nullptr);
+             Tracer* tracer = nullptr, std::size_t element_bytes = sizeof(float));
   /// A slot of `elements` only `row` uses; returns its index.
   std::size_t add_dedicated(std::size_t row, std::size_t elements);
 
@@ -68,6 +69,7 @@ class BucketPool {
   bool overlap_;
   std::size_t shared_slots_;
   std::size_t slot_elements_;
+  std::size_t element_bytes_;
   std::shared_ptr<MemoryLedger> ledger_;
   double timeout_s_;
   Tracer* tracer_;

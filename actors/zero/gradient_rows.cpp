@@ -111,8 +111,9 @@ void GradientRows::take_gradient(std::size_t position, Row& row, std::size_t k) 
   torch::Tensor& p = store_->parameter_at(position);
   if (!p.grad().defined()) return;  // nothing accumulated: the bucket keeps zeros
   torch::Tensor grad = p.grad().contiguous();
-  std::memcpy(pool_->buffer(row.slot)->as<float>() + (layout.offset(position) - layout.row(k).begin),
-              grad.data_ptr<float>(), static_cast<std::size_t>(grad.numel()) * sizeof(float));
+  const std::size_t item = store_->element_size();
+  std::memcpy(pool_->buffer(row.slot)->data() + (layout.offset(position) - layout.row(k).begin) * item,
+              grad.data_ptr(), static_cast<std::size_t>(grad.numel()) * item);
   p.mutable_grad().reset();
 }
 
@@ -127,7 +128,7 @@ void GradientRows::post(std::size_t k, Row& row) {
   const FlatLayout& layout = store_->layout();
   std::size_t elements = layout.row_elements(k);
   if (store_->stage() < 2) {  // on a GPU: no host buffer, the range of device_gradients()
-    post_(k, 0, float_span(store_->flat_gradients(), layout.row(k).begin, elements));
+    post_(k, 0, typed_span(store_->flat_gradients(), layout.row(k).begin, elements, store_->dtype()));
     return;
   }
   if (!row.has_slot) {  // no gradient reached this row: reduce zeros
@@ -135,7 +136,7 @@ void GradientRows::post(std::size_t k, Row& row) {
     row.has_slot = true;
   }
   pool_->reducing(row.slot);
-  post_(k, row.slot, float_span(pool_->buffer(row.slot), 0, elements));
+  post_(k, row.slot, typed_span(pool_->buffer(row.slot), 0, elements, store_->dtype()));
   pool_->posted(row.slot);
 }
 

@@ -43,13 +43,14 @@ void ParameterFetcher::issue(std::size_t row) {
     std::lock_guard lock(arrivals_->mutex);
     arrivals_->arrived[row] = false;
   }
-  BufferSpan whole = float_span(pending_[row], 0, layout.row_elements(row));
+  const DataType type = store_->dtype();
+  BufferSpan whole = typed_span(pending_[row], 0, layout.row_elements(row), type);
   if (store_->swapped(row))
     return read_then_gather(
-        row, float_span(pending_[row], r.block * static_cast<std::size_t>(store_->rank()), r.block),
+        row, typed_span(pending_[row], r.block * static_cast<std::size_t>(store_->rank()), r.block, type),
         std::move(whole));
   queue_->issue([gather = gather_, row,
-                 in = float_span(store_->partition_parameters(), r.partition_offset, r.block),
+                 in = typed_span(store_->partition_parameters(), r.partition_offset, r.block, type),
                  out = std::move(whole)]() mutable { gather(row, std::move(in), std::move(out)); });
 }
 

@@ -11,43 +11,61 @@
 namespace troupe {
 namespace {
 
-constexpr int64_t kFloatBytes = sizeof(float);
-
-std::shared_ptr<HostBuffer> charged(std::size_t elements, const std::shared_ptr<MemoryLedger>& ledger,
-                                    MemoryKind kind) {
-  return std::make_shared<HostBuffer>(elements * sizeof(float), ledger, kind);
+std::shared_ptr<HostBuffer> charged(std::size_t elements, DataType type,
+                                    const std::shared_ptr<MemoryLedger>& ledger, MemoryKind kind) {
+  return std::make_shared<HostBuffer>(elements * element_bytes(type), ledger, kind);
 }
 
-void copy_into(const std::shared_ptr<HostBuffer>& buffer, std::size_t offset, const torch::Tensor& p) {
-  auto values = p.detach().contiguous();
-  std::memcpy(buffer->as<float>() + offset, values.data_ptr<float>(), values.numel() * sizeof(float));
+// p's values into `buffer` from `offset` (in values of `type`), converted to `type`.
+void copy_into(const std::shared_ptr<HostBuffer>& buffer, std::size_t offset, const torch::Tensor& p,
+               DataType type) {
+  view_of(buffer, offset, {p.numel()}, type).copy_(p.detach().reshape({-1}));
 }
 
 }  // namespace
 
-torch::Tensor view_of(const std::shared_ptr<HostBuffer>& buffer, std::size_t offset, at::IntArrayRef sizes) {
+torch::ScalarType scalar_type_of(DataType type) {
+  switch (type) {
+    case DataType::bf16:
+      return torch::kBFloat16;
+    case DataType::f16:
+      return torch::kFloat16;
+    default:
+      return torch::kFloat32;
+  }
+}
+
+torch::Tensor view_of(const std::shared_ptr<HostBuffer>& buffer, std::size_t offset, at::IntArrayRef sizes,
+                      DataType type) {
   return torch::from_blob(
-      buffer->as<float>() + offset, sizes, [keep = buffer](void*) {}, torch::kFloat32);
+      buffer->data() + offset * element_bytes(type), sizes, [keep = buffer](void*) {}, scalar_type_of(type));
 }
 
 ParameterStore::ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> parameters, int64_t rank,
                                std::shared_ptr<MemoryLedger> ledger, std::shared_ptr<ParameterSwap> swap,
-                               bool device_resident)
+                               bool device_resident, DataType dtype)
     : plan_(std::move(plan)),
       parameters_(std::move(parameters)),
       rank_(rank),
       ledger_(std::move(ledger)),
       swap_(std::move(swap)),
-      device_resident_(device_resident) {
+      device_resident_(device_resident),
+      dtype_(dtype) {
   TROUPE_CHECK(!swap_ || plan_.stage == 3, "only stage 3 swaps parameters");
   TROUPE_CHECK(plan_.parameter_of.size() == parameters_.size(), "the plan covers every parameter once");
   for (const auto& p : parameters_) {
-    TROUPE_CHECK(p.scalar_type() == torch::kFloat32, "ZeRO partitions fp32 parameters");
+    TROUPE_CHECK(p.scalar_type() == torch::kFloat32, "the store takes the model's fp32 parameters");
     TROUPE_CHECK(p.device() == parameters_.front().device(), "every parameter is on one device");
   }
   TROUPE_CHECK(!on_device() || plan_.stage == 0, "only stage 0 keeps its parameters on a GPU");
   TROUPE_CHECK(on_device() || parameters_.empty() || parameters_.front().device().is_cpu(),
                "parameters on a GPU need a device-resident store");
+  TROUPE_CHECK(dtype_ == DataType::f32 || (!on_device() && !swap_),
+               "16-bit parameters are kept on the host, in memory");
+  if (dtype_ != DataType::f32) {  // before autograd's accumulators record each parameter's type
+    keep_masters();
+    to_dtype();
+  }
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     shapes_.push_back(parameter_at(i).sizes().vec());
     // Autograd records a parameter's shape in its gradient accumulator when that is
@@ -58,15 +76,15 @@ ParameterStore::ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> paramet
   switch (plan_.stage) {
     case 0:
       own_tensors_ = MemoryCharge(ledger_, MemoryKind::parameters,
-                                  static_cast<int64_t>(plan_.parameter_elements) * kFloatBytes);
+                                  static_cast<int64_t>(plan_.parameter_elements * element_size()));
       if (on_device()) {
         lay_out_device_gradients();
         break;
       }
-      flat_gradients_ = charged(layout().total(), ledger_, MemoryKind::gradients);
+      flat_gradients_ = charged(layout().total(), dtype_, ledger_, MemoryKind::gradients);
       for (std::size_t i = 0; i < parameters_.size(); ++i) {
         torch::Tensor& p = parameter_at(i);
-        p.mutable_grad() = view_of(flat_gradients_, layout().offset(i), p.sizes());
+        p.mutable_grad() = view_of(flat_gradients_, layout().offset(i), p.sizes(), dtype_);
       }
       break;
     case 1:
@@ -77,7 +95,38 @@ ParameterStore::ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> paramet
       keep_partition();
   }
   if (plan_.stage >= 2)
-    partition_gradients_ = charged(layout().partition_size(), ledger_, MemoryKind::gradients);
+    partition_gradients_ = charged(layout().partition_size(), dtype_, ledger_, MemoryKind::gradients);
+}
+
+// Mixed precision: the fp32 values of this rank's shards, laid out as shards() lists them
+// (stage 0: whole parameters in model order; else row by row, as the partition).
+void ParameterStore::keep_masters() {
+  if (plan_.stage == 0) {
+    std::size_t total = 0;
+    for (const auto& p : parameters_) {
+      master_offsets_.push_back(total);
+      total += static_cast<std::size_t>(p.numel());
+    }
+    master_ = charged(total, DataType::f32, ledger_, MemoryKind::optimizer_state);
+    for (std::size_t k = 0; k < parameters_.size(); ++k)
+      copy_into(master_, master_offsets_[k], parameters_[k], DataType::f32);
+    return;
+  }
+  for (std::size_t k = 0; k < layout().row_count(); ++k)
+    master_offsets_.push_back(layout().row(k).partition_offset);
+  master_ = charged(layout().partition_size(), DataType::f32, ledger_, MemoryKind::optimizer_state);
+  std::memset(master_->data(), 0, master_->bytes());
+  for (const auto& piece : layout().pieces_in(rank_)) {
+    auto flat = parameter_at(piece.parameter).detach().reshape({-1});
+    copy_into(master_, piece.partition_offset,
+              flat.narrow(0, static_cast<int64_t>(piece.parameter_offset), static_cast<int64_t>(piece.count)),
+              DataType::f32);
+  }
+}
+
+// Mixed precision: the model computes in dtype_ from here on.
+void ParameterStore::to_dtype() {
+  for (auto& p : parameters_) p.set_data(p.detach().to(scalar_type_of(dtype_)));
 }
 
 // Stage 0 on a GPU: the gradients are views into one flat device tensor, allocated on
@@ -85,7 +134,7 @@ ParameterStore::ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> paramet
 void ParameterStore::lay_out_device_gradients() {
   device_gradients_ = torch::zeros({static_cast<int64_t>(layout().total())}, parameters_.front().options());
   device_gradient_charge_ =
-      MemoryCharge(ledger_, MemoryKind::gradients, static_cast<int64_t>(layout().total()) * kFloatBytes);
+      MemoryCharge(ledger_, MemoryKind::gradients, static_cast<int64_t>(layout().total() * element_size()));
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     torch::Tensor& p = parameter_at(i);
     p.mutable_grad() =
@@ -95,13 +144,13 @@ void ParameterStore::lay_out_device_gradients() {
 
 // Stages 1-2: every parameter becomes a view into one flat buffer.
 void ParameterStore::lay_out_flat(bool with_gradients) {
-  flat_parameters_ = charged(layout().total(), ledger_, MemoryKind::parameters);
-  if (with_gradients) flat_gradients_ = charged(layout().total(), ledger_, MemoryKind::gradients);
+  flat_parameters_ = charged(layout().total(), dtype_, ledger_, MemoryKind::parameters);
+  if (with_gradients) flat_gradients_ = charged(layout().total(), dtype_, ledger_, MemoryKind::gradients);
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     torch::Tensor& p = parameter_at(i);
-    copy_into(flat_parameters_, layout().offset(i), p);
-    p.set_data(view_of(flat_parameters_, layout().offset(i), p.sizes()));
-    if (with_gradients) p.mutable_grad() = view_of(flat_gradients_, layout().offset(i), p.sizes());
+    copy_into(flat_parameters_, layout().offset(i), p, dtype_);
+    p.set_data(view_of(flat_parameters_, layout().offset(i), p.sizes(), dtype_));
+    if (with_gradients) p.mutable_grad() = view_of(flat_gradients_, layout().offset(i), p.sizes(), dtype_);
   }
 }
 
@@ -111,14 +160,13 @@ void ParameterStore::lay_out_flat(bool with_gradients) {
 // NVMe, and the host keeps the rest (the persistent rows, which come first).
 void ParameterStore::keep_partition() {
   rows_.resize(layout().row_count());
-  auto whole = std::make_shared<HostBuffer>(layout().partition_size() * sizeof(float), ledger_,
+  auto whole = std::make_shared<HostBuffer>(layout().partition_size() * element_size(), ledger_,
                                             MemoryKind::parameters, NvmeStore::alignment);
   for (const auto& piece : layout().pieces_in(rank_)) {
     auto flat = parameter_at(piece.parameter).detach().reshape({-1});
-    auto slice =
-        flat.narrow(0, static_cast<int64_t>(piece.parameter_offset), static_cast<int64_t>(piece.count));
-    std::memcpy(whole->as<float>() + piece.partition_offset, slice.contiguous().data_ptr<float>(),
-                piece.count * sizeof(float));
+    copy_into(whole, piece.partition_offset,
+              flat.narrow(0, static_cast<int64_t>(piece.parameter_offset), static_cast<int64_t>(piece.count)),
+              dtype_);
   }
   if (swap_) {
     if (Status written = write_swapped_rows(*whole); !written)
@@ -129,8 +177,8 @@ void ParameterStore::keep_partition() {
         TROUPE_CHECK(layout().row(k).partition_offset == kept, "rows kept in memory come first");
         kept += layout().row(k).block;
       }
-    partition_parameters_ = charged(kept, ledger_, MemoryKind::parameters);
-    std::memcpy(partition_parameters_->data(), whole->data(), kept * sizeof(float));
+    partition_parameters_ = charged(kept, dtype_, ledger_, MemoryKind::parameters);
+    std::memcpy(partition_parameters_->data(), whole->data(), kept * element_size());
   } else {
     partition_parameters_ = std::move(whole);
   }
@@ -139,7 +187,7 @@ void ParameterStore::keep_partition() {
       auto buffer = make_row_buffer(k);
       const auto& row = layout().row(k);
       for (std::size_t i = row.first_parameter; i < row.first_parameter + row.parameter_count; ++i)
-        copy_into(buffer, layout().offset(i) - row.begin, parameter_at(i));
+        copy_into(buffer, layout().offset(i) - row.begin, parameter_at(i), dtype_);
       bind_row(k, std::move(buffer));
     } else {
       unbind_row(k);
@@ -155,7 +203,7 @@ Status ParameterStore::write_swapped_rows(const HostBuffer& partition) {
 }
 
 std::shared_ptr<HostBuffer> ParameterStore::make_row_buffer(std::size_t k) const {
-  return std::make_shared<HostBuffer>(layout().row_elements(k) * sizeof(float), ledger_,
+  return std::make_shared<HostBuffer>(layout().row_elements(k) * element_size(), ledger_,
                                       MemoryKind::parameters,
                                       swapped(k) ? NvmeStore::alignment : HostBuffer::alignment);
 }
@@ -164,7 +212,7 @@ void ParameterStore::bind_row(std::size_t k, std::shared_ptr<HostBuffer> buffer)
   const auto& row = layout().row(k);
   for (std::size_t i = row.first_parameter; i < row.first_parameter + row.parameter_count; ++i) {
     torch::Tensor& p = parameter_at(i);
-    p.set_data(view_of(buffer, layout().offset(i) - row.begin, shapes_[i]));
+    p.set_data(view_of(buffer, layout().offset(i) - row.begin, shapes_[i], dtype_));
   }
   rows_[k] = std::move(buffer);
 }
@@ -173,7 +221,7 @@ void ParameterStore::unbind_row(std::size_t k) {
   const auto& row = layout().row(k);
   for (std::size_t i = row.first_parameter; i < row.first_parameter + row.parameter_count; ++i) {
     torch::Tensor& p = parameter_at(i);
-    p.set_data(torch::empty({0}, torch::kFloat32));
+    p.set_data(torch::empty({0}, scalar_type_of(dtype_)));
   }
   rows_[k].reset();
 }
@@ -188,11 +236,13 @@ std::vector<std::pair<torch::Tensor, torch::Tensor>> ParameterStore::shards() co
     const auto& row = layout().row(k);
     auto block = static_cast<int64_t>(row.block);
     std::size_t flat = layout().block_begin(k, rank_);
-    torch::Tensor param = plan_.stage != 3 ? view_of(flat_parameters_, flat, {block})
-                          : swapped(k)     ? torch::Tensor()
-                                           : view_of(partition_parameters_, row.partition_offset, {block});
-    torch::Tensor grad = plan_.stage == 1 ? view_of(flat_gradients_, flat, {block})
-                                          : view_of(partition_gradients_, row.partition_offset, {block});
+    torch::Tensor param = plan_.stage != 3 ? view_of(flat_parameters_, flat, {block}, dtype_)
+                          : swapped(k)
+                              ? torch::Tensor()
+                              : view_of(partition_parameters_, row.partition_offset, {block}, dtype_);
+    torch::Tensor grad = plan_.stage == 1
+                             ? view_of(flat_gradients_, flat, {block}, dtype_)
+                             : view_of(partition_gradients_, row.partition_offset, {block}, dtype_);
     out.emplace_back(param, grad);
   }
   return out;
@@ -219,7 +269,7 @@ std::vector<std::vector<ParameterRun>> ParameterStore::shard_runs() const {
 
 torch::Tensor ParameterStore::flatten() const {
   std::vector<torch::Tensor> pieces;
-  for (const auto& p : parameters_) pieces.push_back(p.detach().reshape({-1}).clone());
+  for (const auto& p : parameters_) pieces.push_back(p.detach().reshape({-1}).to(torch::kFloat32).clone());
   return pieces.empty() ? torch::empty({0}) : torch::cat(pieces);
 }
 

@@ -13,6 +13,10 @@
 //            (unbind_row), which leaves its parameters empty. With a ParameterSwap
 //            ([offload] param = "nvme") the blocks of the rows that are not persistent
 //            live on NVMe: the host partition holds the persistent rows only.
+// Mixed precision (`dtype` bf16 or fp16): every buffer above holds 16-bit values, the
+// model's parameters become 16-bit tensors, and the store keeps the fp32 master values of
+// this rank's shards (as shards() lists them) for the shard owner, which updates them and
+// writes the 16-bit copy back into the shards in the same pass.
 // Views that autograd saves keep their buffer alive (the tensors own a reference), so
 // a row freed while a saved view still points into it is freed when the view dies.
 // Thread safety: owned by the stage's compute thread; the shard owner uses the shard
@@ -25,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/reduce.hpp"
 #include "memory/host_buffer.hpp"
 #include "memory/memory_ledger.hpp"
 #include "memory/parameter_runs.hpp"
@@ -38,10 +43,11 @@ class ParameterStore {
   /// `parameters` in model order, equal on every rank; their values are moved in (stage 3
   /// with `swap`: this rank's blocks of the swapped rows are written to NVMe).
   /// `device_resident` (a GPU rank, stage 0): the gradients are a tensor on the parameters'
-  /// device instead of a host buffer.
+  /// device instead of a host buffer. `dtype`: what the model computes in (the fp32
+  /// `parameters` are converted; their fp32 values become the master copy).
   ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> parameters, int64_t rank,
                  std::shared_ptr<MemoryLedger> ledger, std::shared_ptr<ParameterSwap> swap = nullptr,
-                 bool device_resident = false);
+                 bool device_resident = false, DataType dtype = DataType::f32);
   ParameterStore(const ParameterStore&) = delete;
   ParameterStore& operator=(const ParameterStore&) = delete;
 
@@ -49,6 +55,13 @@ class ParameterStore {
   const FlatLayout& layout() const { return plan_.layout; }
   int64_t stage() const { return plan_.stage; }
   int64_t rank() const { return rank_; }
+  /// The element type of the parameters, gradients and every buffer of the store.
+  DataType dtype() const { return dtype_; }
+  std::size_t element_size() const { return element_bytes(dtype_); }
+  /// Mixed precision (else null): the fp32 master values of the shards, shard k at
+  /// master_offsets()[k], charged as optimizer state (ZeRO counts them so).
+  std::shared_ptr<HostBuffer> master_parameters() const { return master_; }
+  const std::vector<std::size_t>& master_offsets() const { return master_offsets_; }
   const std::shared_ptr<MemoryLedger>& ledger() const { return ledger_; }
 
   /// The model parameter at layout position `position`.
@@ -88,6 +101,8 @@ class ParameterStore {
   void lay_out_flat(bool with_gradients);
   void lay_out_device_gradients();
   void keep_partition();
+  void keep_masters();
+  void to_dtype();
   Status write_swapped_rows(const HostBuffer& partition);
 
   ZeroPlan plan_;
@@ -96,6 +111,9 @@ class ParameterStore {
   std::shared_ptr<MemoryLedger> ledger_;
   std::shared_ptr<ParameterSwap> swap_;
   bool device_resident_ = false;
+  DataType dtype_ = DataType::f32;
+  std::shared_ptr<HostBuffer> master_;
+  std::vector<std::size_t> master_offsets_;
   MemoryCharge own_tensors_;        // stage 0: the model's own parameter storage
   torch::Tensor device_gradients_;  // stage 0 on a GPU
   MemoryCharge device_gradient_charge_;
@@ -105,7 +123,11 @@ class ParameterStore {
   std::vector<std::shared_ptr<HostBuffer>> rows_;                     // stage 3: gathered rows, by row
 };
 
-/// A tensor of `sizes` viewing `count` floats at `offset` into `buffer`, which it keeps alive.
-torch::Tensor view_of(const std::shared_ptr<HostBuffer>& buffer, std::size_t offset, at::IntArrayRef sizes);
+/// A tensor of `sizes` viewing values of `type` from `offset` (in values) into `buffer`,
+/// which it keeps alive.
+torch::Tensor view_of(const std::shared_ptr<HostBuffer>& buffer, std::size_t offset, at::IntArrayRef sizes,
+                      DataType type = DataType::f32);
+/// LibTorch's scalar type for `type`.
+torch::ScalarType scalar_type_of(DataType type);
 
 }  // namespace troupe

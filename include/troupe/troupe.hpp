@@ -52,6 +52,7 @@ struct StepResult {
   int64_t tokens = 0;  ///< target elements in the global batch
   double tokens_per_s = 0;
   StepStats stats;  ///< gradient norm (before clipping) and memory held, by kind
+  int64_t sent_bytes = 0;  ///< payload bytes this rank sent to its peers during the step
 };
 
 class Engine {

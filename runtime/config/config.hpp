@@ -152,6 +152,25 @@ struct SchedulerConfig {
   double decay_mom_rate = 0;
 };
 
+/// [precision]: what the model computes in. "bf16" and "fp16" keep fp32 master parameters
+/// and optimizer state in the shard owners (DeepSpeed's mixed precision); the gradients are
+/// reduced in communication_data_type.
+struct PrecisionConfig {
+  std::string dtype = "fp32";           ///< "fp32", "bf16" or "fp16"
+  std::string communication_data_type;  ///< "" = dtype (DeepSpeed's default)
+  /// The loss scaler (optim/loss_scaler.hpp) with DeepSpeed's fp16 keys: always on for fp16,
+  /// on request for the others (whose range needs none; it still skips overflowing steps).
+  bool loss_scaling = false;
+  double loss_scale = 0;  ///< 0: dynamic
+  int64_t initial_scale_power = 16;
+  int64_t loss_scale_window = 1000;
+  int64_t hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1;
+
+  bool scales_loss() const { return loss_scaling || dtype == "fp16"; }
+};
+
 /// [model]: the built-in GPT's shape.
 struct ModelConfig {
   std::string type = "gpt";  ///< only "gpt" for now
@@ -204,6 +223,7 @@ struct JobConfig {
   BatchConfig batch;
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
+  PrecisionConfig precision;
   ModelConfig model;
   DataConfig data;
   TrainConfig train;

@@ -200,17 +200,31 @@ class Converter {
     put("optimizer.type", "optimizer", "type", Json(mine));
   }
 
-  // fp16 / bf16: enabled runs in that precision, which troupe's runtime does not yet.
+  // fp16 / bf16: enabled is [precision] dtype (troupe decides there what it can run);
+  // a disabled section has nothing that applies.
   void precision(const Json& root, const char* name) {
     if (!root.contains(name)) return;
     const Json& section = root[name];
     const std::string prefix = std::string(name) + ".";
-    if (section.is_object() && section.value("enabled", false) == true)
-      refuse(prefix + "enabled",
-             fmt::format("true: troupe trains in fp32 so far; {} compute is the mixed-precision "
-                         "work under way (docs/DESIGN.md, Mixed precision)",
-                         name));
-    done_.insert(name);  // disabled: nothing in it applies
+    done_.insert(name);
+    if (!section.is_object()) return refuse(name, "an object with \"enabled\"");
+    if (!section.contains("enabled")) return;
+    const Json& enabled = section["enabled"];
+    if (!enabled.is_boolean()) return refuse(prefix + "enabled", "true or false");
+    if (enabled != true) return;
+    put(prefix + "enabled", "precision", "dtype", Json(name));
+    static const std::set<std::string, std::less<>> scaler_keys = {
+        "loss_scale", "initial_scale_power",    "loss_scale_window",
+        "hysteresis", "consecutive_hysteresis", "min_loss_scale"};
+    for (const auto& [key, value] : section.items()) {
+      if (key == "enabled") continue;
+      if (std::string_view(name) == "fp16" && scaler_keys.count(key)) {
+        put(prefix + key, "precision", key, value);
+        continue;
+      }
+      warnings_.push_back(
+          fmt::format("{}: {}{} is ignored: troupe's {} needs no such setting", source_, prefix, key, name));
+    }
   }
 
   void walk(const Json& node, const std::string& path) {
@@ -235,11 +249,7 @@ class Converter {
       if (!find_key("scheduler", key)) return refuse(path, "not a parameter of DeepSpeed's four schedules");
       return put(path, "scheduler", key, value);
     }
-    if (path == "communication_data_type") {
-      if (value != "fp32")
-        refuse(path, fmt::format("{}: troupe reduces gradients in fp32 so far", shown(value)));
-      return;
-    }
+    if (path == "communication_data_type") return put(path, "precision", "communication_data_type", value);
     if (path == "zero_optimization.offload_optimizer.ratio") {
       if (!value.is_number() || value.get<double>() != 1.0)
         refuse(path, "a partial optimizer offload: troupe offloads all of the optimizer state or none");

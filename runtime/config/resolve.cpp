@@ -10,6 +10,7 @@
 #include <tuple>
 #include <utility>
 
+#include "optim/loss_scaler.hpp"
 #include "pipeline/partition.hpp"
 #include "pipeline/schedule.hpp"
 #include "pipeline/table.hpp"
@@ -591,6 +592,39 @@ Status resolve_device(const JobConfig& raw, const ConfigOrigins& origins) {
                                raw.zero.stage));
 }
 
+// [precision]: bf16 on CPU ranks; fp16 needs kernels LibTorch 1.13 has only for CUDA.
+Status resolve_precision(const JobConfig& raw, const ConfigOrigins& origins) {
+  const PrecisionConfig& p = raw.precision;
+  TROUPE_TRY(require(p.dtype == "fp32" || p.dtype == "bf16" || p.dtype == "fp16", origins, "precision",
+                     "dtype", p.dtype));
+  if (auto scaler = LossScaler::make(loss_scale_options(raw)); !scaler) {
+    const std::string& why = scaler.error().message;
+    return key_error(origins, "precision", why.substr(0, why.find(' ')), why);
+  }
+  if (!p.communication_data_type.empty() && p.communication_data_type != p.dtype)
+    return key_error(
+        origins, "precision", "communication_data_type",
+        fmt::format("communication_data_type = {} with dtype = {}: gradients are reduced in the "
+                    "dtype the model computes in so far; leave it empty or set it to {}",
+                    toml_string(p.communication_data_type), toml_string(p.dtype), toml_string(p.dtype)));
+  if (p.dtype == "fp32") return {};
+  if (p.dtype == "fp16")
+    return key_error(origins, "precision", "dtype",
+                     "dtype = \"fp16\" needs half-precision kernels that LibTorch 1.13 has only for CUDA "
+                     "(on the CPU it lacks fp16 addmm, bmm, layer_norm, gelu, softmax, tanh and exp), and "
+                     "troupe's GPU ranks train fp32 so far; use dtype = \"bf16\", which the CPU kernels "
+                     "have");
+  if (raw.cluster.device == "cuda")
+    return key_error(origins, "precision", "dtype",
+                     "dtype = \"bf16\" with [cluster] device = \"cuda\": GPU ranks train fp32 so far; "
+                     "bf16 runs on device = \"cpu\"");
+  if (raw.offload.param == "nvme")
+    return key_error(origins, "precision", "dtype",
+                     "dtype = \"bf16\" with [offload] param = \"nvme\": the parameter swap holds fp32 "
+                     "blocks so far; use param = \"none\" or dtype = \"fp32\"");
+  return {};
+}
+
 Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins) {
   TROUPE_TRY(resolve_cluster(raw.cluster, origins));
   TROUPE_TRY(resolve_parallel(raw, origins));
@@ -600,6 +634,7 @@ Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins) {
   TROUPE_TRY(resolve_batch(raw, origins));
   TROUPE_TRY(resolve_optimizer(raw.optimizer, origins));
   TROUPE_TRY(resolve_scheduler(raw, origins));
+  TROUPE_TRY(resolve_precision(raw, origins));
   TROUPE_TRY(resolve_model(raw.model, origins));
   TROUPE_TRY(resolve_data(raw.data, raw.model.seq_len, origins));
   TROUPE_TRY(resolve_train(raw.train, origins));

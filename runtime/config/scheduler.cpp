@@ -43,4 +43,17 @@ Result<LrSchedule> make_lr_schedule(const JobConfig& job, std::vector<std::strin
   return schedule;
 }
 
+LossScaleOptions loss_scale_options(const JobConfig& job) {
+  const PrecisionConfig& p = job.precision;
+  LossScaleOptions o;
+  o.loss_scale = p.loss_scale;
+  o.initial_scale_power = p.initial_scale_power;
+  o.loss_scale_window = p.loss_scale_window;
+  o.hysteresis = p.hysteresis;
+  o.consecutive_hysteresis = p.consecutive_hysteresis;
+  o.min_loss_scale = p.min_loss_scale;
+  o.error_at_min_scale = job.zero.stage > 0;
+  return o;
+}
+
 }  // namespace troupe

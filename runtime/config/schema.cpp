@@ -151,6 +151,25 @@ std::vector<KeySpec> make_key_specs() {
       {"scheduler", "decay_mom_rate", "a non-negative number",
        [](C& c) -> FieldRef { return &c.scheduler.decay_mom_rate; }},
 
+      {"precision", "dtype", R"(one of "fp32", "bf16" or "fp16")",
+       [](C& c) -> FieldRef { return &c.precision.dtype; }},
+      {"precision", "communication_data_type", R"(empty (the dtype) or the dtype itself)",
+       [](C& c) -> FieldRef { return &c.precision.communication_data_type; }},
+      {"precision", "loss_scaling", "true or false (fp16 always scales)",
+       [](C& c) -> FieldRef { return &c.precision.loss_scaling; }},
+      {"precision", "loss_scale", "0 (dynamic) or a finite static scale above 0",
+       [](C& c) -> FieldRef { return &c.precision.loss_scale; }},
+      {"precision", "initial_scale_power", "an integer from 0 to 126 (the first dynamic scale is 2^power)",
+       [](C& c) -> FieldRef { return &c.precision.initial_scale_power; }},
+      {"precision", "loss_scale_window", "a positive integer (clean steps before the scale doubles)",
+       [](C& c) -> FieldRef { return &c.precision.loss_scale_window; }},
+      {"precision", "hysteresis", "a positive integer (overflows absorbed before the scale halves)",
+       [](C& c) -> FieldRef { return &c.precision.hysteresis; }},
+      {"precision", "consecutive_hysteresis", "true or false",
+       [](C& c) -> FieldRef { return &c.precision.consecutive_hysteresis; }},
+      {"precision", "min_loss_scale", "a number above 0",
+       [](C& c) -> FieldRef { return &c.precision.min_loss_scale; }},
+
       {"model", "type", R"("gpt")", [](C& c) -> FieldRef { return &c.model.type; }},
       {"model", "vocab_size", "an integer from 256 (byte-level data) to 2^24",
        [](C& c) -> FieldRef { return &c.model.vocab_size; }},
@@ -206,9 +225,9 @@ const std::vector<KeySpec>& key_specs() {
 }
 
 const std::vector<std::string>& section_names() {
-  static const std::vector<std::string> names = {"cluster", "parallel", "pipeline",  "zero",
-                                                 "offload", "batch",    "optimizer", "scheduler",
-                                                 "model",   "data",     "train",     "trace"};
+  static const std::vector<std::string> names = {"cluster", "parallel",  "pipeline",  "zero",      "offload",
+                                                 "batch",   "optimizer", "scheduler", "precision", "model",
+                                                 "data",    "train",     "trace"};
   return names;
 }
 

@@ -146,7 +146,10 @@ torch::nn::Sequential make_gpt(const ModelConfig& model) {
 }
 
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+  // In fp32 whatever the model computes in (a no-op for fp32 logits), as mixed-precision
+  // trainers do: a 16-bit softmax over the vocabulary loses the loss's low digits.
+  return torch::nn::functional::cross_entropy(logits.to(torch::kFloat32).reshape({-1, logits.size(-1)}),
+                                              targets.reshape({-1}));
 }
 
 int64_t count_parameters(const torch::nn::Module& module) {

@@ -80,6 +80,29 @@ TEST(BadInput, LearningRateSchedulesNameTheKeyTheyCannotRun) {
   expect_refused(r, "[scheduler] cycle_min_mom must be a number from 0 to below 1, got 1.5");
 }
 
+// [precision]: the dtypes troupe has, and what it cannot run in them yet, named at the key.
+TEST(BadInput, PrecisionNamesTheDtypeItCannotRun) {
+  std::string path;
+  const std::string batch = "[batch]\nmicro_batch_size = 2\n";
+  auto r = run_on("check", "[precision]\ndtype = \"fp8\"\n" + batch, &path);
+  expect_refused(r, path + ":2:");
+  expect_refused(r, "[precision] dtype must be one of \"fp32\", \"bf16\" or \"fp16\", got \"fp8\"");
+  r = run_on("check", "[precision]\ndtype = \"fp16\"\n" + batch, &path);
+  expect_refused(r, path + ":2:");
+  expect_refused(r, "LibTorch 1.13 has only for CUDA (on the CPU it lacks fp16 addmm, bmm, layer_norm");
+  r = run_on("check", "[precision]\ndtype = \"bf16\"\ncommunication_data_type = \"fp32\"\n" + batch, &path);
+  expect_refused(r, path + ":3:");
+  expect_refused(r, "communication_data_type = \"fp32\" with dtype = \"bf16\"");
+  r = run_on("check", "[precision]\ndtype = \"bf16\"\n[cluster]\ndevice = \"cuda\"\n" + batch, &path);
+  expect_refused(r, "GPU ranks train fp32 so far");
+  r = run_on("check", "[precision]\nloss_scaling = true\nloss_scale = -1.0\n" + batch, &path);
+  expect_refused(r, path + ":3:");
+  expect_refused(r, "[precision] loss_scale = -1 is not a loss scale: 0 for a dynamic scale");
+  r = run_on("check", "[precision]\nloss_scaling = true\nhysteresis = 0\n" + batch, &path);
+  expect_refused(r, path + ":3:");
+  expect_refused(r, "[precision] hysteresis = 0: the overflows absorbed before the scale halves");
+}
+
 TEST(BadInput, ZeroBucketSizesMustBePositive) {
   std::string path;
   auto r = run_on("run", "[zero]\nstage = 2\nreduce_bucket_size = 0\n", &path);

@@ -1,7 +1,8 @@
-// DeepSpeed configs taken as they are: eight shapes of ds_config.json seen in real use
+// DeepSpeed configs taken as they are: ten shapes of ds_config.json seen in real use
 // (tests/data/deepspeed: ZeRO 0-3, optimizer offload to the CPU and to NVMe with its aio
 // keys, each of DeepSpeed's four learning-rate schedules, Adam in both of its modes, SGD,
-// monitoring sections) are converted and trained for a few steps on 2 ranks; `troupe
+// monitoring sections, bf16, fp16 with its dynamic loss scaler) are converted and trained
+// for a few steps on 2 ranks (the fp16 one in bf16: fp16 compute needs CUDA kernels); `troupe
 // check --toml` shows what each became. What troupe ignores is a warning naming the key;
 // what it cannot run is refused in one message naming every such key; a JSON syntax
 // error names its line and column, a value of the wrong type its key path.
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -25,8 +27,11 @@ std::string data(const std::string& name) {
 }
 
 struct Shape {
+  Shape(std::string f, std::vector<std::string> t, std::string s = "")
+      : file(std::move(f)), toml(std::move(t)), settings(std::move(s)) {}
   std::string file;
   std::vector<std::string> toml;  ///< lines `troupe check --toml` must print
+  std::string settings;           ///< more --set flags for both commands
 };
 
 std::vector<Shape> shapes() {
@@ -45,6 +50,11 @@ std::vector<Shape> shapes() {
       {"adam_l2_clipping.json",
        {"type = \"adam\"", "gradient_clipping = 0.5", "gradient_accumulation_steps = 4"}},
       {"monitoring.json", {"stage = 1", "type = \"adamw\""}},
+      {"zero3_bf16.json", {"dtype = \"bf16\"", "communication_data_type = \"bf16\"", "stage = 3"}},
+      // fp16 compute needs CUDA kernels: the config's dynamic scaler runs with bf16 compute.
+      {"zero1_fp16_dynamic.json",
+       {"dtype = \"bf16\"", "initial_scale_power = 12", "loss_scale_window = 500", "hysteresis = 2"},
+       " --set precision.dtype=\\\"bf16\\\" --set precision.loss_scaling=true"},
   };
 }
 
@@ -52,7 +62,7 @@ TEST(DeepSpeedConfig, RealWorldConfigsConvertAndTrain) {
   for (const Shape& shape : shapes()) {
     SCOPED_TRACE(shape.file);
     const std::string dir = testing::make_temp_dir();
-    const std::string common = " --set cluster.world_size=2 --set offload.nvme_path=" + dir;
+    const std::string common = " --set cluster.world_size=2 --set offload.nvme_path=" + dir + shape.settings;
     auto checked = testing::run_command(
         std::string(TROUPE_BINARY) + " check " + data(shape.file) + common + " --toml", 60);
     ASSERT_EQ(checked.exit_code, 0) << checked.output;
@@ -103,9 +113,9 @@ TEST(DeepSpeedConfig, WhatTroupeCannotRunIsRefusedInOneMessageNamingEveryKey) {
   "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.3}},
   "sparse_attention": {"mode": "fixed"}
 })");
-  expect_refused(r, "does not run 4 keys of this DeepSpeed config");
+  expect_refused(r, "does not run 3 keys of this DeepSpeed config");
   for (const char* key :
-       {"optimizer.type (\"Lamb\": troupe has Adam, AdamW and SGD)", "fp16.enabled (true",
+       {"optimizer.type (\"Lamb\": troupe has Adam, AdamW and SGD)",
         "sparse_attention.mode (not a key troupe knows)", "zero_optimization.offload_optimizer.ratio"})
     expect_refused(r, key);
   expect_refused(check_json(R"({"train_batch_size": "auto"})"),
@@ -123,8 +133,13 @@ TEST(DeepSpeedConfig, SyntaxAndTypeErrorsNameTheLineColumnOrKeyPath) {
   // A value of the right type out of range: troupe's own check, at the DeepSpeed key.
   expect_refused(check_json(R"({"train_batch_size": 16, "zero_optimization": {"stage": 7}})"),
                  "ds_config.json: zero_optimization.stage: [zero] stage must be one of 0, 1, 2 or 3, got 7");
+  // fp16 with a negative loss scale: the scaler's key is named before fp16 itself is refused.
   expect_refused(check_json(R"({"train_batch_size": 16, "fp16": {"enabled": true, "loss_scale": -1}})"),
-                 "fp16.enabled");
+                 "ds_config.json: fp16.loss_scale: [precision] loss_scale = -1 is not a loss scale");
+  expect_refused(check_json(R"({"train_batch_size": 16, "fp16": {"enabled": true, "hysteresis": "2"}})"),
+                 "fp16.hysteresis must be an integer, got \"2\" (a string), for [precision] hysteresis");
+  expect_refused(check_json(R"({"train_batch_size": 16, "fp16": {"enabled": true}})"),
+                 "fp16.enabled: [precision] dtype = \"fp16\" needs half-precision kernels");
 }
 
 // A job TOML may point at a DeepSpeed config for its training keys and give the model and

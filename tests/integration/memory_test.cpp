@@ -17,6 +17,7 @@
 #include <map>
 #include <ostream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -34,11 +35,14 @@ struct Case {
   int stage = 0;
   int dp = 1;
   bool tied = false;  ///< [model] tie_embeddings
+  bool bf16 = false;  ///< [precision] dtype = "bf16": 2-byte parameters and gradients, fp32 masters
 };
 
 void PrintTo(const Case& c, std::ostream* out) {
-  *out << "stage " << c.stage << ", dp " << c.dp;
+  *out << "stage " << c.stage << ", dp " << c.dp << (c.bf16 ? ", bf16" : "");
 }
+
+using CaseKey = std::tuple<int, int, bool>;  // stage, dp, bf16
 
 struct Measured {
   int64_t params = 0;
@@ -77,7 +81,8 @@ std::string job_flags(const Case& c) {
          " --set model.d_model=128 --set zero.reduce_bucket_size=65536" +
          " --set zero.param_persistence_threshold=1000" +
          " --set zero.max_reuse_distance=0 --set zero.max_live_parameters=210000" +
-         (c.tied ? " --set model.tie_embeddings=true" : "");
+         (c.tied ? " --set model.tie_embeddings=true" : "") +
+         (c.bf16 ? " --set precision.dtype=\\\"bf16\\\"" : "");
 }
 
 std::string config() {
@@ -138,23 +143,26 @@ double per_param(int64_t bytes, int64_t params) {
 }
 
 // Every case, run once (about a second each) and shared by the tests below.
-const std::map<std::pair<int, int>, Figures>& figures() {
-  static const std::map<std::pair<int, int>, Figures> all = [] {
-    std::map<std::pair<int, int>, Figures> runs;
-    std::printf("memory: stage  dp  measured B/rank  B/param  estimate B/rank  formula B/param\n");
-    for (int stage : {0, 1, 2, 3})
-      for (int dp : {1, 2, 4}) {
-        Case c{stage, dp};
-        Figures f{measure(c), estimate(c)};
-        std::string window;
-        if (stage == 3)
-          window = " + live window " + std::to_string(f.estimated.live_window_elements) + " elements";
-        std::printf("memory: %5d  %2d  %15" PRId64 "  %7.2f  %15" PRId64 "  %7.2f%s\n", stage, dp,
-                    f.measured.model_state, per_param(f.measured.model_state, f.measured.params),
-                    f.estimated.model_state, f.estimated.formula_bytes_per_param, window.c_str());
-        std::fflush(stdout);
-        runs.emplace(std::make_pair(stage, dp), f);
-      }
+const std::map<CaseKey, Figures>& figures() {
+  static const std::map<CaseKey, Figures> all = [] {
+    std::map<CaseKey, Figures> runs;
+    std::printf("memory: dtype stage  dp  measured B/rank  B/param  estimate B/rank  formula B/param\n");
+    for (bool bf16 : {false, true})
+      for (int stage : {0, 1, 2, 3})
+        for (int dp : {1, 2, 4}) {
+          if (bf16 && dp == 1) continue;
+          Case c{stage, dp, false, bf16};
+          Figures f{measure(c), estimate(c)};
+          std::string window;
+          if (stage == 3)
+            window = " + live window " + std::to_string(f.estimated.live_window_elements) + " elements";
+          std::printf("memory: %5s %5d  %2d  %15" PRId64 "  %7.2f  %15" PRId64 "  %7.2f%s\n",
+                      bf16 ? "bf16" : "fp32", stage, dp, f.measured.model_state,
+                      per_param(f.measured.model_state, f.measured.params), f.estimated.model_state,
+                      f.estimated.formula_bytes_per_param, window.c_str());
+          std::fflush(stdout);
+          runs.emplace(CaseKey{stage, dp, bf16}, f);
+        }
     return runs;
   }();
   return all;
@@ -163,10 +171,21 @@ const std::map<std::pair<int, int>, Figures>& figures() {
 class Memory : public ::testing::TestWithParam<Case> {};
 
 // The ZeRO paper's model-state bytes per parameter for fp32 AdamW (4 of parameters, 4 of
-// gradients, 8 of optimizer state), partitioned over `dp` ranks from `stage` on. Written
+// gradients, 8 of optimizer state), partitioned over `dp` ranks from `stage` on; under
+// mixed precision 2 + 2 + 12 (K = 12: the fp32 master copy and both moments). Written
 // here, not taken from the estimate: the estimate is under test too.
-double zero_paper_bytes_per_param(int stage, int dp) {
+double zero_paper_bytes_per_param(int stage, int dp, bool bf16) {
   const double n = dp;
+  if (bf16) switch (stage) {
+      case 0:
+        return 2 + 2 + 12;
+      case 1:
+        return 2 + 2 + 12 / n;
+      case 2:
+        return 2 + 14 / n;
+      default:
+        return 16 / n;
+    }
   switch (stage) {
     case 0:
       return 16;
@@ -181,7 +200,7 @@ double zero_paper_bytes_per_param(int stage, int dp) {
 
 TEST_P(Memory, MeasuredMatchesTheEstimateAndTheZeroFormula) {
   const Case c = GetParam();
-  const Figures& f = figures().at({c.stage, c.dp});
+  const Figures& f = figures().at({c.stage, c.dp, c.bf16});
   const Measured& m = f.measured;
   const Estimated& e = f.estimated;
   ASSERT_GT(m.params, 0);
@@ -195,15 +214,15 @@ TEST_P(Memory, MeasuredMatchesTheEstimateAndTheZeroFormula) {
 
   // (b) The ZeRO paper's bytes per parameter: 16, 8 + 8/N, 4 + 12/N; stage 3 holds
   // 16/N plus the parameters it has gathered at the peak. The estimate quotes the same.
-  const double formula = zero_paper_bytes_per_param(c.stage, c.dp);
+  const double formula = zero_paper_bytes_per_param(c.stage, c.dp, c.bf16);
   EXPECT_DOUBLE_EQ(e.formula_bytes_per_param, formula) << "the estimate's formula";
   double measured = per_param(m.model_state, m.params);
   if (c.stage < 3) {
     EXPECT_NEAR(measured, formula, kTolerance * formula) << "stage " << c.stage << ", dp " << c.dp;
   } else {
     ASSERT_GT(e.live_window_elements, 0);
-    double bound =
-        formula * static_cast<double>(m.params) + 4.0 * static_cast<double>(e.live_window_elements);
+    double bound = formula * static_cast<double>(m.params) +
+                   (c.bf16 ? 2.0 : 4.0) * static_cast<double>(e.live_window_elements);
     EXPECT_LE(static_cast<double>(m.model_state), (1 + kTolerance) * bound)
         << "16/N × " << m.params << " parameters + 4 × " << e.live_window_elements << " gathered elements";
   }
@@ -213,10 +232,10 @@ TEST_P(Memory, MeasuredMatchesTheEstimateAndTheZeroFormula) {
 // holds whole would fail here.
 TEST(Memory, EveryStageFreesWhatItPartitions) {
   for (int dp : {2, 4}) {
-    const Measured& s0 = figures().at({0, dp}).measured;
-    const Measured& s1 = figures().at({1, dp}).measured;
-    const Measured& s2 = figures().at({2, dp}).measured;
-    const Measured& s3 = figures().at({3, dp}).measured;
+    const Measured& s0 = figures().at({0, dp, false}).measured;
+    const Measured& s1 = figures().at({1, dp, false}).measured;
+    const Measured& s2 = figures().at({2, dp, false}).measured;
+    const Measured& s3 = figures().at({3, dp, false}).measured;
     SCOPED_TRACE("dp " + std::to_string(dp));
     EXPECT_LE(static_cast<double>(s1.optimizer_state), 0.6 * static_cast<double>(s0.optimizer_state))
         << "stage 1 keeps only its partition of the optimizer state";
@@ -232,7 +251,7 @@ TEST(Memory, ATiedWeightIsHeldOnceAndEstimatedOnce) {
   for (int stage : {0, 3}) {
     Case c{stage, 2, true};
     Figures f{measure(c), estimate(c)};
-    const Measured& untied = figures().at({stage, 2}).measured;
+    const Measured& untied = figures().at({stage, 2, false}).measured;
     SCOPED_TRACE("stage " + std::to_string(stage));
     EXPECT_EQ(f.measured.params, untied.params - 256 * 128)
         << "the head's 256 × 128 projection is the embedding";
@@ -328,10 +347,14 @@ TEST(Estimate, PlansA70BParameterGptFromShapesAlone) {
 INSTANTIATE_TEST_SUITE_P(Zero, Memory,
                          ::testing::Values(Case{0, 1}, Case{0, 2}, Case{0, 4}, Case{1, 1}, Case{1, 2},
                                            Case{1, 4}, Case{2, 1}, Case{2, 2}, Case{2, 4}, Case{3, 1},
-                                           Case{3, 2}, Case{3, 4}),
+                                           Case{3, 2}, Case{3, 4}, Case{0, 2, false, true},
+                                           Case{0, 4, false, true}, Case{1, 2, false, true},
+                                           Case{1, 4, false, true}, Case{2, 2, false, true},
+                                           Case{2, 4, false, true}, Case{3, 2, false, true},
+                                           Case{3, 4, false, true}),
                          [](const auto& info) {
-                           return "Stage" + std::to_string(info.param.stage) + "Dp" +
-                                  std::to_string(info.param.dp);
+                           return std::string(info.param.bf16 ? "Bf16" : "") + "Stage" +
+                                  std::to_string(info.param.stage) + "Dp" + std::to_string(info.param.dp);
                          });
 
 // pp > 1: the estimate plans each stage as its ranks lay it out (a tied embedding's copy on

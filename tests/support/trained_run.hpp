@@ -17,6 +17,8 @@ struct TrainedRun {
   std::vector<double> losses;
   std::vector<double> grad_norms;
   std::vector<double> lrs;  ///< the learning rate of each step's update
+  std::vector<double> loss_scales;  ///< with loss scaling: the scale of each step
+  std::vector<int> skipped;         ///< the steps (from 1) skipped for overflow
   std::vector<float> parameters;
 };
 
@@ -26,7 +28,10 @@ inline TrainedRun read_run(const std::string& metrics, const std::string& parame
   for (std::string line; std::getline(in, line);) {
     auto json = nlohmann::json::parse(line);
     run.losses.push_back(json.at("loss"));
-    run.grad_norms.push_back(json.at("grad_norm"));
+    // A skipped step's norm is not finite: null in the file.
+    run.grad_norms.push_back(json.at("grad_norm").is_null() ? NAN : json.at("grad_norm").get<double>());
+    if (json.contains("loss_scale")) run.loss_scales.push_back(json.at("loss_scale"));
+    if (json.value("skipped", false)) run.skipped.push_back(json.at("step").get<int>());
     if (json.contains("lr")) run.lrs.push_back(json.at("lr"));
   }
   std::ifstream p(parameters, std::ios::binary);

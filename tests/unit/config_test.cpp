@@ -236,10 +236,10 @@ TEST(ConfigLoad, UnknownSectionSuggestsTheClosestSection) {
 }
 
 TEST(ConfigLoad, UnknownSectionWithNothingCloseListsTheSections) {
-  EXPECT_EQ(
-      error_of(load("[logging]\nlevel = 1\n")),
-      "job.toml:1:2: unknown section [logging]; the sections are [cluster], [parallel], "
-      "[pipeline], [zero], [offload], [batch], [optimizer], [scheduler], [model], [data], [train], [trace]");
+  EXPECT_EQ(error_of(load("[logging]\nlevel = 1\n")),
+            "job.toml:1:2: unknown section [logging]; the sections are [cluster], [parallel], "
+            "[pipeline], [zero], [offload], [batch], [optimizer], [scheduler], [precision], [model], [data], "
+            "[train], [trace]");
 }
 
 TEST(ConfigLoad, KeyOutsideAnySectionNamesItsSection) {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -486,15 +487,21 @@ TEST(Metrics, WriterAppendsOneJsonObjectPerStep) {
     auto writer = MetricsWriter::make(path);
     ASSERT_TRUE(writer.ok());
     ASSERT_TRUE(writer->write({1, 2, 5.5, 100.0, 10.0, 1000}).ok());
-    ASSERT_TRUE(
-        writer->write({2, 2, 5.0, 200.0, 5.0, 1000, 0.75, 123, 4000, 492, 492, 984, 64, 2048, 0.25, 3e-4})
-            .ok());
+    ASSERT_TRUE(writer
+                    ->write({2, 2, 5.0, 200.0, 5.0, 1000, 0.75, 123, 4000, 492, 492, 984, 64, 2048, 0.25,
+                             3e-4, 8192, 1024.0, false})
+                    .ok());
+    StepMetrics skipped{3, 3, 4.5, 100.0, 10.0, 1000};
+    skipped.grad_norm = std::numeric_limits<double>::infinity();
+    skipped.loss_scale = 512;
+    skipped.skipped = true;
+    ASSERT_TRUE(writer->write(skipped).ok());
   }
   std::ifstream file(path);
   std::string line;
   std::vector<nlohmann::json> lines;
   while (std::getline(file, line)) lines.push_back(nlohmann::json::parse(line));
-  ASSERT_EQ(lines.size(), 2u);
+  ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[1]["step"], 2);
   EXPECT_DOUBLE_EQ(lines[1]["loss"].get<double>(), 5.0);
   EXPECT_DOUBLE_EQ(lines[1]["tokens_per_s"].get<double>(), 200.0);
@@ -511,7 +518,14 @@ TEST(Metrics, WriterAppendsOneJsonObjectPerStep) {
   EXPECT_EQ(lines[1]["activation_bytes"], 2048);
   EXPECT_DOUBLE_EQ(lines[1]["bubble"].get<double>(), 0.25);
   EXPECT_DOUBLE_EQ(lines[1]["lr"].get<double>(), 3e-4);
-  EXPECT_EQ(lines[1].size(), 16u);  // every StepMetrics field, nothing else
+  EXPECT_EQ(lines[1]["sent_bytes"], 8192);
+  EXPECT_DOUBLE_EQ(lines[1]["loss_scale"].get<double>(), 1024.0);
+  EXPECT_EQ(lines[1]["skipped"], false);
+  EXPECT_EQ(lines[1].size(), 19u);  // every StepMetrics field, nothing else
+  // A step the loss scaler skipped: its norm is not a number JSON has, so it is null.
+  EXPECT_TRUE(lines[2]["grad_norm"].is_null());
+  EXPECT_EQ(lines[2]["skipped"], true);
+  EXPECT_DOUBLE_EQ(lines[2]["loss_scale"].get<double>(), 512.0);
   // Fields a trainer leaves unset are written as zero.
   EXPECT_EQ(lines[0]["model_state_bytes"], 0);
   EXPECT_DOUBLE_EQ(lines[0]["grad_norm"].get<double>(), 0.0);
