@@ -205,7 +205,7 @@ void update(const OptimizerRule& rule, const UpdateSegment& segment, const Parti
                       n,
                       segment.step};
   };
-  if (span.precision == kernels::Precision16::none)
+  if (span.gradients16 == nullptr)  // fp32 gradients (with or without a 16-bit copy)
     return step(rule, arrays(segment.offset, segment.count), span.precision, threads);
   const DataType type = span.precision == kernels::Precision16::bf16 ? DataType::bf16 : DataType::f16;
   std::vector<float> wide(std::min(kWideTile, segment.count));

@@ -66,7 +66,8 @@ struct OptimizerRule {
 /// parameter each element belongs to (padding belongs to none): a pass updates only the
 /// runs of the parameters it is told were used, each at its own step count.
 /// Mixed precision: `parameters` are the fp32 master values, the gradients are 16-bit
-/// (`gradients16`, `gradients` null) and the updated values are written, rounded, to
+/// (`gradients16`, `gradients` null) or fp32 when they were reduced in fp32, and the
+/// updated values are written, rounded, to
 /// `copy16` (the model's 16-bit parameters) in the same pass.
 struct PartitionSpan {
   float* parameters = nullptr;

@@ -115,7 +115,10 @@ PartitionSpan mixed_span(const ShardOwnerState& s, std::size_t k) {
   span.count = static_cast<std::size_t>(s.gradients[k].numel());
   span.row = k;
   span.runs = s.runs[k];
-  span.gradients16 = static_cast<uint16_t*>(s.gradients[k].data_ptr());
+  if (store.reduce_type() == DataType::f32)  // reduced in fp32: the pass reads them as they are
+    span.gradients = s.gradients[k].data_ptr<float>();
+  else
+    span.gradients16 = static_cast<uint16_t*>(s.gradients[k].data_ptr());
   span.copy16 = static_cast<uint16_t*>(s.parameters[k].data_ptr());
   span.precision = store.dtype() == DataType::bf16 ? kernels::Precision16::bf16 : kernels::Precision16::f16;
   return span;
@@ -286,7 +289,7 @@ void reply_after(ShardOwner* self, const caf::actor& to, Reply reply) {
 void update_offloaded(ShardOwner* self, const update_shard& u) {
   auto& s = self->state;
   s.updating_for = u.reply_to;
-  const bool wide_in_pass = s.options.store->dtype() != DataType::f32;
+  const bool wide_in_pass = s.options.store->reduce_type() != DataType::f32;
   if (!wide_in_pass)
     s.stream->enqueue(fmt::format("clip {}", u.step),
                       [&s, scale = u.scale] { scale_gradients(s.gradients, scale); });
@@ -365,7 +368,7 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
         auto& st = self->state;
         const auto& row = st.options.store->layout().row(a.row);
         std::byte* into = st.options.store->partition_gradients()->data() +
-                          row.partition_offset * st.options.store->element_size();
+                          row.partition_offset * element_bytes(st.options.store->reduce_type());
         st.stream->enqueue(fmt::format("absorb row {}", a.row), [into, block = a.block] {
           kernels::add_into(into, block.data(), block.count, block.type);
         });

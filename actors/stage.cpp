@@ -103,17 +103,18 @@ void place_ties(StageState& s, std::vector<bool>& outside_norm) {
     std::size_t k = layout.row_of_parameter(position);
     const auto& row = layout.row(k);
     TieSlot slot{{}, position, t.comm};
+    // The tie sums what the stage reduced: fp32 when gradients are reduced in fp32.
+    const auto flat = store.reduced_gradients() ? store.reduced_gradients() : store.flat_gradients();
+    const DataType type = store.reduce_type();
     switch (store.stage()) {
       case 0:
-        slot.gradient = typed_span(store.flat_gradients(), row.begin, layout.row_elements(k), store.dtype());
+        slot.gradient = typed_span(flat, row.begin, layout.row_elements(k), type);
         break;
       case 1:
-        slot.gradient = typed_span(store.flat_gradients(), layout.block_begin(k, s.options.rank), row.block,
-                                   store.dtype());
+        slot.gradient = typed_span(flat, layout.block_begin(k, s.options.rank), row.block, type);
         break;
       default:
-        slot.gradient =
-            typed_span(store.partition_gradients(), row.partition_offset, row.block, store.dtype());
+        slot.gradient = typed_span(store.partition_gradients(), row.partition_offset, row.block, type);
     }
     s.ties.push_back(std::move(slot));
     if (!t.owner) outside_norm[store.stage() == 0 ? t.parameter : k] = true;
@@ -151,9 +152,9 @@ Status build(StageActor* self) {
     swap = std::move(*opened);
   }
   try {
-    s.store = std::make_shared<ParameterStore>(std::move(*plan), std::move(parameters->tensors),
-                                               s.options.rank, s.options.ledger, std::move(swap),
-                                               s.options.device.has_value(), s.options.dtype);
+    s.store = std::make_shared<ParameterStore>(
+        std::move(*plan), std::move(parameters->tensors), s.options.rank, s.options.ledger, std::move(swap),
+        s.options.device.has_value(), s.options.dtype, s.options.reduce_type);
     s.loss = std::make_shared<HostBuffer>((1 + s.store->layout().parameter_count()) * sizeof(float));
   } catch (const std::exception& e) {
     return make_error(e.what());
@@ -166,7 +167,7 @@ Status build(StageActor* self) {
         largest = std::max(largest, layout.row_elements(k));
     s.pool = std::make_shared<BucketPool>(z.overlap_comm, largest, s.options.ledger,
                                           s.options.collective_timeout_s, s.options.tracer,
-                                          s.store->element_size());
+                                          element_bytes(s.store->reduce_type()));
     if (z.stage == 3)
       for (std::size_t k = 0; k < layout.row_count(); ++k)
         if (s.store->plan().persistent_rows[k]) s.pool->add_dedicated(k, layout.row_elements(k));
@@ -425,9 +426,9 @@ void on_collective(StageActor* self, const collective_done& done) {
       if (s.options.zero.stage < 2) return on_row_reduced(self);
       {
         const auto& row = s.store->layout().row(row_of(done.tag));
-        BufferSpan block =
-            typed_span(s.pool->buffer(slot_of(done.tag)),
-                       row.block * static_cast<std::size_t>(s.options.rank), row.block, s.store->dtype());
+        BufferSpan block = typed_span(s.pool->buffer(slot_of(done.tag)),
+                                      row.block * static_cast<std::size_t>(s.options.rank), row.block,
+                                      s.store->reduce_type());
         self->send(s.owner, absorb_gradients{row_of(done.tag), slot_of(done.tag), std::move(block),
                                              caf::actor_cast<caf::actor>(self)});
       }

@@ -113,6 +113,9 @@ struct StageOptions {
   /// model it is given, the shard owner keeps fp32 master values, and the gradients, the
   /// parameter gathers and the activations between stages move in 16 bits.
   DataType dtype = DataType::f32;
+  /// The type gradients are reduced in ([precision] communication_data_type): unset, the
+  /// dtype; fp32 under a 16-bit dtype (the optimizer then gets the fp32 reduced gradients).
+  std::optional<DataType> reduce_type;
   /// Set: the loss is multiplied by the scaler's scale before backward; a step whose global
   /// gradient norm is not finite (an inf or NaN in any gradient of any rank) is skipped on
   /// every rank, and the gradients are divided by the scale in the update's pass.

@@ -172,31 +172,33 @@ MemoryBytes estimate_model_state(const ZeroPlan& plan, const ModelStateInputs& i
   }
   MemoryBytes b;
   const int64_t item = in.element_bytes;
+  const int64_t reduced = in.reduce_bytes;
+  const int64_t widened = reduced != item ? reduced : 0;  // stages 0-1: the fp32 copy reduced
   // The optimizer's fp32 state per element it updates, with the master copy under mixed precision.
   const int64_t state = (in.optimizer_states_per_element + (in.master_copy ? 1 : 0)) * kFloatBytes;
   switch (plan.stage) {
     case 0:  // the model's own tensors; gradients in one flat buffer; full optimizer state
       b[MemoryKind::parameters] = model * item;
-      b[MemoryKind::gradients] = total * item;
+      b[MemoryKind::gradients] = total * (item + widened);
       b[MemoryKind::optimizer_state] = model * state;
       break;
     case 1:  // flat parameters and gradients, optimizer state for the partition
       b[MemoryKind::parameters] = total * item;
-      b[MemoryKind::gradients] = total * item;
+      b[MemoryKind::gradients] = total * (item + widened);
       b[MemoryKind::optimizer_state] = partition * state;
       break;
     case 2:  // flat parameters; gradients only for the partition, through bucket buffers
       b[MemoryKind::parameters] = total * item;
-      b[MemoryKind::gradients] = partition * item;
+      b[MemoryKind::gradients] = partition * reduced;
       b[MemoryKind::optimizer_state] = partition * state;
-      b[MemoryKind::communication] = in.bucket_buffers * bucket * item;
+      b[MemoryKind::communication] = in.bucket_buffers * bucket * reduced;
       break;
     default: {  // the partition, plus the rows gathered at the peak
       auto gathered = static_cast<int64_t>(stage3_peak_gathered(plan, in.limits));
       b[MemoryKind::parameters] = (partition + gathered) * item;
-      b[MemoryKind::gradients] = partition * item;
+      b[MemoryKind::gradients] = partition * reduced;
       b[MemoryKind::optimizer_state] = partition * state;
-      b[MemoryKind::communication] = (in.bucket_buffers * bucket + persistent) * item;
+      b[MemoryKind::communication] = (in.bucket_buffers * bucket + persistent) * reduced;
     }
   }
   return b;

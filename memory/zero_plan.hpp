@@ -80,6 +80,9 @@ struct ModelStateInputs {
   /// the shard owner also keeps an fp32 master copy of its partition (optimizer state).
   int64_t element_bytes = 4;
   bool master_copy = false;
+  /// Bytes of a gradient as it is reduced: element_bytes, or 4 when a 16-bit model reduces
+  /// in fp32 (stages 0-1 then hold an fp32 copy of the flat gradients beside theirs).
+  int64_t reduce_bytes = 4;
 };
 
 /// Bytes one rank holds, by kind, at the peak of a step.

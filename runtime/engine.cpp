@@ -318,6 +318,8 @@ class Engine::Impl {
     so.rule = optimizer_rule(config.optimizer);
     so.lr_schedule = lr_schedule;
     so.dtype = data_type_of(config.precision.dtype);
+    if (!config.precision.communication_data_type.empty())
+      so.reduce_type = data_type_of(config.precision.communication_data_type);
     if (config.precision.scales_loss()) so.loss_scale = loss_scale_options(config);
     so.inject_overflow_steps = injected_overflow_steps(rank.rank);
     if (gpu) {

@@ -176,6 +176,7 @@ Result<ModelStateEstimate> estimate_layers(const JobConfig& job, const LayerSet&
   const bool mixed = job.precision.dtype != "fp32";
   inputs.element_bytes = mixed ? 2 : kFloatBytes;
   inputs.master_copy = mixed;
+  inputs.reduce_bytes = job.precision.communication_data_type == "fp32" ? kFloatBytes : inputs.element_bytes;
 
   ModelStateEstimate e;
   e.file = job.source;

@@ -111,9 +111,14 @@ void GradientRows::take_gradient(std::size_t position, Row& row, std::size_t k) 
   torch::Tensor& p = store_->parameter_at(position);
   if (!p.grad().defined()) return;  // nothing accumulated: the bucket keeps zeros
   torch::Tensor grad = p.grad().contiguous();
-  const std::size_t item = store_->element_size();
-  std::memcpy(pool_->buffer(row.slot)->data() + (layout.offset(position) - layout.row(k).begin) * item,
-              grad.data_ptr(), static_cast<std::size_t>(grad.numel()) * item);
+  const std::size_t at = layout.offset(position) - layout.row(k).begin;
+  if (store_->reduce_type() != store_->dtype()) {  // reduced in fp32: widened on the way in
+    view_of(pool_->buffer(row.slot), at, {grad.numel()}, store_->reduce_type()).copy_(grad.reshape({-1}));
+  } else {
+    const std::size_t item = store_->element_size();
+    std::memcpy(pool_->buffer(row.slot)->data() + at * item, grad.data_ptr(),
+                static_cast<std::size_t>(grad.numel()) * item);
+  }
   p.mutable_grad().reset();
 }
 
@@ -127,6 +132,15 @@ void GradientRows::post(std::size_t k, Row& row) {
   row.posted = true;
   const FlatLayout& layout = store_->layout();
   std::size_t elements = layout.row_elements(k);
+  if (store_->stage() < 2 && store_->reduced_gradients()) {  // widened, then reduced in fp32
+    const auto begin = static_cast<int64_t>(layout.row(k).begin);
+    const auto n = static_cast<int64_t>(elements);
+    view_of(store_->reduced_gradients(), layout.row(k).begin, {n}, store_->reduce_type())
+        .copy_(view_of(store_->flat_gradients(), 0, {begin + n}, store_->dtype()).narrow(0, begin, n));
+    post_(k, 0,
+          typed_span(store_->reduced_gradients(), layout.row(k).begin, elements, store_->reduce_type()));
+    return;
+  }
   if (store_->stage() < 2) {  // on a GPU: no host buffer, the range of device_gradients()
     post_(k, 0, typed_span(store_->flat_gradients(), layout.row(k).begin, elements, store_->dtype()));
     return;
@@ -136,7 +150,7 @@ void GradientRows::post(std::size_t k, Row& row) {
     row.has_slot = true;
   }
   pool_->reducing(row.slot);
-  post_(k, row.slot, typed_span(pool_->buffer(row.slot), 0, elements, store_->dtype()));
+  post_(k, row.slot, typed_span(pool_->buffer(row.slot), 0, elements, store_->reduce_type()));
   pool_->posted(row.slot);
 }
 

@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -43,14 +44,15 @@ torch::Tensor view_of(const std::shared_ptr<HostBuffer>& buffer, std::size_t off
 
 ParameterStore::ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> parameters, int64_t rank,
                                std::shared_ptr<MemoryLedger> ledger, std::shared_ptr<ParameterSwap> swap,
-                               bool device_resident, DataType dtype)
+                               bool device_resident, DataType dtype, std::optional<DataType> reduce_type)
     : plan_(std::move(plan)),
       parameters_(std::move(parameters)),
       rank_(rank),
       ledger_(std::move(ledger)),
       swap_(std::move(swap)),
       device_resident_(device_resident),
-      dtype_(dtype) {
+      dtype_(dtype),
+      reduce_type_(reduce_type.value_or(dtype)) {
   TROUPE_CHECK(!swap_ || plan_.stage == 3, "only stage 3 swaps parameters");
   TROUPE_CHECK(plan_.parameter_of.size() == parameters_.size(), "the plan covers every parameter once");
   for (const auto& p : parameters_) {
@@ -62,6 +64,8 @@ ParameterStore::ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> paramet
                "parameters on a GPU need a device-resident store");
   TROUPE_CHECK(dtype_ == DataType::f32 || (!on_device() && !swap_),
                "16-bit parameters are kept on the host, in memory");
+  TROUPE_CHECK(reduce_type_ == dtype_ || reduce_type_ == DataType::f32,
+               "gradients reduce in the dtype or fp32");
   if (dtype_ != DataType::f32) {  // before autograd's accumulators record each parameter's type
     keep_masters();
     to_dtype();
@@ -95,7 +99,9 @@ ParameterStore::ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> paramet
       keep_partition();
   }
   if (plan_.stage >= 2)
-    partition_gradients_ = charged(layout().partition_size(), dtype_, ledger_, MemoryKind::gradients);
+    partition_gradients_ = charged(layout().partition_size(), reduce_type_, ledger_, MemoryKind::gradients);
+  if (plan_.stage < 2 && reduce_type_ != dtype_)
+    reduced_gradients_ = charged(layout().total(), reduce_type_, ledger_, MemoryKind::gradients);
 }
 
 // Mixed precision: the fp32 values of this rank's shards, laid out as shards() lists them
@@ -229,7 +235,16 @@ void ParameterStore::unbind_row(std::size_t k) {
 std::vector<std::pair<torch::Tensor, torch::Tensor>> ParameterStore::shards() const {
   std::vector<std::pair<torch::Tensor, torch::Tensor>> out;
   if (plan_.stage == 0) {
-    for (const auto& p : parameters_) out.emplace_back(p, p.grad());
+    for (std::size_t k = 0; k < parameters_.size(); ++k) {
+      const torch::Tensor& p = parameters_[k];
+      if (!reduced_gradients_) {
+        out.emplace_back(p, p.grad());
+        continue;
+      }
+      auto position = static_cast<std::size_t>(
+          std::find(plan_.parameter_of.begin(), plan_.parameter_of.end(), k) - plan_.parameter_of.begin());
+      out.emplace_back(p, view_of(reduced_gradients_, layout().offset(position), p.sizes(), reduce_type_));
+    }
     return out;
   }
   for (std::size_t k = 0; k < layout().row_count(); ++k) {
@@ -240,9 +255,10 @@ std::vector<std::pair<torch::Tensor, torch::Tensor>> ParameterStore::shards() co
                           : swapped(k)
                               ? torch::Tensor()
                               : view_of(partition_parameters_, row.partition_offset, {block}, dtype_);
-    torch::Tensor grad = plan_.stage == 1
-                             ? view_of(flat_gradients_, flat, {block}, dtype_)
-                             : view_of(partition_gradients_, row.partition_offset, {block}, dtype_);
+    torch::Tensor grad = plan_.stage != 1
+                             ? view_of(partition_gradients_, row.partition_offset, {block}, reduce_type_)
+                         : reduced_gradients_ ? view_of(reduced_gradients_, flat, {block}, reduce_type_)
+                                              : view_of(flat_gradients_, flat, {block}, dtype_);
     out.emplace_back(param, grad);
   }
   return out;

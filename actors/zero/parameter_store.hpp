@@ -16,7 +16,10 @@
 // Mixed precision (`dtype` bf16 or fp16): every buffer above holds 16-bit values, the
 // model's parameters become 16-bit tensors, and the store keeps the fp32 master values of
 // this rank's shards (as shards() lists them) for the shard owner, which updates them and
-// writes the 16-bit copy back into the shards in the same pass.
+// writes the 16-bit copy back into the shards in the same pass. The gradients may be
+// reduced in fp32 instead (`reduce_type`, DeepSpeed's communication_data_type): stages 0-1
+// then widen each row into reduced_gradients() before it is reduced, and stages 2-3 keep
+// their bucket slots and partition in fp32; the shards' gradients are those fp32 values.
 // Views that autograd saves keep their buffer alive (the tensors own a reference), so
 // a row freed while a saved view still points into it is freed when the view dies.
 // Thread safety: owned by the stage's compute thread; the shard owner uses the shard
@@ -26,6 +29,7 @@
 #include <torch/types.h>
 
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -47,7 +51,8 @@ class ParameterStore {
   /// `parameters` are converted; their fp32 values become the master copy).
   ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> parameters, int64_t rank,
                  std::shared_ptr<MemoryLedger> ledger, std::shared_ptr<ParameterSwap> swap = nullptr,
-                 bool device_resident = false, DataType dtype = DataType::f32);
+                 bool device_resident = false, DataType dtype = DataType::f32,
+                 std::optional<DataType> reduce_type = std::nullopt);
   ParameterStore(const ParameterStore&) = delete;
   ParameterStore& operator=(const ParameterStore&) = delete;
 
@@ -58,6 +63,11 @@ class ParameterStore {
   /// The element type of the parameters, gradients and every buffer of the store.
   DataType dtype() const { return dtype_; }
   std::size_t element_size() const { return element_bytes(dtype_); }
+  /// The type gradients are reduced in and handed to the optimizer (the dtype, or fp32).
+  DataType reduce_type() const { return reduce_type_; }
+  /// Stages 0-1 reducing in fp32 what autograd accumulates in 16 bits (else null): each
+  /// row is widened here, at its flat offsets, then reduced in place.
+  std::shared_ptr<HostBuffer> reduced_gradients() const { return reduced_gradients_; }
   /// Mixed precision (else null): the fp32 master values of the shards, shard k at
   /// master_offsets()[k], charged as optimizer state (ZeRO counts them so).
   std::shared_ptr<HostBuffer> master_parameters() const { return master_; }
@@ -112,6 +122,8 @@ class ParameterStore {
   std::shared_ptr<ParameterSwap> swap_;
   bool device_resident_ = false;
   DataType dtype_ = DataType::f32;
+  DataType reduce_type_ = DataType::f32;
+  std::shared_ptr<HostBuffer> reduced_gradients_;
   std::shared_ptr<HostBuffer> master_;
   std::vector<std::size_t> master_offsets_;
   MemoryCharge own_tensors_;        // stage 0: the model's own parameter storage

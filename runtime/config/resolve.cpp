@@ -601,12 +601,15 @@ Status resolve_precision(const JobConfig& raw, const ConfigOrigins& origins) {
     const std::string& why = scaler.error().message;
     return key_error(origins, "precision", why.substr(0, why.find(' ')), why);
   }
-  if (!p.communication_data_type.empty() && p.communication_data_type != p.dtype)
-    return key_error(
-        origins, "precision", "communication_data_type",
-        fmt::format("communication_data_type = {} with dtype = {}: gradients are reduced in the "
-                    "dtype the model computes in so far; leave it empty or set it to {}",
-                    toml_string(p.communication_data_type), toml_string(p.dtype), toml_string(p.dtype)));
+  const std::string& comm = p.communication_data_type;
+  TROUPE_TRY(require(comm.empty() || comm == "fp32" || comm == "bf16" || comm == "fp16", origins, "precision",
+                     "communication_data_type", comm));
+  if (!comm.empty() && comm != p.dtype && comm != "fp32")
+    return key_error(origins, "precision", "communication_data_type",
+                     fmt::format("communication_data_type = {} with dtype = {}: gradients are reduced in the "
+                                 "dtype the model computes in or in fp32; leave it empty or set it to {} or "
+                                 "\"fp32\"",
+                                 toml_string(comm), toml_string(p.dtype), toml_string(p.dtype)));
   if (p.dtype == "fp32") return {};
   if (p.dtype == "fp16")
     return key_error(origins, "precision", "dtype",

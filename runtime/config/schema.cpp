@@ -153,7 +153,7 @@ std::vector<KeySpec> make_key_specs() {
 
       {"precision", "dtype", R"(one of "fp32", "bf16" or "fp16")",
        [](C& c) -> FieldRef { return &c.precision.dtype; }},
-      {"precision", "communication_data_type", R"(empty (the dtype) or the dtype itself)",
+      {"precision", "communication_data_type", R"(empty (the dtype), "fp32", "bf16" or "fp16")",
        [](C& c) -> FieldRef { return &c.precision.communication_data_type; }},
       {"precision", "loss_scaling", "true or false (fp16 always scales)",
        [](C& c) -> FieldRef { return &c.precision.loss_scaling; }},

@@ -90,9 +90,13 @@ TEST(BadInput, PrecisionNamesTheDtypeItCannotRun) {
   r = run_on("check", "[precision]\ndtype = \"fp16\"\n" + batch, &path);
   expect_refused(r, path + ":2:");
   expect_refused(r, "LibTorch 1.13 has only for CUDA (on the CPU it lacks fp16 addmm, bmm, layer_norm");
-  r = run_on("check", "[precision]\ndtype = \"bf16\"\ncommunication_data_type = \"fp32\"\n" + batch, &path);
+  r = run_on("check", "[precision]\ndtype = \"bf16\"\ncommunication_data_type = \"fp16\"\n" + batch, &path);
   expect_refused(r, path + ":3:");
-  expect_refused(r, "communication_data_type = \"fp32\" with dtype = \"bf16\"");
+  expect_refused(
+      r, "communication_data_type = \"fp16\" with dtype = \"bf16\": gradients are reduced in the dtype");
+  r = run_on("check", "[precision]\ncommunication_data_type = \"int8\"\n" + batch, &path);
+  expect_refused(
+      r, "[precision] communication_data_type must be empty (the dtype), \"fp32\", \"bf16\" or \"fp16\"");
   r = run_on("check", "[precision]\ndtype = \"bf16\"\n[cluster]\ndevice = \"cuda\"\n" + batch, &path);
   expect_refused(r, "GPU ranks train fp32 so far");
   r = run_on("check", "[precision]\nloss_scaling = true\nloss_scale = -1.0\n" + batch, &path);

@@ -25,6 +25,8 @@ using testing::TrainedRun;
 
 constexpr int kLongRun = 200;
 const std::string kBf16 = " --set precision.dtype=\\\"bf16\\\"";
+// DeepSpeed's communication_data_type = "fp32": bf16 gradients widened and reduced in fp32.
+const std::string kFp32Reduce = " --set precision.communication_data_type=\\\"fp32\\\"";
 
 struct Job {
   int stage = 0;
@@ -130,20 +132,23 @@ TEST_P(Bf16, TrainsLikeTheReferenceInBf16AndEndsNearFp32) {
       fp32_note.c_str());
 }
 
-INSTANTIATE_TEST_SUITE_P(Precision, Bf16,
-                         ::testing::Values(Job{0, 2, 1, 1, kLongRun, ""}, Job{1, 2, 4, 1, kLongRun, ""},
-                                           Job{2, 2, 1, 1, kLongRun, ""}, Job{3, 2, 4, 1, kLongRun, ""},
-                                           Job{0, 2, 2, 1, 20, " --set offload.optimizer=\\\"nvme\\\""},
-                                           Job{0, 1, 4, 2, 20, ""},
-                                           Job{1, 1, 4, 2, 20, " --set model.tie_embeddings=true"}),
-                         [](const auto& info) {
-                           const Job& j = info.param;
-                           return "Stage" + std::to_string(j.stage) + "Dp" + std::to_string(j.dp) + "Pp" +
-                                  std::to_string(j.pp) + "Accumulation" + std::to_string(j.accumulation) +
-                                  (j.settings.find("nvme") != std::string::npos   ? "OffloadNvme"
-                                   : j.settings.find("tie_") != std::string::npos ? "TiedEmbeddings"
-                                                                                  : "");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Precision, Bf16,
+    ::testing::Values(Job{0, 2, 1, 1, kLongRun, ""}, Job{1, 2, 4, 1, kLongRun, ""},
+                      Job{2, 2, 1, 1, kLongRun, ""}, Job{3, 2, 4, 1, kLongRun, ""},
+                      Job{0, 2, 2, 1, 20, " --set offload.optimizer=\\\"nvme\\\""}, Job{0, 1, 4, 2, 20, ""},
+                      Job{1, 1, 4, 2, 20, " --set model.tie_embeddings=true"},
+                      Job{0, 2, 2, 1, 20, kFp32Reduce}, Job{1, 2, 2, 1, 20, kFp32Reduce},
+                      Job{2, 2, 2, 1, 20, kFp32Reduce}, Job{3, 2, 2, 1, 20, kFp32Reduce},
+                      Job{1, 1, 2, 2, 20, kFp32Reduce + " --set model.tie_embeddings=true"}),
+    [](const auto& info) {
+      const Job& j = info.param;
+      return "Stage" + std::to_string(j.stage) + "Dp" + std::to_string(j.dp) + "Pp" + std::to_string(j.pp) +
+             "Accumulation" + std::to_string(j.accumulation) +
+             (j.settings.find("nvme") != std::string::npos ? "OffloadNvme" : "") +
+             (j.settings.find("communication") != std::string::npos ? "ReducedInFp32" : "") +
+             (j.settings.find("tie_") != std::string::npos ? "TiedEmbeddings" : "");
+    });
 
 // Loss scaling, proven on the CPU by injected overflows (fp16 compute needs CUDA kernels):
 // rank 1 backpropagates an infinite loss at steps 3, 4, 5 and 11 (TROUPE_INJECT_OVERFLOW),
