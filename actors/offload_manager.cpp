@@ -183,8 +183,7 @@ void step(const OptimizerRule& rule, const StepArrays& a, kernels::Precision16 p
     p.first_step = a.step == 1;
     kernels::sgd_step(a.parameters, a.gradients, a.first, a.count, p);
     if (precision != kernels::Precision16::none)
-      kernels::cast_from_f32(a.parameters, a.copy16, a.count,
-                             precision == kernels::Precision16::bf16 ? DataType::bf16 : DataType::f16);
+      kernels::cast_from_f32(a.parameters, a.copy16, a.count, kernels::data_type_of(precision));
     return;
   }
   kernels::adam_step_parallel(a.parameters, a.gradients, a.first, a.second, a.count,
@@ -207,7 +206,7 @@ void update(const OptimizerRule& rule, const UpdateSegment& segment, const Parti
   };
   if (span.gradients16 == nullptr)  // fp32 gradients (with or without a 16-bit copy)
     return step(rule, arrays(segment.offset, segment.count), span.precision, threads);
-  const DataType type = span.precision == kernels::Precision16::bf16 ? DataType::bf16 : DataType::f16;
+  const DataType type = kernels::data_type_of(span.precision);
   std::vector<float> wide(std::min(kWideTile, segment.count));
   for (std::size_t done = 0; done < segment.count; done += kWideTile) {
     std::size_t n = std::min(kWideTile, segment.count - done);

@@ -14,6 +14,7 @@
 #include "actors/protocol/stage.hpp"
 #include "actors/protocol/zero.hpp"
 #include "actors/stream.hpp"
+#include "kernels/cpu/precision.hpp"
 #include "kernels/cpu/reduce.hpp"
 #include "kernels/stream_kernels.hpp"
 
@@ -120,7 +121,7 @@ PartitionSpan mixed_span(const ShardOwnerState& s, std::size_t k) {
   else
     span.gradients16 = static_cast<uint16_t*>(s.gradients[k].data_ptr());
   span.copy16 = static_cast<uint16_t*>(s.parameters[k].data_ptr());
-  span.precision = store.dtype() == DataType::bf16 ? kernels::Precision16::bf16 : kernels::Precision16::f16;
+  span.precision = kernels::precision_of(store.dtype());
   return span;
 }
 

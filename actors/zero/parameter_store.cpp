@@ -3,7 +3,6 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
-#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -235,15 +234,14 @@ void ParameterStore::unbind_row(std::size_t k) {
 std::vector<std::pair<torch::Tensor, torch::Tensor>> ParameterStore::shards() const {
   std::vector<std::pair<torch::Tensor, torch::Tensor>> out;
   if (plan_.stage == 0) {
+    std::vector<std::size_t> position_of(parameters_.size());  // by model index: its layout position
+    for (std::size_t position = 0; position < plan_.parameter_of.size(); ++position)
+      position_of[plan_.parameter_of[position]] = position;
     for (std::size_t k = 0; k < parameters_.size(); ++k) {
       const torch::Tensor& p = parameters_[k];
-      if (!reduced_gradients_) {
-        out.emplace_back(p, p.grad());
-        continue;
-      }
-      auto position = static_cast<std::size_t>(
-          std::find(plan_.parameter_of.begin(), plan_.parameter_of.end(), k) - plan_.parameter_of.begin());
-      out.emplace_back(p, view_of(reduced_gradients_, layout().offset(position), p.sizes(), reduce_type_));
+      out.emplace_back(p, reduced_gradients_ ? view_of(reduced_gradients_, layout().offset(position_of[k]),
+                                                       p.sizes(), reduce_type_)
+                                             : p.grad());
     }
     return out;
   }
