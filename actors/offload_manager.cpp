@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include <fmt/format.h>
 
+#include "actors/protocol/checkpoint.hpp"
 #include "actors/protocol/offload.hpp"
 #include "actors/stream.hpp"
 #include "kernels/cpu/optimizer.hpp"
@@ -25,26 +27,29 @@ std::size_t round_up(std::size_t n, std::size_t unit) {
   return (n + unit - 1) / unit * unit;
 }
 
-// The partition cut into sub-groups of at most `limit` elements.
-std::vector<PartitionSpan> cut(const std::vector<PartitionSpan>& partition, std::size_t limit) {
-  std::vector<PartitionSpan> groups;
-  for (const PartitionSpan& span : partition)
-    for (std::size_t at = 0; at < span.count; at += limit)
-      groups.push_back(span.slice(at, std::min(limit, span.count - at)));
-  return groups;
-}
-
 // Widened 16-bit gradients go through a scratch tile this long (256 KiB of fp32).
 constexpr std::size_t kWideTile = 65536;
 
 struct Group {
   PartitionSpan span;                 // parameters null while they live on NVMe
+  std::size_t at = 0;                 // where the span starts in its shard's
   std::string parameter_key;          // set: the parameters' piece in the ParameterSwap
   std::shared_ptr<HostBuffer> state;  // the state in host memory (tier "cpu")
   std::byte* buffer = nullptr;        // the swap buffer while in flight
   bool state_stored = false;          // tier "nvme": its file holds the state
   int io_left = 0;                    // reads or writes of the group in flight
   std::string io_error;               // the first of them to fail
+};
+
+// A checkpoint's copy of the partition, out of its tiers (snapshot) or into them (restore):
+// groups in memory are copied on the stream; swapped ones go one at a time through a swap
+// buffer (read then copied out, or copied in then written).
+struct CheckpointWork {
+  bool restoring = false;
+  PartitionState state;
+  std::vector<std::size_t> bases;  // by shard: where it starts in the arrays
+  std::size_t next = 0;            // the next group to copy
+  caf::actor reply_to;
 };
 
 struct OffloadState {
@@ -60,6 +65,7 @@ struct OffloadState {
   float gradient_scale = 1;           // the pass's factor for 16-bit gradients
   ParameterUse used;                  // the parameters the pass in flight updates (null: all)
   ParameterSteps steps;               // the optimizer's own step count of each parameter
+  std::optional<CheckpointWork> checkpoint;  // a snapshot or restore in flight
   caf::actor reply_to;
   std::size_t next_read = 0, stored = 0;
   bool in_pass = false;
@@ -102,13 +108,18 @@ std::string key_of(std::size_t group) {
 void make_groups(OffloadState& s, std::size_t limit) {
   for (const PartitionSpan& span : s.options.partition) {
     if (span.parameters != nullptr) {
-      for (const PartitionSpan& piece : cut({span}, limit)) s.groups.emplace_back().span = piece;
+      for (std::size_t at = 0; at < span.count; at += limit) {
+        Group& g = s.groups.emplace_back();
+        g.span = span.slice(at, std::min(limit, span.count - at));
+        g.at = at;
+      }
       continue;
     }
     for (const ParameterSwap::Piece& piece : s.options.parameter_swap->pieces(span.row)) {
       Group& g = s.groups.emplace_back();
       g.span = span.slice(piece.offset, piece.count);
       g.span.parameters = nullptr;
+      g.at = piece.offset;
       g.parameter_key = piece.key;
     }
   }
@@ -269,6 +280,7 @@ void transfer(OffloadManager* self, NvmeStore& store, bool write, const std::str
 }
 
 // Starts loading group `i` into its buffer: the state (zero on first use) and the parameters.
+template <class Done = state_loaded>
 void load(OffloadManager* self, std::size_t i) {
   auto& s = self->state;
   Group& g = s.groups[i];
@@ -276,11 +288,10 @@ void load(OffloadManager* self, std::size_t i) {
   g.io_error.clear();
   if (state_swapped(s) && !g.state_stored) std::memset(g.buffer, 0, state_region(s, g));
   if (state_swapped(s) && g.state_stored)
-    transfer<state_loaded>(self, *s.store, false, key_of(i), g.buffer,
-                           g.span.count * s.states * sizeof(float), i);
+    transfer<Done>(self, *s.store, false, key_of(i), g.buffer, g.span.count * s.states * sizeof(float), i);
   if (!g.parameter_key.empty())
-    transfer<state_loaded>(self, s.options.parameter_swap->store(), false, g.parameter_key,
-                           g.buffer + state_region(s, g), g.span.count * sizeof(float), i);
+    transfer<Done>(self, s.options.parameter_swap->store(), false, g.parameter_key,
+                   g.buffer + state_region(s, g), g.span.count * sizeof(float), i);
 }
 
 // Start loading the next sub-groups while swap buffers are free.
@@ -306,6 +317,7 @@ void start_pass(OffloadManager* self, const optimizer_pass& p) {
   s.gradient_scale = static_cast<float>(p.gradient_scale);
   s.in_pass = true;
   if (!s.broken.empty()) return finish_pass(self, s.broken);
+  if (s.checkpoint) return finish_pass(self, "an update arrived while a checkpoint copied the partition");
   s.next_read = 0;
   s.stored = 0;
   s.steps.advance(s.used);
@@ -362,6 +374,145 @@ void on_stored(OffloadManager* self, std::size_t i, const std::string& error) {
   read_ahead(self);
 }
 
+// Checkpoints. Between passes every swap buffer is free, so a swapped group can borrow one.
+constexpr uint64_t kEveryGroup = ~uint64_t{0};
+
+void end_checkpoint(OffloadManager* self, const std::string& error) {
+  auto& s = self->state;
+  if (!s.checkpoint) return;
+  CheckpointWork w = std::move(*s.checkpoint);
+  s.checkpoint.reset();
+  for (std::size_t i = 0; i < s.groups.size(); ++i) give_back(s, i);
+  if (w.restoring) return self->send(w.reply_to, state_restored{error});
+  if (!error.empty()) w.state = PartitionState{};
+  self->send(w.reply_to, state_snapshot{std::move(w.state), error});
+}
+
+// On the stream: group `i`'s values and state (in memory or in its swap buffer) copied out
+// to the arrays, or in from them (the 16-bit copy rewritten from the restored values).
+void copy_group(OffloadManager* self, std::size_t i) {
+  auto& s = self->state;
+  const Group& g = s.groups[i];
+  const CheckpointWork& w = *s.checkpoint;
+  const std::size_t at = w.bases[g.span.row] + g.at;
+  float* values =
+      g.parameter_key.empty() ? g.span.parameters : reinterpret_cast<float*>(g.buffer + state_region(s, g));
+  float* state = state_swapped(s) ? reinterpret_cast<float*>(g.buffer)
+                 : g.state        ? g.state->as<float>()
+                                  : nullptr;
+  std::vector<float*> arrays;
+  for (const auto& a : w.state.arrays) arrays.push_back(a->as<float>() + at);
+  s.stream->enqueue(fmt::format("{} group {}", w.restoring ? "restore" : "snapshot", i),
+                    [values, state, arrays, restoring = w.restoring, n = g.span.count, copy16 = g.span.copy16,
+                     precision = g.span.precision] {
+                      for (std::size_t k = 0; k < arrays.size(); ++k) {
+                        float* mine = k == 0 ? values : state + (k - 1) * n;
+                        if (restoring)
+                          std::memcpy(mine, arrays[k], n * sizeof(float));
+                        else
+                          std::memcpy(arrays[k], mine, n * sizeof(float));
+                      }
+                      if (restoring && copy16 != nullptr)
+                        kernels::cast_from_f32(values, copy16, n, kernels::data_type_of(precision));
+                    });
+}
+
+// Issues the groups in order: those in memory at once, a swapped one through a swap buffer
+// (the rest wait for it); after the last, answers once the stream has run every copy.
+void checkpoint_next(OffloadManager* self) {
+  auto& s = self->state;
+  CheckpointWork& w = *s.checkpoint;
+  caf::actor me = caf::actor_cast<caf::actor>(self);
+  while (w.next < s.groups.size()) {
+    const std::size_t i = w.next++;
+    Group& g = s.groups[i];
+    if (!swaps(s, g)) {
+      copy_group(self, i);
+      continue;
+    }
+    g.buffer = s.pool->try_acquire();
+    if (g.buffer == nullptr) return end_checkpoint(self, "no free swap buffer between passes");
+    if (w.restoring) {
+      copy_group(self, i);
+      s.stream->notify(s.stream->record(), me, caf::make_message(checkpoint_copied{i}));
+    } else {
+      load<checkpoint_io>(self, i);
+      self->send(self, checkpoint_io{i, ""});  // the reads are started
+    }
+    return;
+  }
+  s.stream->notify(s.stream->record(), me, caf::make_message(checkpoint_copied{kEveryGroup}));
+}
+
+void start_checkpoint(OffloadManager* self, bool restoring, PartitionState state, caf::actor reply_to) {
+  auto& s = self->state;
+  std::string refused = !s.broken.empty() ? s.broken
+                        : s.in_pass       ? "an optimizer pass is in flight"
+                        : s.checkpoint    ? "another checkpoint is in flight"
+                                          : "";
+  std::vector<std::size_t> bases;
+  std::size_t total = 0;
+  for (const PartitionSpan& span : s.options.partition) {
+    bases.push_back(total);
+    total += span.count;
+  }
+  if (!restoring)
+    for (std::size_t k = 0; k <= s.states; ++k)
+      state.arrays.push_back(std::make_shared<HostBuffer>(std::max<std::size_t>(total, 1) * sizeof(float)));
+  else if (refused.empty() &&
+           (state.arrays.size() != s.states + 1 || state.steps.size() < s.steps.counts().size()))
+    refused =
+        fmt::format("the restored state has {} arrays and {} step counts; this partition needs {} and {}",
+                    state.arrays.size(), state.steps.size(), s.states + 1, s.steps.counts().size());
+  state.steps.resize(s.steps.counts().size());  // by position, up to the last this partition holds
+  s.checkpoint = CheckpointWork{restoring, std::move(state), std::move(bases), 0, std::move(reply_to)};
+  if (!refused.empty()) return end_checkpoint(self, refused);
+  if (restoring)
+    s.steps.restore(s.checkpoint->state.steps);
+  else
+    s.checkpoint->state.steps = s.steps.counts();
+  checkpoint_next(self);
+}
+
+// A swapped group's transfers for the checkpoint finished: a snapshot copies it out, a
+// restore has written it back (its state now in its file).
+void on_checkpoint_io(OffloadManager* self, const checkpoint_io& io) {
+  auto& s = self->state;
+  if (!s.checkpoint || io.group >= s.groups.size()) return;
+  Group& g = s.groups[io.group];
+  if (!io.error.empty() && g.io_error.empty()) g.io_error = io.error;
+  if (--g.io_left > 0) return;
+  if (!g.io_error.empty()) return end_checkpoint(self, g.io_error);
+  if (s.checkpoint->restoring) {
+    g.state_stored = state_swapped(s) || g.state_stored;
+    give_back(s, io.group);
+    return checkpoint_next(self);
+  }
+  copy_group(self, io.group);
+  s.stream->notify(s.stream->record(), caf::actor_cast<caf::actor>(self),
+                   caf::make_message(checkpoint_copied{io.group}));
+}
+
+void on_checkpoint_copied(OffloadManager* self, uint64_t i) {
+  auto& s = self->state;
+  if (!s.checkpoint) return;
+  if (i == kEveryGroup) return end_checkpoint(self, "");
+  if (!s.checkpoint->restoring) {
+    give_back(s, i);
+    return checkpoint_next(self);
+  }
+  Group& g = s.groups[i];  // restored into its buffer: written back to its tiers
+  g.io_left = 1;
+  g.io_error.clear();
+  if (state_swapped(s))
+    transfer<checkpoint_io>(self, *s.store, true, key_of(i), g.buffer,
+                            g.span.count * s.states * sizeof(float), i);
+  if (!g.parameter_key.empty())
+    transfer<checkpoint_io>(self, s.options.parameter_swap->store(), true, g.parameter_key,
+                            g.buffer + state_region(s, g), g.span.count * sizeof(float), i);
+  self->send(self, checkpoint_io{i, ""});  // the writes are started
+}
+
 caf::behavior offload_manager_behavior(OffloadManager* self, OffloadManagerOptions options) {
   auto& s = self->state;
   s.options = std::move(options);
@@ -381,6 +532,10 @@ caf::behavior offload_manager_behavior(OffloadManager* self, OffloadManagerOptio
       },
       [=](group_updated& u) { on_updated(self, u.group); },
       [=](state_stored& w) { on_stored(self, w.group, w.error); },
+      [=](snapshot_state& r) { start_checkpoint(self, false, PartitionState{}, r.reply_to); },
+      [=](restore_state& r) { start_checkpoint(self, true, std::move(r.state), r.reply_to); },
+      [=](checkpoint_io& io) { on_checkpoint_io(self, io); },
+      [=](checkpoint_copied& c) { on_checkpoint_copied(self, c.group); },
   };
 }
 

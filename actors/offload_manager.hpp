@@ -21,7 +21,10 @@
 // Protocol (actors/protocol/offload.hpp): optimizer_pass → optimizer_pass_done. A
 // failure (a tier that cannot be opened, a full disk, a corrupted swap file) is the
 // pass's error, naming the path and the operation; the manager then refuses further
-// passes.
+// passes. Between passes, a checkpoint (actors/protocol/checkpoint.hpp): snapshot_state →
+// state_snapshot copies the partition's fp32 values, state and step counts out of the
+// tiers; restore_state → state_restored puts them back (the nvme tier's files rewritten,
+// the 16-bit copy rounded again from the restored masters).
 #pragma once
 
 #include <caf/actor.hpp>

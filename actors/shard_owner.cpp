@@ -10,6 +10,7 @@
 
 #include "actors/issuing_stream.hpp"
 #include "actors/optimizer_hyper.hpp"
+#include "actors/protocol/checkpoint.hpp"
 #include "actors/protocol/offload.hpp"
 #include "actors/protocol/stage.hpp"
 #include "actors/protocol/zero.hpp"
@@ -302,6 +303,15 @@ void update_offloaded(ShardOwner* self, const update_shard& u) {
   s.stream->record().on_complete(pass);
 }
 
+// Why this owner's state cannot be checkpointed (it is not with an offload manager on the host).
+std::string checkpoint_refusal(const ShardOwnerState& s) {
+  if (s.options.device)
+    return "checkpoints of a GPU rank's optimizer state are not built yet: no GPU was lent to test the "
+           "device copies";
+  return "checkpoints save the state of the [optimizer] that troupe's kernels run; a trainer's own "
+         "optimizer factory keeps its state inside LibTorch's optimizer, which troupe does not save";
+}
+
 caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) {
   auto& s = self->state;
   s.options = std::move(options);
@@ -406,6 +416,17 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
           st.options.store->ledger()->set(MemoryKind::optimizer_state, optimizer_state_bytes(*st.optimizer));
         });
         reply_after(self, u.reply_to, shard_updated{u.step});
+      },
+      // Checkpoints: the state lives with the offload manager, which copies it between passes.
+      [=](snapshot_state& r) {
+        auto& st = self->state;
+        if (st.offload && !st.mirror) return self->send(st.offload, std::move(r));
+        self->send(r.reply_to, state_snapshot{{}, checkpoint_refusal(st)});
+      },
+      [=](restore_state& r) {
+        auto& st = self->state;
+        if (st.offload && !st.mirror) return self->send(st.offload, std::move(r));
+        self->send(r.reply_to, state_restored{checkpoint_refusal(st)});
       },
       [=](optimizer_pass_done& d) {
         auto& st = self->state;

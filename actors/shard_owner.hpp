@@ -10,7 +10,9 @@
 //
 // Protocol (actors/protocol/zero.hpp): begin_accumulation; absorb_gradients →
 // gradients_absorbed; measure_gradients → gradient_square_sum; update_shard →
-// shard_updated; a failure → stage_failed to the requester.
+// shard_updated; a failure → stage_failed to the requester. snapshot_state and
+// restore_state (actors/protocol/checkpoint.hpp) go to the offload manager, which holds the
+// state; without one (a trainer's own optimizer, a GPU rank) they are refused.
 #pragma once
 
 #include <caf/actor.hpp>

@@ -535,6 +535,11 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
       [=](gradients_summed& g) { on_gradients_summed(self, g); },
       [=](shard_updated&) { gather_updated(self); },
       [=](collect_parameters&) { collect(self); },
+      [=](describe_stage&) { return describe(self->state); },
+      [=](snapshot_stage&) { snapshot(self); },
+      [=](state_snapshot& got) { on_snapshot(self, got); },
+      [=](restore_stage& r) { restore(self, r); },
+      [=](state_restored& r) { on_restored(self, r); },
       [=](parameters_collected& c) {
         auto& st = self->state;
         if (st.collecting.empty()) return;

@@ -22,8 +22,10 @@
 // shard owner steps on the same stream (or through host memory, with [offload]).
 //
 // Protocol: stage_action → action_done (gradients_ready for reduce_gradients,
-// step_applied for optimizer_step); collect_parameters → parameters_collected; any
-// failure → stage_failed. Replies go to the actor that sent the actions.
+// step_applied for optimizer_step); collect_parameters → parameters_collected; between
+// steps, describe_stage → stage_layout, snapshot_stage → stage_snapshot and restore_stage →
+// state_restored (actors/protocol/checkpoint.hpp); any failure → stage_failed. Replies go
+// to the actor that sent the actions.
 #pragma once
 
 #include <caf/actor.hpp>

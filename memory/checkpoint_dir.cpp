@@ -178,6 +178,14 @@ Result<std::string> begin_checkpoint(const std::string& root, int64_t step) {
   return staging;
 }
 
+Result<std::string> join_checkpoint(const std::string& root, int64_t step) {
+  const std::string staging = (fs::path(root) / (checkpoint_name(step) + kPartial)).string();
+  std::error_code ec;
+  fs::create_directories(staging, ec);
+  if (ec) return make_error(fmt::format("creating {} failed: {}", staging, ec.message()));
+  return staging;
+}
+
 Result<CheckpointFile> write_checkpoint_file(const std::string& dir, const std::string& name,
                                              const void* data, std::size_t bytes) {
   if (name.empty() || name.find('/') != std::string::npos || name == kManifest)
@@ -216,6 +224,50 @@ Result<CheckpointManifest> open_checkpoint(const std::string& dir) {
                       found->crc32c, f.crc32c));
   }
   return manifest;
+}
+
+Result<CheckpointManifest> read_manifest(const std::string& dir) {
+  return parse_manifest((fs::path(dir) / kManifest).string());
+}
+
+Result<std::vector<char>> read_checkpoint_file(const std::string& dir, const CheckpointFile& file) {
+  const std::string path = (fs::path(dir) / file.name).string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error(fmt::format("checkpoint {}: {} is missing", dir, path));
+  std::vector<char> bytes(file.bytes + 1);  // one more: a longer file shows as one
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  const auto got = static_cast<std::size_t>(in.gcount());
+  if (in.bad()) return make_error(fmt::format("checkpoint {}: reading {} failed", dir, path));
+  if (got != file.bytes)
+    return make_error(fmt::format("checkpoint {}: {} has {}{} bytes, its manifest says {}", dir, path,
+                                  got > file.bytes ? "more than " : "", got > file.bytes ? file.bytes : got,
+                                  file.bytes));
+  bytes.resize(got);
+  if (uint32_t crc = crc32c(bytes.data(), bytes.size()); crc != file.crc32c)
+    return make_error(fmt::format("checkpoint {}: {} is corrupted (CRC32C {:08x}, its manifest says {:08x})",
+                                  dir, path, crc, file.crc32c));
+  return bytes;
+}
+
+std::string checkpoint_files_json(const std::vector<CheckpointFile>& files) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const CheckpointFile& f : files)
+    list.push_back({{"name", f.name}, {"bytes", f.bytes}, {"crc32c", f.crc32c}});
+  return list.dump();
+}
+
+Result<std::vector<CheckpointFile>> parse_checkpoint_files_json(const std::string& json) {
+  nlohmann::json list = nlohmann::json::parse(json, nullptr, false);
+  if (list.is_discarded() || !list.is_array()) return make_error("not a JSON list of files");
+  std::vector<CheckpointFile> files;
+  try {
+    for (const auto& f : list)
+      files.push_back(CheckpointFile{f.at("name").get<std::string>(), f.at("bytes").get<uint64_t>(),
+                                     f.at("crc32c").get<uint32_t>()});
+  } catch (const nlohmann::json::exception& e) {
+    return make_error(fmt::format("a malformed list of files: {}", e.what()));
+  }
+  return files;
 }
 
 Result<std::optional<std::string>> latest_checkpoint(const std::string& root) {

@@ -43,6 +43,11 @@ std::string checkpoint_name(int64_t step);
 /// interrupted save is removed); returns its path.
 Result<std::string> begin_checkpoint(const std::string& root, int64_t step);
 
+/// Every rank's way into the staging folder of `step`: made (with ROOT) if missing, never
+/// emptied, since other ranks write into it too (a file left by an interrupted save of the
+/// same step is overwritten or, unlisted, ignored). Returns its path.
+Result<std::string> join_checkpoint(const std::string& root, int64_t step);
+
 /// Writes `bytes` at `data` to `dir`/`name`, fsyncs it, and describes it. A short write
 /// (a full disk) is an error naming the path and what the system said.
 Result<CheckpointFile> write_checkpoint_file(const std::string& dir, const std::string& name,
@@ -56,6 +61,18 @@ Status commit_checkpoint(const std::string& root, const CheckpointManifest& mani
 /// there with its size and CRC32C; an error names the folder and the first file that is
 /// missing, short or corrupted (or that the folder has no manifest: it is incomplete).
 Result<CheckpointManifest> open_checkpoint(const std::string& dir);
+
+/// The manifest of the checkpoint in `dir` without reading its files (each reader checks
+/// the files it reads with read_checkpoint_file).
+Result<CheckpointManifest> read_manifest(const std::string& dir);
+
+/// The whole of file `file` of the checkpoint in `dir`, after checking its size and CRC32C
+/// against the manifest's; an error names the path.
+Result<std::vector<char>> read_checkpoint_file(const std::string& dir, const CheckpointFile& file);
+
+/// A list of files as JSON (what a rank tells rank 0), and back.
+std::string checkpoint_files_json(const std::vector<CheckpointFile>& files);
+Result<std::vector<CheckpointFile>> parse_checkpoint_files_json(const std::string& json);
 
 /// The newest complete checkpoint under ROOT (the highest step with a manifest), or none.
 Result<std::optional<std::string>> latest_checkpoint(const std::string& root);

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace troupe {
@@ -42,6 +43,10 @@ class ParameterSteps {
   void advance(const ParameterUse& used);
   /// The 1-based step the optimizer runs for `parameter` (after advance()).
   int64_t operator[](std::size_t parameter) const { return counts_[parameter]; }
+  /// Every count, by parameter (a checkpoint saves them).
+  const std::vector<int64_t>& counts() const { return counts_; }
+  /// Continues from saved counts (as many as there are parameters).
+  void restore(std::vector<int64_t> counts) { counts_ = std::move(counts); }
 
  private:
   std::vector<int64_t> counts_;

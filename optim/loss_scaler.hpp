@@ -36,6 +36,14 @@ struct LossScaleOptions {
   bool error_at_min_scale = true;  ///< ZeRO stages 1-3; stage 0 (FP16_Optimizer) keeps the minimum
 };
 
+/// Everything a LossScaler changes as it runs: what a checkpoint saves.
+struct LossScalerState {
+  double scale = 1;
+  int64_t iteration = 0;
+  int64_t last_overflow = -1;
+  int64_t hysteresis = 1;
+};
+
 class LossScaler {
  public:
   /// An error names the key and what it may be (DeepSpeed's checks: a finite loss_scale of
@@ -52,6 +60,15 @@ class LossScaler {
   /// step follows. An error when an overflow finds the scale at its minimum and the
   /// options say to stop there.
   Status update(bool overflow);
+
+  LossScalerState state() const { return {scale_, iteration_, last_overflow_, hysteresis_}; }
+  /// Continues from a saved state (the options stay this scaler's own).
+  void restore(const LossScalerState& s) {
+    scale_ = s.scale;
+    iteration_ = s.iteration;
+    last_overflow_ = s.last_overflow;
+    hysteresis_ = s.hysteresis;
+  }
 
  private:
   explicit LossScaler(const LossScaleOptions& options);

@@ -10,6 +10,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "actors/checkpoint_writer.hpp"
 #include "actors/comm_agent.hpp"
 #include "actors/data_loader.hpp"
 #include "actors/model_parameters.hpp"
@@ -22,6 +25,7 @@
 #include "actors/stream.hpp"
 #include "memory/nvme_store.hpp"
 #include "pipeline/schedule.hpp"
+#include "runtime/checkpoint.hpp"
 #include "runtime/config/scheduler.hpp"
 #include "runtime/config/token.hpp"
 #include "runtime/coordinator.hpp"
@@ -198,6 +202,10 @@ class Engine::Impl {
   std::vector<CommunicatorId> groups = {world_communicator};  // by chunk: its data-parallel group
   std::vector<TiedWeight> ties;               // what this rank's stage shares with others
   caf::actor collectives;  // a GPU rank's (NCCL or staged)
+  std::vector<std::string> tensor_names;  // the whole model's parameters, by tensor
+  RankCheckpoint checkpoint;              // this rank's part of a checkpoint, with [checkpoint]
+  caf::actor checkpoint_writer;           // with [checkpoint] every_steps
+  int64_t last_save = -1;                 // the step of the save last handed to the writer
   int64_t compute_threads = 1;
   int64_t steps_done = 0;
   bool failed = false;
@@ -209,7 +217,7 @@ class Engine::Impl {
     if (shared_compute)
       shared_compute->record().wait_for(
           std::chrono::milliseconds(static_cast<int64_t>(1000 * config.cluster.collective_timeout_s)));
-    for (auto* a : {&driver, &loader, &collectives, &comm})
+    for (auto* a : {&checkpoint_writer, &driver, &loader, &collectives, &comm})
       if (*a) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
     for (auto& chunk : stages)
       if (chunk) caf::anon_send_exit(chunk, caf::exit_reason::user_shutdown);
@@ -527,6 +535,130 @@ class Engine::Impl {
     return "#" + std::to_string(tensor);
   }
 
+  // [checkpoint]: each chunk's layout (what it owns, by parameter name and element range),
+  // the writer when saving, and on resume every chunk's state put back.
+  Status prepare_checkpoints() {
+    const CheckpointConfig& c = config.checkpoint;
+    if (c.every_steps == 0 && c.resume.empty()) return {};
+    caf::scoped_actor self{*system};
+    checkpoint.rank = rank.rank;
+    checkpoint.replica = plan.place.replica;
+    checkpoint.dp = config.parallel.dp;
+    checkpoint.zero_stage = config.zero.stage;
+    checkpoint.arrays = checkpoint_arrays(config.optimizer);
+    for (std::size_t chunk = 0; chunk < stages.size(); ++chunk) {
+      ChunkCheckpoint cc;
+      cc.virtual_stage = plan.virtual_stage(static_cast<int64_t>(chunk));
+      std::string error;
+      self->request(stages[chunk], timeout(), describe_stage{})
+          .receive([&](stage_layout& l) { cc.layout = std::move(l); },
+                   [&](caf::error& e) { error = system->render(e); });
+      if (error.empty()) error = cc.layout.error;
+      if (!error.empty()) return fail("describing the checkpoint layout: " + error);
+      for (const StageTensor& t : plan.stage_tensors[static_cast<std::size_t>(cc.virtual_stage)])
+        cc.names.push_back(tensor_names[t.tensor]);
+      checkpoint.chunks.push_back(std::move(cc));
+    }
+    if (c.every_steps > 0) {
+      CheckpointWriterOptions o;
+      o.root = c.dir;
+      o.rank = rank.rank;
+      o.world_size = rank.world_size;
+      o.keep_last = c.keep_last;
+      o.meta = checkpoint_meta(config, checkpoint.arrays);
+      o.comm_agent = comm;
+      o.tracer = tracer.get();
+      checkpoint_writer = spawn_checkpoint_writer(*system, std::move(o));
+    }
+    return resume(self);
+  }
+
+  Status resume(caf::scoped_actor& self) {
+    auto folder = resume_folder(config.checkpoint);
+    if (!folder) return fail("[checkpoint] resume: " + folder.error().message);
+    if (!*folder) {
+      if (rank.rank == 0 && !config.checkpoint.resume.empty())
+        spdlog::info("no complete checkpoint under {}: starting afresh", config.checkpoint.dir);
+      return {};
+    }
+    auto loaded = load_rank_checkpoint(**folder, checkpoint);
+    if (!loaded) return fail("[checkpoint] resume: " + loaded.error().message);
+    for (std::size_t chunk = 0; chunk < stages.size(); ++chunk) {
+      state_restored done;
+      std::string error;
+      self->request(stages[chunk], timeout(), std::move(loaded->chunks[chunk]))
+          .receive([&](state_restored& r) { done = std::move(r); },
+                   [&](caf::error& e) { error = system->render(e); });
+      if (error.empty()) error = done.error;
+      if (!error.empty()) return fail(fmt::format("[checkpoint] resume from {}: {}", **folder, error));
+    }
+    if (!loaded->rng_state.empty()) set_rng_state(loaded->rng_state);
+    steps_done = loaded->step;
+    if (rank.rank == 0) spdlog::info("resumed from {} after step {}", **folder, steps_done);
+    return {};
+  }
+
+  // The save after this step: the previous save must be done (its snapshot buffers are
+  // free again), then each chunk's state is copied between steps and handed to the
+  // writer; with async = false the step also waits for the write.
+  Status save_checkpoint(caf::scoped_actor& self) {
+    if (last_save >= 0) TROUPE_TRY(await_save(self, last_save));
+    std::vector<stage_snapshot> snapshots;
+    for (const caf::actor& chunk : stages) {
+      stage_snapshot snap;
+      std::string error;
+      self->request(chunk, timeout(), snapshot_stage{})
+          .receive([&](stage_snapshot& got) { snap = std::move(got); },
+                   [&](caf::error& e) { error = system->render(e); });
+      if (error.empty()) error = snap.error;
+      if (!error.empty()) return fail(fmt::format("checkpoint of step {}: {}", steps_done, error));
+      snapshots.push_back(std::move(snap));
+    }
+    self->send(
+        checkpoint_writer,
+        write_checkpoint{steps_done, rank_checkpoint_files(checkpoint, steps_done, snapshots, rng_state())});
+    last_save = steps_done;
+    if (!config.checkpoint.async) TROUPE_TRY(await_save(self, steps_done));
+    return {};
+  }
+
+  // Waits for the save of `step` (-1: every save) to be done, or fails naming why.
+  Status await_save(caf::scoped_actor& self, int64_t step) {
+    checkpoint_saved saved;
+    std::string error;
+    auto limit = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::duration<double>(step_timeout_s() + 600));
+    self->request(checkpoint_writer, limit, await_checkpoint{step})
+        .receive([&](checkpoint_saved& s) { saved = std::move(s); },
+                 [&](caf::error& e) { error = system->render(e); });
+    if (error.empty()) error = saved.error;
+    if (!error.empty())
+      return fail(step < 0 ? fmt::format("a checkpoint failed: {}", error)
+                           : fmt::format("the checkpoint of step {} failed: {}", step, error));
+    return {};
+  }
+
+  static std::vector<char> rng_state() {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    torch::Tensor state = generator.get_state();
+    const auto* bytes = static_cast<const char*>(state.data_ptr());
+    return std::vector<char>(bytes, bytes + state.numel());
+  }
+
+  static void set_rng_state(const std::vector<char>& bytes) {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    torch::Tensor state = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
+    std::memcpy(state.data_ptr(), bytes.data(), bytes.size());
+    generator.set_state(state);
+  }
+
+  std::chrono::milliseconds timeout() const {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::duration<double>(step_timeout_s()));
+  }
+
   Error fail(const std::string& what) {
     failed = true;
     caf::anon_send(comm, abort_request{what});
@@ -553,6 +685,14 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
         impl->rank.rank, impl->config.precision.dtype));
   auto parameters = model_parameters(trainable.layers);  // what troupe cannot train stops here
   if (!parameters) return make_error(fmt::format("rank {}: {}", impl->rank.rank, parameters.error().message));
+  impl->tensor_names = parameters->names;
+  const CheckpointConfig& saving = impl->config.checkpoint;
+  if ((saving.every_steps > 0 || !saving.resume.empty()) && trainable.make_optimizer)
+    return make_error(fmt::format(
+        "rank {}: [checkpoint] saves the state of the [optimizer] troupe's kernels run; a trainer's own "
+        "optimizer factory keeps its state inside LibTorch's optimizer, which troupe cannot save: drop "
+        "make_optimizer or the [checkpoint] section",
+        impl->rank.rank));
   std::vector<std::string> warnings;
   auto schedule = make_lr_schedule(impl->config, &warnings);
   if (!schedule) return schedule.error();
@@ -582,6 +722,7 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   TROUPE_TRY(impl->plan_stages(*shared, trainable));
   if (on_gpu) TROUPE_TRY(impl->open_gpu(*shared));
   impl->start_actors(std::move(shared), trainable);
+  TROUPE_TRY(impl->prepare_checkpoints());
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -593,6 +734,9 @@ int64_t Engine::rank() const {
 }
 int64_t Engine::world_size() const {
   return impl_->rank.world_size;
+}
+int64_t Engine::steps_done() const {
+  return impl_->steps_done;
 }
 const JobConfig& Engine::config() const {
   return impl_->config;
@@ -652,6 +796,8 @@ Result<StepResult> Engine::train_batch() {
   result.tokens_per_s = report.step_ms > 0 ? report.tokens / (report.step_ms / 1000.0) : 0;
   result.stats = report.stats;
   result.sent_bytes = static_cast<int64_t>(m.sent->load(std::memory_order_relaxed) - sent_before);
+  const int64_t every = m.config.checkpoint.every_steps;
+  if (every > 0 && m.steps_done % every == 0) TROUPE_TRY(m.save_checkpoint(self));
   return result;
 }
 
@@ -660,6 +806,10 @@ Status Engine::finish() {
   if (m.finished) return {};
   if (m.failed) return make_error(fmt::format("rank {}: the engine has failed", m.rank.rank));
   m.finished = true;
+  if (m.checkpoint_writer) {  // every save durable (rank 0: committed) before the rank ends
+    caf::scoped_actor self{*m.system};
+    TROUPE_TRY(m.await_save(self, -1));
+  }
   if (m.tracer) {
     m.tracer->settle(std::chrono::seconds(2));  // the last work items' spans are in
     TROUPE_TRY(m.tracer->write(rank_trace_path(m.config.trace.path, m.rank.rank)));

@@ -106,7 +106,7 @@ int train_rank(const JobConfig& job, const JobOutputs& outputs, std::string& pha
   Engine& e = **engine;
   auto report = Report::make(job, outputs, e.rank() == 0);
   if (!report) return fail(report.error().message);
-  for (int64_t s = 0; s < job.train.steps; ++s) {
+  for (int64_t s = e.steps_done(); s < job.train.steps; ++s) {  // a resumed run starts later
     phase = fmt::format("training step {}", s + 1);
     auto r = e.train_batch();
     if (!r) return fail(r.error().message);

@@ -63,6 +63,26 @@ typename Inspector::result_type inspect(Inspector& f, state_stored& x) {
   return f(caf::meta::type_name("state_stored"), x.group, x.error);
 }
 
+/// Internal: the checkpoint's reads or writes of group `group` finished (one per transfer,
+/// and one for their start).
+struct checkpoint_io {
+  uint64_t group = 0;
+  std::string error;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, checkpoint_io& x) {
+  return f(caf::meta::type_name("checkpoint_io"), x.group, x.error);
+}
+
+/// Internal: the stream has copied group `group` for the checkpoint (~0: every group).
+struct checkpoint_copied {
+  uint64_t group = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, checkpoint_copied& x) {
+  return f(caf::meta::type_name("checkpoint_copied"), x.group);
+}
+
 }  // namespace troupe
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::optimizer_pass)

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "actors/deferred_weights.hpp"
+#include "actors/protocol/checkpoint.hpp"
 #include "actors/protocol/comm.hpp"
 #include "actors/protocol/pipeline.hpp"
 #include "actors/protocol/stage.hpp"
@@ -177,6 +178,7 @@ struct StageState {
   std::string failure;  // why, once failed
   int64_t updates_applied = 0;  // optimizer updates so far: where the learning-rate schedule is
   std::optional<LossScaler> scaler;  // with StageOptions::loss_scale
+  std::optional<caf::response_promise> checkpoint_reply;  // a snapshot or restore in flight
   std::shared_ptr<std::atomic<bool>> stopped =
       std::make_shared<std::atomic<bool>>(false);  // compute reads it
   static inline const char* name = "stage";
@@ -224,6 +226,16 @@ void on_forward_computed(StageActor* self, forward_computed& f);
 void on_backward_computed(StageActor* self, backward_computed& b);
 /// reduce_gradients is done once gradients_ready is known: answers the scheduler.
 void answer_gradients_ready(StageActor* self);
+
+// checkpoint.cpp
+/// Where the stage's partition pieces lie, by tensor and element range.
+stage_layout describe(const StageState& s);
+/// snapshot_stage: the owner's copy of the partition, then the stage's own state.
+void snapshot(StageActor* self);
+void on_snapshot(StageActor* self, state_snapshot& got);
+/// restore_stage: the model's values on the compute stream, then the owner's partition.
+void restore(StageActor* self, restore_stage& r);
+void on_restored(StageActor* self, state_restored& r);
 
 // compute.cpp: work items of the compute stream.
 struct ForwardWork {

@@ -72,6 +72,9 @@ class Engine {
 
   int64_t rank() const;
   int64_t world_size() const;
+  /// Steps trained so far: 0 at the start, the checkpoint's step after a resume
+  /// ([checkpoint] resume), so a loop runs `while (engine->steps_done() < steps)`.
+  int64_t steps_done() const;
   const JobConfig& config() const;
   /// The model's parameters, flattened in order (for checks against a reference).
   /// Collective: every rank calls it (ZeRO stage 3 gathers the partitions). With pp > 1,

@@ -27,7 +27,7 @@ JobOutputs outputs_of(const JobArguments& a) {
 }
 
 int train(const JobArguments& a, bool reference) {
-  auto job = load_config_file(a.file, a.overrides);
+  auto job = load_config_file(a.file, overrides_of(a));
   if (!job) {
     std::fprintf(stderr, "troupe: %s\n", job.error().message.c_str());
     return kUsageExitCode;

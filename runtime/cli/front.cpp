@@ -107,7 +107,7 @@ void print_warnings(const JobConfig& job) {
 }
 
 int check_job(const JobArguments& a) {
-  auto job = load_config_file(a.file, a.overrides);
+  auto job = load_config_file(a.file, overrides_of(a));
   if (!job) return report_config_error(job.error());
   print_warnings(*job);
   if (auto fits = check_this_machine(*job, ""); !fits) return report_config_error(fits.error());
@@ -116,7 +116,7 @@ int check_job(const JobArguments& a) {
 }
 
 int print_estimate(const JobArguments& a, bool as_json) {
-  auto job = load_config_file(a.file, a.overrides);
+  auto job = load_config_file(a.file, overrides_of(a));
   if (!job) return report_config_error(job.error());
   auto predicted = estimate_job(*job);
   if (!predicted) return report_config_error(predicted.error());
@@ -265,7 +265,7 @@ int main(int argc, char** argv) {
     return launch_ranks(options);
   }
   if (run_args.reference) return exec_core_program(std::vector<std::string>(argv + 1, argv + argc));
-  auto job = load_config_file(run_args.file, run_args.overrides);
+  auto job = load_config_file(run_args.file, overrides_of(run_args));
   if (!job) return report_config_error(job.error());
   print_warnings(*job);
   return run_cluster(*job, run_args);

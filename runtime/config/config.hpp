@@ -207,6 +207,17 @@ struct TraceConfig {
   std::string path;  ///< merged trace file; empty = no tracing
 };
 
+/// [checkpoint]: saving the training state every N steps into `dir` and resuming from it.
+struct CheckpointConfig {
+  std::string dir;          ///< ROOT of step-NNNNNNNN folders; empty = no checkpoints
+  int64_t every_steps = 0;  ///< save after every N steps; 0 = never (resume only)
+  int64_t keep_last = 2;    ///< complete checkpoints kept (at least one always)
+  bool async = true;        ///< write while training goes on; false: the step waits for the save
+  /// Continue from this checkpoint folder, or "latest" (the newest complete one under dir,
+  /// none: start afresh); empty = start afresh.
+  std::string resume;
+};
+
 /// The whole job.
 struct JobConfig {
   std::string source = "<struct>";  ///< file name the config came from, for messages
@@ -227,6 +238,7 @@ struct JobConfig {
   ModelConfig model;
   DataConfig data;
   TrainConfig train;
+  CheckpointConfig checkpoint;
   TraceConfig trace;
 };
 

@@ -628,6 +628,30 @@ Status resolve_precision(const JobConfig& raw, const ConfigOrigins& origins) {
   return {};
 }
 
+// [checkpoint]: saving needs a folder; a save is the state troupe's own optimizer kernels
+// keep on CPU ranks.
+Status resolve_checkpoint(const JobConfig& raw, const ConfigOrigins& origins) {
+  const CheckpointConfig& c = raw.checkpoint;
+  TROUPE_TRY(require(in_range(c.every_steps, 0, int64_t{1} << 40), origins, "checkpoint", "every_steps",
+                     c.every_steps));
+  TROUPE_TRY(
+      require(in_range(c.keep_last, 1, int64_t{1} << 20), origins, "checkpoint", "keep_last", c.keep_last));
+  if (c.every_steps > 0 && c.dir.empty())
+    return key_error(
+        origins, "checkpoint", "every_steps",
+        fmt::format("every_steps = {} needs a folder to save into: set [checkpoint] dir", c.every_steps));
+  if (c.resume == "latest" && c.dir.empty())
+    return key_error(origins, "checkpoint", "resume",
+                     "resume = \"latest\" looks under [checkpoint] dir, which is not set; set dir or name "
+                     "the checkpoint folder");
+  const bool uses = c.every_steps > 0 || !c.resume.empty();
+  if (uses && raw.cluster.device == "cuda")
+    return key_error(origins, "checkpoint", c.every_steps > 0 ? "every_steps" : "resume",
+                     "checkpoints of GPU ranks are not built yet (no GPU was lent to test the device "
+                     "copies); checkpoints run with [cluster] device = \"cpu\"");
+  return {};
+}
+
 Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins) {
   TROUPE_TRY(resolve_cluster(raw.cluster, origins));
   TROUPE_TRY(resolve_parallel(raw, origins));
@@ -642,6 +666,7 @@ Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins) {
   TROUPE_TRY(resolve_data(raw.data, raw.model.seq_len, origins));
   TROUPE_TRY(resolve_train(raw.train, origins));
   TROUPE_TRY(resolve_pipeline(raw, origins));
+  TROUPE_TRY(resolve_checkpoint(raw, origins));
   raw.origins = origins;
   return raw;
 }

@@ -203,6 +203,16 @@ std::vector<KeySpec> make_key_specs() {
       {"train", "metrics_path", "a file path, or empty for no metrics",
        [](C& c) -> FieldRef { return &c.train.metrics_path; }},
 
+      {"checkpoint", "dir", "a directory path (made if missing), or empty for no checkpoints",
+       [](C& c) -> FieldRef { return &c.checkpoint.dir; }},
+      {"checkpoint", "every_steps", "an integer from 0 to 2^40 (0 = never save)",
+       [](C& c) -> FieldRef { return &c.checkpoint.every_steps; }},
+      {"checkpoint", "keep_last", "an integer from 1 to 2^20",
+       [](C& c) -> FieldRef { return &c.checkpoint.keep_last; }},
+      {"checkpoint", "async", "true or false", [](C& c) -> FieldRef { return &c.checkpoint.async; }},
+      {"checkpoint", "resume", R"(a checkpoint folder, "latest", or empty to start afresh)",
+       [](C& c) -> FieldRef { return &c.checkpoint.resume; }},
+
       {"trace", "path", "a file path, or empty for no tracing",
        [](C& c) -> FieldRef { return &c.trace.path; }},
   };
@@ -225,9 +235,9 @@ const std::vector<KeySpec>& key_specs() {
 }
 
 const std::vector<std::string>& section_names() {
-  static const std::vector<std::string> names = {"cluster", "parallel",  "pipeline",  "zero",      "offload",
-                                                 "batch",   "optimizer", "scheduler", "precision", "model",
-                                                 "data",    "train",     "trace"};
+  static const std::vector<std::string> names = {"cluster", "parallel",  "pipeline",   "zero",      "offload",
+                                                 "batch",   "optimizer", "scheduler",  "precision", "model",
+                                                 "data",    "train",     "checkpoint", "trace"};
   return names;
 }
 

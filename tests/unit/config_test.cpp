@@ -239,7 +239,29 @@ TEST(ConfigLoad, UnknownSectionWithNothingCloseListsTheSections) {
   EXPECT_EQ(error_of(load("[logging]\nlevel = 1\n")),
             "job.toml:1:2: unknown section [logging]; the sections are [cluster], [parallel], "
             "[pipeline], [zero], [offload], [batch], [optimizer], [scheduler], [precision], [model], [data], "
-            "[train], [trace]");
+            "[train], [checkpoint], [trace]");
+}
+
+TEST(ConfigLoad, CheckpointSavingNeedsAFolderAndACpuRank) {
+  EXPECT_EQ(error_of(load("[batch]\nmicro_batch_size = 1\n[checkpoint]\nevery_steps = 5\n")),
+            "job.toml:4:15: [checkpoint] every_steps = 5 needs a folder to save into: set [checkpoint] dir");
+  EXPECT_EQ(
+      error_of(load("[batch]\nmicro_batch_size = 1\n[checkpoint]\nresume = \"latest\"\n")),
+      "job.toml:4:10: [checkpoint] resume = \"latest\" looks under [checkpoint] dir, which is not set; set "
+      "dir or name the checkpoint folder");
+  EXPECT_NE(error_of(load("[batch]\nmicro_batch_size = 1\n[checkpoint]\ndir = \"c\"\nkeep_last = 0\n"))
+                .find("keep_last must be an integer from 1"),
+            std::string::npos);
+  EXPECT_NE(error_of(load("[batch]\nmicro_batch_size = 1\n[cluster]\ndevice = \"cuda\"\n[checkpoint]\ndir = "
+                          "\"c\"\nevery_steps = 5\n"))
+                .find("checkpoints of GPU ranks are not built yet"),
+            std::string::npos);
+  auto fine =
+      load("[batch]\nmicro_batch_size = 1\n[checkpoint]\ndir = \"c\"\nevery_steps = 5\nasync = false\n");
+  ASSERT_TRUE(fine.ok()) << fine.error().message;
+  EXPECT_EQ(fine->checkpoint.every_steps, 5);
+  EXPECT_FALSE(fine->checkpoint.async);
+  EXPECT_EQ(fine->checkpoint.keep_last, 2);
 }
 
 TEST(ConfigLoad, KeyOutsideAnySectionNamesItsSection) {

@@ -1,0 +1,225 @@
+// Checkpoints over real processes: a run saved every 5 steps and resumed from its step-10
+// checkpoint ends bit for bit where the uninterrupted run ends (losses of steps 11-20 and
+// the final parameters), for every ZeRO stage and offload tier with accumulation, and for
+// mixed precision, a pipeline with a tied weight, the parameters on NVMe and the loss
+// scaler; a checkpoint loads into another dp and ZeRO stage; and a damaged, partial or
+// foreign checkpoint is refused naming what is wrong.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/integration/command.hpp"
+#include "tests/support/free_port.hpp"
+#include "tests/support/trained_run.hpp"
+
+namespace troupe {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TrainedRun;
+
+constexpr int kSteps = 20, kResumeAt = 10;
+
+struct Job {
+  int stage = 0;
+  std::string offload = "none";
+  int dp = 2;
+  int accumulation = 2;
+  std::string settings;  ///< more --set flags
+};
+
+Job job(int stage, std::string offload, int dp = 2, int accumulation = 2, std::string settings = "") {
+  return Job{stage, std::move(offload), dp, accumulation, std::move(settings)};
+}
+
+std::string describe(const Job& j) {
+  return "stage " + std::to_string(j.stage) + ", offload " + j.offload + ", dp " + std::to_string(j.dp) +
+         ", accumulation " + std::to_string(j.accumulation) + j.settings;
+}
+
+std::string quoted(const std::string& value) {
+  return "\\\"" + value + "\\\"";
+}
+
+// The tiny GPT, a global batch of 16 sequences, saving every 5 steps into ROOT/ckpt; with
+// `resume`, continuing from that folder.
+std::string command(const Job& j, const std::string& root, const std::string& out,
+                    const std::string& resume = "", int pp = 1) {
+  const int world = j.dp * pp, micro = 16 / j.dp / j.accumulation;
+  return std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR + "/configs/tiny-gpt.toml" +
+         " --set train.steps=" + std::to_string(kSteps) +
+         " --set cluster.world_size=" + std::to_string(world) + " --set parallel.dp=" + std::to_string(j.dp) +
+         " --set parallel.pp=" + std::to_string(pp) +
+         " --set batch.micro_batch_size=" + std::to_string(micro) +
+         " --set batch.gradient_accumulation_steps=" + std::to_string(j.accumulation) +
+         " --set batch.global_batch_size=16 --set zero.stage=" + std::to_string(j.stage) +
+         " --set zero.reduce_bucket_size=16384 --set zero.param_persistence_threshold=100" +
+         " --set offload.optimizer=" + quoted(j.offload) + " --set offload.nvme_path=" + quoted(root) +
+         " --set checkpoint.dir=" + quoted(root + "/ckpt") + " --set checkpoint.every_steps=5" +
+         " --set checkpoint.keep_last=4" + j.settings +
+         " --set cluster.coordinator=" + testing::free_coordinator() + " --metrics " + out +
+         ".jsonl --parameters-out " + out + ".bin" + (resume.empty() ? "" : " --resume " + resume);
+}
+
+TrainedRun run(const std::string& line) {
+  auto r = testing::run_command(line, 300);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const std::string out =
+      line.substr(line.find("--metrics ") + 10, line.find(".jsonl") - line.find("--metrics ") - 10);
+  return testing::read_run(out + ".jsonl", out + ".bin");
+}
+
+std::string step_folder(const std::string& root, int step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08d", step);
+  return root + "/ckpt/" + name;
+}
+
+class Resume : public ::testing::TestWithParam<Job> {};
+
+TEST_P(Resume, ContinuesBitForBitFromTheCheckpoint) {
+  const Job j = GetParam();
+  const std::string root = testing::make_temp_dir();
+  TrainedRun whole = run(command(j, root, root + "/whole"));
+  ASSERT_EQ(whole.losses.size(), static_cast<std::size_t>(kSteps));
+  ASSERT_TRUE(fs::exists(step_folder(root, kResumeAt) + "/manifest.json"));
+  TrainedRun resumed = run(command(j, root, root + "/resumed", step_folder(root, kResumeAt)));
+  ASSERT_EQ(resumed.losses.size(), static_cast<std::size_t>(kSteps - kResumeAt)) << "steps 11-20 only";
+  for (int s = kResumeAt; s < kSteps; ++s)
+    EXPECT_EQ(resumed.losses[static_cast<std::size_t>(s - kResumeAt)],
+              whole.losses[static_cast<std::size_t>(s)])
+        << "step " << s + 1;
+  for (std::size_t s = 0; s < resumed.loss_scales.size(); ++s)
+    EXPECT_EQ(resumed.loss_scales[s], whole.loss_scales[s + kResumeAt])
+        << "the loss scale of step " << s + 11;
+  ASSERT_EQ(resumed.parameters.size(), whole.parameters.size());
+  EXPECT_EQ(0, std::memcmp(resumed.parameters.data(), whole.parameters.data(), whole.parameters.size() * 4))
+      << "the final parameters differ";
+  std::printf("resume: %s: steps 11-20 and the final parameters bit-identical\n", describe(j).c_str());
+}
+
+const std::string kBf16 = " --set precision.dtype=" + quoted("bf16");
+
+INSTANTIATE_TEST_SUITE_P(
+    Checkpoint, Resume,
+    ::testing::Values(job(0, "none"), job(1, "none"), job(2, "none"), job(3, "none"), job(0, "cpu"),
+                      job(1, "cpu"), job(2, "cpu"), job(3, "cpu"), job(0, "nvme"), job(1, "nvme"),
+                      job(2, "nvme"), job(3, "nvme"),
+                      // stage 3 with the parameters on NVMe too, in small swapped pieces
+                      job(3, "nvme", 2, 2, " --set offload.param=" + quoted("nvme")),
+                      // bf16 with fp32 masters, and DeepSpeed's dynamic loss scaler (its scale doubles
+                      // every 3 clean steps, so the saved scale matters), a schedule of the rate
+                      job(2, "cpu", 2, 2,
+                          kBf16 + " --set precision.loss_scaling=true --set precision.loss_scale_window=3" +
+                              " --set scheduler.type=" + quoted("WarmupCosineLR") +
+                              " --set scheduler.total_num_steps=20 --set scheduler.warmup_num_steps=4"),
+                      job(1, "none", 2, 2, " --set checkpoint.async=false")));
+
+// A pipeline of 2 stages with the embedding tied between them, ZeRO 1, dp 2.
+TEST(Checkpoint, ResumesAPipelineWithATiedWeight) {
+  const Job j = job(1, "none", 2, 4, " --set model.tie_embeddings=true");
+  const std::string root = testing::make_temp_dir();
+  TrainedRun whole = run(command(j, root, root + "/whole", "", 2));
+  TrainedRun resumed = run(command(j, root, root + "/resumed", step_folder(root, kResumeAt), 2));
+  ASSERT_EQ(resumed.losses.size(), static_cast<std::size_t>(kSteps - kResumeAt));
+  for (int s = kResumeAt; s < kSteps; ++s)
+    EXPECT_EQ(resumed.losses[static_cast<std::size_t>(s - kResumeAt)],
+              whole.losses[static_cast<std::size_t>(s)]);
+  ASSERT_EQ(resumed.parameters.size(), whole.parameters.size());
+  EXPECT_EQ(0, std::memcmp(resumed.parameters.data(), whole.parameters.data(), whole.parameters.size() * 4));
+}
+
+// Saved at dp 4 with ZeRO 3, loaded at dp 2 with ZeRO 1 and at dp 1 with ZeRO 0 (its
+// optimizer state on NVMe): the files are addressed by parameter and element range. The
+// loaded runs' losses follow the saved run's to within 1e-6 (they sum the same gradients in
+// other orders), the first one after loading included.
+TEST(Checkpoint, LoadsIntoAnotherDataParallelSizeAndZeroStage) {
+  const std::string root = testing::make_temp_dir();
+  TrainedRun saved = run(command(job(3, "none", 4, 1), root, root + "/dp4"));
+  ASSERT_EQ(saved.losses.size(), static_cast<std::size_t>(kSteps));
+  for (const Job& j : {job(1, "none", 2, 2), job(0, "nvme", 1, 2)}) {
+    TrainedRun loaded = run(command(j, root, root + "/loaded", step_folder(root, kResumeAt)));
+    ASSERT_EQ(loaded.losses.size(), static_cast<std::size_t>(kSteps - kResumeAt)) << describe(j);
+    double worst = 0;
+    for (int s = kResumeAt; s < kSteps; ++s) {
+      const double a = loaded.losses[static_cast<std::size_t>(s - kResumeAt)];
+      const double b = saved.losses[static_cast<std::size_t>(s)];
+      EXPECT_LT(std::abs(a - b) / b, 1e-6)
+          << describe(j) << ": step " << s + 1 << ": " << a << " against " << b;
+      worst = std::max(worst, std::abs(a - b) / b);
+    }
+    EXPECT_LT(testing::parameter_distance(loaded.parameters, saved.parameters), 1e-5) << describe(j);
+    std::printf("reshard: dp 4 ZeRO 3 -> %s: losses 11-20 within %.1e relative\n", describe(j).c_str(),
+                worst);
+  }
+}
+
+// Keeps the newest keep_last complete checkpoints; "latest" finds the newest.
+TEST(Checkpoint, KeepsTheLastAndResumesFromTheLatest) {
+  const std::string root = testing::make_temp_dir();
+  Job j = job(2, "cpu", 2, 1, " --set checkpoint.keep_last=2");
+  TrainedRun whole = run(command(j, root, root + "/whole"));
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(root + "/ckpt"))
+    left.push_back(entry.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"step-00000015", "step-00000020"}));
+  // Resuming from the latest (step 20) of a 20-step job trains nothing more.
+  auto r = testing::run_command(command(j, root, root + "/again", "latest"), 300);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("after step 20"), std::string::npos) << r.output;
+}
+
+// The first data file of the step-10 checkpoint.
+std::string a_data_file(const std::string& folder) {
+  for (const auto& entry : fs::directory_iterator(folder))
+    if (entry.path().extension() == ".bin" && entry.path().string().find("values") != std::string::npos)
+      return entry.path().string();
+  return "";
+}
+
+TEST(Checkpoint, RefusesADamagedPartialOrForeignCheckpointNamingWhy) {
+  const std::string root = testing::make_temp_dir();
+  Job j = job(1, "none", 2, 1);
+  run(command(j, root, root + "/whole"));
+  const std::string folder = step_folder(root, kResumeAt);
+  const std::string file = a_data_file(folder);
+  ASSERT_FALSE(file.empty());
+  {  // one flipped byte
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('\x5a');
+  }
+  auto corrupted = testing::run_command(command(j, root, root + "/x", folder), 300);
+  EXPECT_NE(corrupted.exit_code, 0);
+  EXPECT_NE(corrupted.output.find(file + " is corrupted"), std::string::npos) << corrupted.output;
+
+  fs::resize_file(file, 64);  // truncated
+  auto truncated = testing::run_command(command(j, root, root + "/x", folder), 300);
+  EXPECT_NE(truncated.exit_code, 0);
+  EXPECT_NE(truncated.output.find(file + " has 64 bytes"), std::string::npos) << truncated.output;
+
+  // A save that never finished: its manifest is missing.
+  const std::string partial = step_folder(root, 15) + ".partial";
+  fs::rename(step_folder(root, 15), partial);
+  fs::remove(partial + "/manifest.json");
+  auto unfinished = testing::run_command(command(j, root, root + "/x", partial), 300);
+  EXPECT_NE(unfinished.exit_code, 0);
+  EXPECT_NE(unfinished.output.find("never loaded"), std::string::npos) << unfinished.output;
+
+  // The state of another optimizer: SGD without momentum keeps no state arrays.
+  auto foreign = testing::run_command(
+      command(j, root, root + "/x", step_folder(root, 20)) + " --set optimizer.type=" + quoted("sgd"), 300);
+  EXPECT_NE(foreign.exit_code, 0);
+  EXPECT_NE(foreign.output.find("holds 3 arrays per partition"), std::string::npos) << foreign.output;
+}
+
+}  // namespace
+}  // namespace troupe
