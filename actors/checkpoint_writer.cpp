@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -92,21 +93,23 @@ void write_files(Writer* self, write_checkpoint w) {
   ++s.writes_in_flight;
   auto listed = std::make_shared<std::vector<CheckpointFile>>();
   auto error = std::make_shared<std::string>();
-  s.io->enqueue(fmt::format("write checkpoint {}", w.step), [root = s.options.root, w, listed, error] {
-    auto dir = join_checkpoint(root, w.step);
-    if (!dir) {
-      *error = dir.error().message;
-      return;
-    }
-    for (const CheckpointBlob& blob : w.files) {
-      auto file = write_checkpoint_file(*dir, blob.name, blob.data, blob.bytes);
-      if (!file) {
-        *error = file.error().message;
-        return;
-      }
-      listed->push_back(*file);
-    }
-  });
+  s.io->enqueue(fmt::format("write checkpoint {}", w.step),
+                [root = s.options.root, w, listed, error, delay = s.options.write_delay] {
+                  auto dir = join_checkpoint(root, w.step);
+                  if (delay.count() > 0) std::this_thread::sleep_for(delay);  // fault injection: a slow disk
+                  if (!dir) {
+                    *error = dir.error().message;
+                    return;
+                  }
+                  for (const CheckpointBlob& blob : w.files) {
+                    auto file = write_checkpoint_file(*dir, blob.name, blob.data, blob.bytes);
+                    if (!file) {
+                      *error = file.error().message;
+                      return;
+                    }
+                    listed->push_back(*file);
+                  }
+                });
   s.io->record().on_complete([me = caf::actor_cast<caf::actor>(self), step = w.step, listed, error] {
     caf::anon_send(me, written_atom::value, step, checkpoint_files_json(*listed), *error);
   });

@@ -18,6 +18,7 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -33,6 +34,9 @@ struct CheckpointWriterOptions {
   std::string meta = "{}";  ///< rank 0: the manifest's meta object (JSON)
   caf::actor comm_agent;    ///< registers the writer and carries the file lists to rank 0
   double timeout_s = 600;   ///< rank 0 gives up on a save whose lists do not all arrive
+  /// Fault injection (TROUPE_CHECKPOINT_WRITE_DELAY_MS): each save waits this long in its
+  /// staging folder before writing, as on a slow disk, so a kill lands inside saves.
+  std::chrono::milliseconds write_delay{0};
   Tracer* tracer = nullptr;
 };
 

@@ -4,6 +4,7 @@
 #include <caf/all.hpp>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include <thread>
 
@@ -568,6 +569,8 @@ class Engine::Impl {
       o.meta = checkpoint_meta(config, checkpoint.arrays);
       o.comm_agent = comm;
       o.tracer = tracer.get();
+      if (const char* delay = std::getenv("TROUPE_CHECKPOINT_WRITE_DELAY_MS"))
+        o.write_delay = std::chrono::milliseconds(std::strtoll(delay, nullptr, 10));
       checkpoint_writer = spawn_checkpoint_writer(*system, std::move(o));
     }
     return resume(self);

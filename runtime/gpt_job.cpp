@@ -34,13 +34,14 @@ Status write_parameters(const std::string& path, const torch::Tensor& flat) {
 // Rank 0's view of the run: metrics file, progress line, summary.
 class Report {
  public:
-  static Result<Report> make(const JobConfig& job, const JobOutputs& outputs, bool speaks) {
+  static Result<Report> make(const JobConfig& job, const JobOutputs& outputs, bool speaks,
+                             int64_t resumed_after = 0) {
     Report r;
     r.job_ = &job;
     r.speaks_ = speaks;
     r.style_ = progress_style();
     if (speaks && !outputs.metrics_path.empty()) {
-      auto writer = MetricsWriter::make(outputs.metrics_path);
+      auto writer = MetricsWriter::make(outputs.metrics_path, resumed_after);
       if (!writer) return writer.error();
       r.writer_.emplace(std::move(*writer));
     }
@@ -104,7 +105,7 @@ int train_rank(const JobConfig& job, const JobOutputs& outputs, std::string& pha
   auto engine = Engine::make(job, std::move(trainable));
   if (!engine) return fail(engine.error().message);
   Engine& e = **engine;
-  auto report = Report::make(job, outputs, e.rank() == 0);
+  auto report = Report::make(job, outputs, e.rank() == 0, e.steps_done());
   if (!report) return fail(report.error().message);
   for (int64_t s = e.steps_done(); s < job.train.steps; ++s) {  // a resumed run starts later
     phase = fmt::format("training step {}", s + 1);

@@ -18,8 +18,18 @@ int64_t round_rate(double rate) {
 
 }  // namespace
 
-Result<MetricsWriter> MetricsWriter::make(const std::string& path) {
+Result<MetricsWriter> MetricsWriter::make(const std::string& path, int64_t kept_through) {
+  std::vector<std::string> kept;
+  if (kept_through > 0) {
+    std::ifstream before(path);
+    for (std::string line; std::getline(before, line);) {
+      nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.is_object() && j.value("step", int64_t{0}) <= kept_through)
+        kept.push_back(line);
+    }
+  }
   std::ofstream file(path, std::ios::out | std::ios::trunc);
+  for (const std::string& line : kept) file << line << "\n";
   if (!file) {
     return make_error(
         fmt::format("cannot open metrics file '{}' for writing: {}", path, std::strerror(errno)));

@@ -51,8 +51,9 @@ struct StepMetrics {
 ///  (a skipped step's) is null.
 class MetricsWriter {
  public:
-  /// Creates (truncates) `path`; fails with a sentence naming the path.
-  static Result<MetricsWriter> make(const std::string& path);
+  /// Creates (truncates) `path`; fails with a sentence naming the path. A run resumed after
+  /// step `kept_through` > 0 keeps the file's lines of steps up to it (those before a restart).
+  static Result<MetricsWriter> make(const std::string& path, int64_t kept_through = 0);
 
   /// Appends `metrics` as one line; fails if the write does not reach the file.
   Status write(const StepMetrics& metrics);

@@ -73,6 +73,27 @@ Status check_this_machine(const JobConfig& job, const std::string& metrics_path)
                            fmt::format("the {} rank{} on this machine", local, local == 1 ? "" : "s"));
 }
 
+// [train] max_restarts: a launch that ends because a rank failed starts every rank again,
+// from the newest complete checkpoint under [checkpoint] dir (none yet, or no dir: from the
+// start), saying so. A launch the user stopped (a signal to the launcher) ends the run.
+int launch_with_restarts(const JobConfig& job, const JobArguments& a, LaunchOptions launch) {
+  const int64_t limit = job.train.max_restarts;
+  for (int64_t restart = 1;; ++restart) {
+    const int code = launch_ranks(launch);
+    if (code == 0 || restart > limit || launch_interrupted()) return code;
+    std::string from = "the start (no [checkpoint] dir)";
+    if (!job.checkpoint.dir.empty()) {
+      JobArguments again = a;
+      again.resume = "latest";
+      launch.argv.resize(2);  // the core program and "rank"
+      for (auto& arg : job_argv(again)) launch.argv.push_back(std::move(arg));
+      from = "the newest complete checkpoint under " + job.checkpoint.dir;
+    }
+    std::fprintf(stderr, "troupe: restart %lld of %lld: starting every rank again from %s\n",
+                 static_cast<long long>(restart), static_cast<long long>(limit), from.c_str());
+  }
+}
+
 // Starts world_size copies of `troupe-core rank` with the same arguments.
 int run_cluster(const JobConfig& job, const JobArguments& a) {
   if (auto fits = check_this_machine(job, a.metrics_path); !fits) return report_config_error(fits.error());
@@ -97,7 +118,7 @@ int run_cluster(const JobConfig& job, const JobArguments& a) {
     if (!token) return report_config_error(token.error());
     launch.extra_env.emplace_back(kTokenVariable, *token);
   }
-  return launch_ranks(launch);
+  return launch_with_restarts(job, a, std::move(launch));
 }
 
 // What loading went on past (a DeepSpeed key ignored), once, before anything runs.

@@ -200,6 +200,9 @@ struct TrainConfig {
   int64_t log_interval = 1;  ///< progress line every N steps
   int64_t threads = 0;       ///< compute threads per rank; 0 = cores / local ranks
   std::string metrics_path;  ///< JSON lines, one per step; empty = none
+  /// `troupe run`: when a rank dies, start every rank again (from the last complete
+  /// checkpoint under [checkpoint] dir, or from the start) up to this many times.
+  int64_t max_restarts = 0;
 };
 
 /// [trace]: the Perfetto / Chrome-trace timeline.

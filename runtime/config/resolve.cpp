@@ -420,6 +420,8 @@ Status resolve_train(const TrainConfig& train, const ConfigOrigins& origins) {
   TROUPE_TRY(require(in_range(train.log_interval, 1, int64_t{1} << 40), origins, "train", "log_interval",
                      train.log_interval));
   TROUPE_TRY(require(in_range(train.threads, 0, 1024), origins, "train", "threads", train.threads));
+  TROUPE_TRY(
+      require(in_range(train.max_restarts, 0, 1000), origins, "train", "max_restarts", train.max_restarts));
   return {};
 }
 

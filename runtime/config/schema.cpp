@@ -202,6 +202,8 @@ std::vector<KeySpec> make_key_specs() {
        [](C& c) -> FieldRef { return &c.train.threads; }},
       {"train", "metrics_path", "a file path, or empty for no metrics",
        [](C& c) -> FieldRef { return &c.train.metrics_path; }},
+      {"train", "max_restarts", "an integer from 0 to 1000",
+       [](C& c) -> FieldRef { return &c.train.max_restarts; }},
 
       {"checkpoint", "dir", "a directory path (made if missing), or empty for no checkpoints",
        [](C& c) -> FieldRef { return &c.checkpoint.dir; }},

@@ -32,9 +32,11 @@ constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP};
 // Signal handlers can only reach the loop through a global: the write end of a self-pipe.
 std::atomic<int> g_signal_pipe{-1};
 std::atomic<bool> g_launch_running{false};
+std::atomic<bool> g_interrupted{false};  // a signal reached the launcher during the launch
 
 extern "C" void on_launcher_signal(int signal_number) {
   int saved_errno = errno;
+  g_interrupted.store(true);
   int fd = g_signal_pipe.load();
   unsigned char byte = static_cast<unsigned char>(signal_number);
   if (fd >= 0) (void)!::write(fd, &byte, 1);
@@ -170,9 +172,14 @@ int launch_ranks(const LaunchOptions& options) {
     write_all(STDERR_FILENO, "troupe: another launch is already running in this process\n");
     return kLaunchUsageExitCode;
   }
+  g_interrupted.store(false);
   int exit_code = run_launch(options);
   g_launch_running.store(false);
   return exit_code;
+}
+
+bool launch_interrupted() {
+  return g_interrupted.load();
 }
 
 }  // namespace troupe

@@ -48,4 +48,8 @@ struct LaunchOptions {
 /// 128 + the signal that stopped the launcher, or kLaunchUsageExitCode for bad options.
 int launch_ranks(const LaunchOptions& options);
 
+/// Whether the last launch_ranks was stopped by a signal to the launcher (SIGINT, SIGTERM,
+/// SIGHUP), not by a rank's failure: a restart must not undo what the user asked for.
+bool launch_interrupted();
+
 }  // namespace troupe
