@@ -66,6 +66,9 @@ struct OffloadState {
   ParameterUse used;                  // the parameters the pass in flight updates (null: all)
   ParameterSteps steps;               // the optimizer's own step count of each parameter
   std::optional<CheckpointWork> checkpoint;  // a snapshot or restore in flight
+  // The last snapshot's arrays, reused by the next once the writer has let go of them (the
+  // engine waits for a save before the next snapshot): no fresh pages to fault in per save.
+  std::vector<std::shared_ptr<HostBuffer>> snapshot_arrays;
   caf::actor reply_to;
   std::size_t next_read = 0, stored = 0;
   bool in_pass = false;
@@ -456,11 +459,16 @@ void start_checkpoint(OffloadManager* self, bool restoring, PartitionState state
     bases.push_back(total);
     total += span.count;
   }
-  if (!restoring)
-    for (std::size_t k = 0; k <= s.states; ++k)
-      state.arrays.push_back(std::make_shared<HostBuffer>(std::max<std::size_t>(total, 1) * sizeof(float)));
-  else if (refused.empty() &&
-           (state.arrays.size() != s.states + 1 || state.steps.size() < s.steps.counts().size()))
+  if (!restoring) {
+    const std::size_t bytes = std::max<std::size_t>(total, 1) * sizeof(float);
+    s.snapshot_arrays.resize(s.states + 1);
+    for (auto& array : s.snapshot_arrays) {
+      if (!array || array.use_count() > 1 || array->bytes() != bytes)
+        array = std::make_shared<HostBuffer>(bytes);
+      state.arrays.push_back(array);
+    }
+  } else if (refused.empty() &&
+             (state.arrays.size() != s.states + 1 || state.steps.size() < s.steps.counts().size()))
     refused =
         fmt::format("the restored state has {} arrays and {} step counts; this partition needs {} and {}",
                     state.arrays.size(), state.steps.size(), s.states + 1, s.steps.counts().size());

@@ -59,14 +59,18 @@ std::vector<std::string> checkpoint_arrays(const OptimizerConfig& optimizer) {
   return {"values"};
 }
 
-std::string checkpoint_meta(const JobConfig& job, const std::vector<std::string>& arrays) {
+std::string checkpoint_meta(const JobConfig& job, const std::vector<std::string>& arrays,
+                            const std::vector<ModelTensor>& model) {
+  nlohmann::json parameters = nlohmann::json::array();
+  for (const ModelTensor& t : model) parameters.push_back({{"name", t.name}, {"shape", t.shape}});
   nlohmann::json meta = {{"world_size", job.cluster.world_size},
                          {"dp", job.parallel.dp},
                          {"pp", job.parallel.pp},
                          {"zero_stage", job.zero.stage},
                          {"dtype", job.precision.dtype},
                          {"offload_optimizer", job.offload.optimizer},
-                         {"arrays", arrays}};
+                         {"arrays", arrays},
+                         {"parameters", parameters}};
   return meta.dump();
 }
 
@@ -251,6 +255,37 @@ Result<restore_stage> load_chunk(CheckpointFiles& files, const SavedState& saved
 }
 
 }  // namespace
+
+Result<ConsolidatedParameters> consolidate_parameters(const std::string& dir) {
+  auto manifest = read_manifest(dir);
+  if (!manifest) return manifest.error();
+  ConsolidatedParameters out;
+  std::vector<std::string> arrays;
+  try {
+    nlohmann::json meta = nlohmann::json::parse(manifest->meta);
+    arrays = meta.at("arrays").get<std::vector<std::string>>();
+    for (const auto& p : meta.at("parameters"))
+      out.tensors.push_back(
+          ModelTensor{p.at("name").get<std::string>(), p.at("shape").get<std::vector<int64_t>>()});
+  } catch (const nlohmann::json::exception& e) {
+    return make_error(
+        fmt::format("checkpoint {}: its manifest does not list the model's parameters: {}", dir, e.what()));
+  }
+  CheckpointFiles files(dir, *manifest);
+  RankCheckpoint shape;
+  shape.arrays = arrays;
+  auto saved = read_indexes(files, dir, shape);
+  if (!saved) return saved.error();
+  for (const ModelTensor& t : out.tensors) {
+    std::size_t count = 1;
+    for (int64_t d : t.shape) count *= static_cast<std::size_t>(d);
+    HostBuffer values(std::max<std::size_t>(count, 1) * sizeof(float));
+    if (Status filled = fill(files, saved->ranges[0], {WantedRange{t.name, 0, count, 0}}, values); !filled)
+      return make_error(fmt::format("checkpoint {}: {}", dir, filled.error().message));
+    out.values.emplace_back(values.as<float>(), values.as<float>() + count);
+  }
+  return out;
+}
 
 Result<ResumedRank> load_rank_checkpoint(const std::string& dir, const RankCheckpoint& r) {
   auto manifest = read_manifest(dir);

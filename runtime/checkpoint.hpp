@@ -51,8 +51,24 @@ struct RankCheckpoint {
 /// The names of the arrays a partition holds under `optimizer`.
 std::vector<std::string> checkpoint_arrays(const OptimizerConfig& optimizer);
 
-/// The manifest's meta: what the job was (read back only to explain a refusal).
-std::string checkpoint_meta(const JobConfig& job, const std::vector<std::string>& arrays);
+/// One parameter of the whole model, in model order.
+struct ModelTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+/// The manifest's meta: what the job was, and the model's parameters in order (what
+/// `troupe export` consolidates).
+std::string checkpoint_meta(const JobConfig& job, const std::vector<std::string>& arrays,
+                            const std::vector<ModelTensor>& model);
+
+/// Every parameter's fp32 values from the checkpoint in `dir` (DeepSpeed's zero_to_fp32),
+/// in model order, whatever layout saved them.
+struct ConsolidatedParameters {
+  std::vector<ModelTensor> tensors;
+  std::vector<std::vector<float>> values;  ///< by tensor
+};
+Result<ConsolidatedParameters> consolidate_parameters(const std::string& dir);
 
 /// This rank's files for the save after `step` steps; `snapshots` by chunk.
 std::vector<CheckpointBlob> rank_checkpoint_files(const RankCheckpoint& rank, int64_t step,

@@ -34,6 +34,7 @@
 #include "runtime/gpu_rank.hpp"
 #include "runtime/model/optimizer.hpp"
 #include "runtime/overflow_injection.hpp"
+#include "runtime/parameter_file.hpp"
 #include "runtime/pipeline_plan.hpp"
 #include "runtime/trace_merge.hpp"
 #include "troupe/troupe.hpp"
@@ -204,6 +205,7 @@ class Engine::Impl {
   std::vector<TiedWeight> ties;               // what this rank's stage shares with others
   caf::actor collectives;  // a GPU rank's (NCCL or staged)
   std::vector<std::string> tensor_names;  // the whole model's parameters, by tensor
+  std::vector<ModelTensor> model_tensors;  // their names and shapes, for the manifest
   RankCheckpoint checkpoint;              // this rank's part of a checkpoint, with [checkpoint]
   caf::actor checkpoint_writer;           // with [checkpoint] every_steps
   int64_t last_save = -1;                 // the step of the save last handed to the writer
@@ -566,7 +568,7 @@ class Engine::Impl {
       o.rank = rank.rank;
       o.world_size = rank.world_size;
       o.keep_last = c.keep_last;
-      o.meta = checkpoint_meta(config, checkpoint.arrays);
+      o.meta = checkpoint_meta(config, checkpoint.arrays, model_tensors);
       o.comm_agent = comm;
       o.tracer = tracer.get();
       if (const char* delay = std::getenv("TROUPE_CHECKPOINT_WRITE_DELAY_MS"))
@@ -688,7 +690,12 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
         impl->rank.rank, impl->config.precision.dtype));
   auto parameters = model_parameters(trainable.layers);  // what troupe cannot train stops here
   if (!parameters) return make_error(fmt::format("rank {}: {}", impl->rank.rank, parameters.error().message));
+  if (!impl->config.model.init_from.empty())
+    if (Status loaded = load_parameter_file(impl->config.model.init_from, *parameters); !loaded)
+      return make_error(fmt::format("rank {}: {}", impl->rank.rank, loaded.error().message));
   impl->tensor_names = parameters->names;
+  for (std::size_t t = 0; t < parameters->tensors.size(); ++t)
+    impl->model_tensors.push_back(ModelTensor{parameters->names[t], parameters->tensors[t].sizes().vec()});
   const CheckpointConfig& saving = impl->config.checkpoint;
   if ((saving.every_steps > 0 || !saving.resume.empty()) && trainable.make_optimizer)
     return make_error(fmt::format(

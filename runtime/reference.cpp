@@ -20,6 +20,7 @@
 #include "runtime/model/gpt.hpp"
 #include "runtime/model/optimizer.hpp"
 #include "runtime/overflow_injection.hpp"
+#include "runtime/parameter_file.hpp"
 
 namespace troupe {
 namespace {
@@ -156,6 +157,11 @@ Result<std::vector<StepMetrics>> train(const JobConfig& job,
 
   torch::manual_seed(static_cast<uint64_t>(job.train.seed));
   torch::nn::Sequential model = make_gpt(job.model);
+  if (!job.model.init_from.empty()) {  // the same starting point as the engine's
+    auto named = model_parameters(model);
+    if (!named) return named.error();
+    TROUPE_TRY(load_parameter_file(job.model.init_from, *named));
+  }
   // Each tensor once: the optimizer would step a tied weight twice if listed twice.
   const std::vector<torch::Tensor> parameters = unique_parameters(*model);
   Masters masters = Masters::of(parameters, job.precision.dtype);

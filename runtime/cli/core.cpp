@@ -9,15 +9,18 @@
 
 #include <CLI/CLI.hpp>
 
+#include "memory/checkpoint_dir.hpp"
 #include "runtime/bench.hpp"
 #include "runtime/bench_adam.hpp"
 #include "runtime/bench_nvme.hpp"
 #include "runtime/bench_offload.hpp"
 #include "runtime/bench_pipeline.hpp"
+#include "runtime/checkpoint.hpp"
 #include "runtime/cli/core_program.hpp"
 #include "runtime/cli/job_arguments.hpp"
 #include "runtime/config/load.hpp"
 #include "runtime/gpt_job.hpp"
+#include "runtime/parameter_file.hpp"
 
 namespace troupe {
 namespace {
@@ -33,6 +36,27 @@ int train(const JobArguments& a, bool reference) {
     return kUsageExitCode;
   }
   return reference ? run_gpt_reference(*job, outputs_of(a)) : run_gpt_rank(*job, outputs_of(a));
+}
+
+// `troupe export CKPT --out FILE`: CKPT is a checkpoint folder, or a [checkpoint] dir
+// (its newest complete checkpoint).
+int export_checkpoint(const std::string& given, const std::string& out) {
+  std::string folder = given;
+  if (auto newest = latest_checkpoint(given); newest && *newest) folder = **newest;
+  auto parameters = consolidate_parameters(folder);
+  if (!parameters) {
+    std::fprintf(stderr, "troupe: export: %s\n", parameters.error().message.c_str());
+    return 1;
+  }
+  if (Status written = write_parameter_file(out, *parameters); !written) {
+    std::fprintf(stderr, "troupe: export: %s\n", written.error().message.c_str());
+    return 1;
+  }
+  std::size_t elements = 0;
+  for (const auto& v : parameters->values) elements += v.size();
+  std::printf("exported %zu parameters (%zu fp32 values) of %s to %s\n", parameters->tensors.size(), elements,
+              folder.c_str(), out.c_str());
+  return 0;
 }
 
 }  // namespace
@@ -53,6 +77,13 @@ int main(int argc, char** argv) {
   auto* rank =
       app.add_subcommand("rank", "run one rank of the job (rank and world size from the environment)");
   add_job_arguments(rank, rank_args);
+
+  std::string export_from, export_to;
+  auto* exporter = app.add_subcommand(
+      "export", "write a checkpoint's parameters as one file LibTorch and PyTorch load (torch.load)");
+  exporter->add_option("CKPT", export_from, "a checkpoint folder, or a [checkpoint] dir (its newest)")
+      ->required();
+  exporter->add_option("--out", export_to, "the file to write (a dict of name -> fp32 tensor)")->required();
 
   BenchOptions bench_options;
   auto* bench =
@@ -151,6 +182,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
 
+  if (*exporter) return export_checkpoint(export_from, export_to);
   if (*bench_nvme) return run_bench_nvme(nvme_bench);
   if (*bench_offload) return run_offload_bench(offload_bench);
   if (*bench_adam) return run_bench_adam(adam_bench);

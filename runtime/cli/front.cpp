@@ -42,7 +42,7 @@ namespace troupe {
 namespace {
 
 /// Subcommands troupe-core parses and runs; the front only lists them in --help.
-constexpr const char* kCoreCommands[] = {"rank", "bench", "bench-rank"};
+constexpr const char* kCoreCommands[] = {"rank", "bench", "bench-rank", "export"};
 
 bool is_core_command(const char* name) {
   for (const char* c : kCoreCommands)
@@ -249,6 +249,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, kLaunchRanksMax));
   launch->add_option("PROGRAM", program, "program and its arguments (after --)")->required();
 
+  app.add_subcommand("export", "write a checkpoint's parameters as one file LibTorch and PyTorch load");
   app.add_subcommand("bench",
                      "measure the transport, a collective, the CPU optimizer, the disk or an offloaded step");
 

@@ -184,6 +184,9 @@ struct ModelConfig {
   /// Forward keeps only each stage's input; backward runs the stage's forward again
   /// (with a trainer's layers too). Trades compute for the activations held.
   bool activation_checkpointing = false;
+  /// A file of parameters the model starts from (`troupe export`'s, or PyTorch's
+  /// torch.save of a dict of name → tensor); empty = the seed's initialisation.
+  std::string init_from;
 };
 
 /// [data]: where tokens come from.

@@ -186,6 +186,8 @@ std::vector<KeySpec> make_key_specs() {
       {"model", "tie_embeddings", "true or false", [](C& c) -> FieldRef { return &c.model.tie_embeddings; }},
       {"model", "activation_checkpointing", "true or false",
        [](C& c) -> FieldRef { return &c.model.activation_checkpointing; }},
+      {"model", "init_from", "a parameter file (troupe export's), or empty",
+       [](C& c) -> FieldRef { return &c.model.init_from; }},
 
       {"data", "path", "a path to a readable file, or empty for a synthetic corpus",
        [](C& c) -> FieldRef { return &c.data.path; }},

@@ -5,6 +5,7 @@
 // scaler; a checkpoint loads into another dp and ZeRO stage; and a damaged, partial or
 // foreign checkpoint is refused naming what is wrong.
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -219,6 +221,47 @@ TEST(Checkpoint, RefusesADamagedPartialOrForeignCheckpointNamingWhy) {
       command(j, root, root + "/x", step_folder(root, 20)) + " --set optimizer.type=" + quoted("sgd"), 300);
   EXPECT_NE(foreign.exit_code, 0);
   EXPECT_NE(foreign.output.find("holds 3 arrays per partition"), std::string::npos) << foreign.output;
+}
+
+// `troupe export` consolidates a ZeRO 3 checkpoint into one file of name -> tensor that
+// LibTorch's torch::pickle_load reads (PyTorch's torch.load reads the same archive): its
+// tensors, in model order, are the run's --parameters-out bit for bit. A job started from
+// that file ([model] init_from) trains as the reference started from it.
+TEST(Checkpoint, ExportsOneFileThatLibTorchLoadsAndAJobStartsFrom) {
+  const std::string root = testing::make_temp_dir();
+  Job j = job(3, "none", 2, 1);
+  TrainedRun trained = run(command(j, root, root + "/trained"));
+  auto exported = testing::run_command(std::string(TROUPE_BINARY) + " export " + root + "/ckpt --out " +
+                                       root + "/model.pt");
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  EXPECT_NE(exported.output.find("step-00000020"), std::string::npos) << "the newest: " << exported.output;
+  std::ifstream in(root + "/model.pt", std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  c10::IValue loaded = torch::pickle_load(bytes);
+  ASSERT_TRUE(loaded.isGenericDict());
+  std::vector<float> flat;
+  std::vector<std::string> names;
+  for (const auto& entry : loaded.toGenericDict()) {
+    names.push_back(entry.key().toStringRef());
+    at::Tensor t = entry.value().toTensor().contiguous();
+    ASSERT_EQ(t.scalar_type(), torch::kFloat32);
+    flat.insert(flat.end(), t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+  }
+  EXPECT_EQ(names.front(), "embedding.token.weight") << "model order, names as the model has them";
+  ASSERT_EQ(flat.size(), trained.parameters.size());
+  EXPECT_EQ(0, std::memcmp(flat.data(), trained.parameters.data(), flat.size() * 4));
+
+  const std::string start = " --set model.init_from=" + quoted(root + "/model.pt");
+  Job from = job(1, "none", 2, 2, start + " --set checkpoint.every_steps=0");
+  TrainedRun engine = run(command(from, root, root + "/from"));
+  auto reference_line = command(from, root, root + "/reference");
+  reference_line.replace(reference_line.find(" --set train.steps"), 0, " --reference");
+  TrainedRun reference = run(reference_line);
+  ASSERT_EQ(engine.losses.size(), reference.losses.size());
+  for (std::size_t s = 0; s < engine.losses.size(); ++s)
+    EXPECT_LT(std::abs(engine.losses[s] - reference.losses[s]) / reference.losses[s], 1e-5)
+        << "step " << s + 1;
+  EXPECT_LT(engine.losses.front(), 0.8 * trained.losses.front()) << "it starts trained";
 }
 
 }  // namespace

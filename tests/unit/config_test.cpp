@@ -95,6 +95,13 @@ void expect_same(const JobConfig& a, const JobConfig& b) {
   EXPECT_EQ(a.train.log_interval, b.train.log_interval);
   EXPECT_EQ(a.train.threads, b.train.threads);
   EXPECT_EQ(a.train.metrics_path, b.train.metrics_path);
+  EXPECT_EQ(a.train.max_restarts, b.train.max_restarts);
+  EXPECT_EQ(a.model.init_from, b.model.init_from);
+  EXPECT_EQ(a.checkpoint.dir, b.checkpoint.dir);
+  EXPECT_EQ(a.checkpoint.every_steps, b.checkpoint.every_steps);
+  EXPECT_EQ(a.checkpoint.keep_last, b.checkpoint.keep_last);
+  EXPECT_EQ(a.checkpoint.async, b.checkpoint.async);
+  EXPECT_EQ(a.checkpoint.resume, b.checkpoint.resume);
   EXPECT_EQ(a.trace.path, b.trace.path);
 }
 
@@ -1017,9 +1024,10 @@ TEST(ConfigRender, RoundTripGivesAnEqualConfig) {
   raw.zero = {1, 12345, false, 6, 7, 8, 9};
   raw.batch = {3, 0, 12};
   raw.optimizer = {OptimizerType::sgd, 3e-4, 0.1, 0.2, 1e-12, 0, 0.9, true, 0.75};
-  raw.model = {"gpt", 300, 10, 12, 1, 3, 0};
+  raw.model = {"gpt", 300, 10, 12, 1, 3, 0, false, false, "start.pt"};
   raw.data = {write_temp_file("round_trip.txt", std::string(100, 'y')), 99, 4};
-  raw.train = {5, -9, 3, 2, "metrics é.jsonl"};
+  raw.train = {5, -9, 3, 2, "metrics é.jsonl", 4};
+  raw.checkpoint = {"ckpt dir", 5, 3, false, "latest"};
   raw.trace = {"trace.json"};
   Result<JobConfig> resolved = resolve_config(raw);
   ASSERT_TRUE(resolved.ok()) << resolved.error().message;

@@ -1,0 +1,23 @@
+// One file of a model's parameters, by name: what `troupe export` writes from a checkpoint
+// and what [model] init_from starts a model from. The file is LibTorch's pickle archive of
+// a dict of name → fp32 tensor (torch::pickle_save), which PyTorch's torch.load and
+// LibTorch's torch::pickle_load read without troupe; a dict saved by torch.save loads too.
+#pragma once
+
+#include <string>
+
+#include "base/result.hpp"
+#include "runtime/checkpoint.hpp"
+
+namespace troupe {
+
+struct ModelParameters;
+
+/// Writes `parameters` (in model order) to `path`; an error names the path.
+Status write_parameter_file(const std::string& path, const ConsolidatedParameters& parameters);
+
+/// Copies the file's tensors into `model`'s, by name: a parameter missing from the file, a
+/// shape that differs, or a name the model does not have is an error naming it and `path`.
+Status load_parameter_file(const std::string& path, ModelParameters& model);
+
+}  // namespace troupe
