@@ -256,14 +256,14 @@ Result<restore_stage> load_chunk(CheckpointFiles& files, const SavedState& saved
 
 }  // namespace
 
-Result<ConsolidatedParameters> consolidate_parameters(const std::string& dir) {
+Result<ConsolidatedParameters> consolidate_parameters(const std::string& dir, bool with_state) {
   auto manifest = read_manifest(dir);
   if (!manifest) return manifest.error();
   ConsolidatedParameters out;
-  std::vector<std::string> arrays;
+  out.step = manifest->step;
   try {
     nlohmann::json meta = nlohmann::json::parse(manifest->meta);
-    arrays = meta.at("arrays").get<std::vector<std::string>>();
+    out.arrays = meta.at("arrays").get<std::vector<std::string>>();
     for (const auto& p : meta.at("parameters"))
       out.tensors.push_back(
           ModelTensor{p.at("name").get<std::string>(), p.at("shape").get<std::vector<int64_t>>()});
@@ -273,17 +273,28 @@ Result<ConsolidatedParameters> consolidate_parameters(const std::string& dir) {
   }
   CheckpointFiles files(dir, *manifest);
   RankCheckpoint shape;
-  shape.arrays = arrays;
+  shape.arrays = out.arrays;
   auto saved = read_indexes(files, dir, shape);
   if (!saved) return saved.error();
+  out.state.resize(with_state ? out.arrays.size() - 1 : 0);
   for (const ModelTensor& t : out.tensors) {
     std::size_t count = 1;
     for (int64_t d : t.shape) count *= static_cast<std::size_t>(d);
     HostBuffer values(std::max<std::size_t>(count, 1) * sizeof(float));
-    if (Status filled = fill(files, saved->ranges[0], {WantedRange{t.name, 0, count, 0}}, values); !filled)
-      return make_error(fmt::format("checkpoint {}: {}", dir, filled.error().message));
-    out.values.emplace_back(values.as<float>(), values.as<float>() + count);
+    for (std::size_t a = 0; a < (with_state ? out.arrays.size() : 1); ++a) {
+      if (Status filled = fill(files, saved->ranges[a], {WantedRange{t.name, 0, count, 0}}, values); !filled)
+        return make_error(fmt::format("checkpoint {}: {}", dir, filled.error().message));
+      auto& into = a == 0 ? out.values.emplace_back() : out.state[a - 1].emplace_back();
+      into.assign(values.as<float>(), values.as<float>() + count);
+    }
+    if (!with_state) continue;
+    auto found = saved->steps.find(t.name);
+    if (found == saved->steps.end())
+      return make_error(fmt::format("checkpoint {}: it has no step count for {}", dir, t.name));
+    out.steps.push_back(found->second);
   }
+  out.updates_applied = saved->updates_applied;
+  out.scaler = saved->scaler;
   return out;
 }
 

@@ -63,12 +63,19 @@ std::string checkpoint_meta(const JobConfig& job, const std::vector<std::string>
                             const std::vector<ModelTensor>& model);
 
 /// Every parameter's fp32 values from the checkpoint in `dir` (DeepSpeed's zero_to_fp32),
-/// in model order, whatever layout saved them.
+/// in model order, whatever layout saved them; with `with_state`, the optimizer's arrays and
+/// step counts and the run's position too (what one process needs to continue the run).
 struct ConsolidatedParameters {
   std::vector<ModelTensor> tensors;
   std::vector<std::vector<float>> values;  ///< by tensor
+  std::vector<std::string> arrays;         ///< "values", then the optimizer's state arrays
+  std::vector<std::vector<std::vector<float>>> state;  ///< with_state: by state array, by tensor
+  std::vector<int64_t> steps;                          ///< with_state: by tensor
+  int64_t step = 0;                                    ///< training steps done
+  int64_t updates_applied = 0;
+  std::optional<LossScalerState> scaler;
 };
-Result<ConsolidatedParameters> consolidate_parameters(const std::string& dir);
+Result<ConsolidatedParameters> consolidate_parameters(const std::string& dir, bool with_state = false);
 
 /// This rank's files for the save after `step` steps; `snapshots` by chunk.
 std::vector<CheckpointBlob> rank_checkpoint_files(const RankCheckpoint& rank, int64_t step,

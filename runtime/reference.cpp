@@ -5,8 +5,11 @@
 #include <cmath>
 #include <exception>
 #include <limits>
+#include <map>
+#include <memory>
 #include <optional>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -15,6 +18,7 @@
 
 #include "actors/model_parameters.hpp"
 #include "actors/optimizer_hyper.hpp"
+#include "runtime/checkpoint.hpp"
 #include "runtime/config/scheduler.hpp"
 #include "runtime/data/corpus.hpp"
 #include "runtime/model/gpt.hpp"
@@ -148,6 +152,61 @@ int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer) {
   return bytes;
 }
 
+// [checkpoint] resume: the model's values and the optimizer's state from a checkpoint of
+// any layout (consolidated by parameter name), for the reference to continue the run the
+// way the engine does; the run's position comes back.
+Result<ConsolidatedParameters> resume_reference(const JobConfig& job, torch::nn::Sequential& model,
+                                                torch::optim::Optimizer& optimizer) {
+  auto folder = resume_folder(job.checkpoint);
+  if (!folder) return folder.error();
+  if (!*folder) return ConsolidatedParameters{};  // "latest" with none: afresh
+  auto saved = consolidate_parameters(**folder, true);
+  if (!saved) return saved.error();
+  auto named = model_parameters(model);
+  if (!named) return named.error();
+  const std::vector<std::string> wanted = checkpoint_arrays(job.optimizer);
+  if (saved->arrays != wanted)
+    return make_error(fmt::format("checkpoint {} keeps {}; this job's optimizer keeps {}", **folder,
+                                  fmt::join(saved->arrays, ", "), fmt::join(wanted, ", ")));
+  std::map<std::string, std::size_t> index;
+  for (std::size_t t = 0; t < saved->tensors.size(); ++t) index[saved->tensors[t].name] = t;
+  auto as_tensor = [](const std::vector<float>& v, at::IntArrayRef shape) {
+    return torch::from_blob(const_cast<float*>(v.data()), {static_cast<int64_t>(v.size())}, torch::kFloat32)
+        .clone()
+        .view(shape);
+  };
+  torch::NoGradGuard no_grad;
+  for (std::size_t t = 0; t < named->tensors.size(); ++t) {
+    auto found = index.find(named->names[t]);
+    if (found == index.end())
+      return make_error(fmt::format("checkpoint {} has no {}", **folder, named->names[t]));
+    const std::size_t i = found->second;
+    torch::Tensor& p = named->tensors[t];
+    p.copy_(as_tensor(saved->values[i], p.sizes()));
+    const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+    const int64_t steps = saved->steps[i];
+    if (steps == 0) continue;  // never updated: LibTorch makes its state on the first step
+    if (job.optimizer.type == OptimizerType::adamw) {
+      auto state = std::make_unique<torch::optim::AdamWParamState>();
+      state->step(steps);
+      state->exp_avg(as_tensor(saved->state[0][i], p.sizes()));
+      state->exp_avg_sq(as_tensor(saved->state[1][i], p.sizes()));
+      optimizer.state()[key] = std::move(state);
+    } else if (job.optimizer.type == OptimizerType::adam) {
+      auto state = std::make_unique<torch::optim::AdamParamState>();
+      state->step(steps);
+      state->exp_avg(as_tensor(saved->state[0][i], p.sizes()));
+      state->exp_avg_sq(as_tensor(saved->state[1][i], p.sizes()));
+      optimizer.state()[key] = std::move(state);
+    } else if (!saved->state.empty()) {
+      auto state = std::make_unique<torch::optim::SGDParamState>();
+      state->momentum_buffer(as_tensor(saved->state[0][i], p.sizes()));
+      optimizer.state()[key] = std::move(state);
+    }
+  }
+  return saved;
+}
+
 Result<std::vector<StepMetrics>> train(const JobConfig& job,
                                        const std::function<void(const StepMetrics&)>& on_step,
                                        torch::Tensor* final_parameters) {
@@ -184,8 +243,19 @@ Result<std::vector<StepMetrics>> train(const JobConfig& job,
 
   std::vector<StepMetrics> history;
   int64_t updates = 0;  // where the schedule is: skipped steps do not step it
+  int64_t first = 0;    // the first step to train (a resumed run's checkpoint step)
+  if (!job.checkpoint.resume.empty()) {
+    if (masters.active())
+      return make_error(
+          "--reference resumes fp32 runs only: its bf16 masters are not rebuilt from a checkpoint");
+    auto resumed = resume_reference(job, model, *optimizer);
+    if (!resumed) return resumed.error();
+    first = resumed->step;
+    updates = resumed->updates_applied;
+    if (scaler && resumed->scaler) scaler->restore(*resumed->scaler);
+  }
   const int64_t tokens = job.batch.global_batch_size * job.model.seq_len;
-  for (int64_t step = 0; step < job.train.steps; ++step) {
+  for (int64_t step = first; step < job.train.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     const double loss_scale = scaler ? scaler->scale() : 1.0;
     const double loss =
