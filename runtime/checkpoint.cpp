@@ -163,8 +163,7 @@ Status gather_index(const nlohmann::json& index, std::size_t arrays, SavedState&
   for (const auto& chunk : index.at("chunks")) {
     const auto& names = chunk.at("arrays");
     if (names.size() != arrays)
-      return make_error(
-          fmt::format("it holds {} arrays per partition, this job's optimizer {}", names.size(), arrays));
+      return make_error(fmt::format("it holds {} arrays per partition", names.size()));
     for (const auto& p : chunk.at("pieces"))
       for (std::size_t a = 0; a < arrays; ++a)
         saved.ranges[a].push_back(SavedRange{p.at(0).get<std::string>(), p.at(1).get<std::size_t>(),
@@ -193,8 +192,8 @@ Result<SavedState> read_indexes(CheckpointFiles& files, const std::string& dir, 
     if (index.is_discarded()) return make_error(fmt::format("checkpoint {}: {} is not JSON", dir, name));
     try {
       if (Status ok = gather_index(index, r.arrays.size(), saved); !ok)
-        return make_error(fmt::format("checkpoint {}: {}: {} keeps {} ({})", dir, name, ok.error().message,
-                                      r.arrays.size(), fmt::join(r.arrays, ", ")));
+        return make_error(fmt::format("checkpoint {}: {}: {}; this job's [optimizer] keeps {} ({})", dir,
+                                      name, ok.error().message, r.arrays.size(), fmt::join(r.arrays, ", ")));
     } catch (const nlohmann::json::exception& e) {
       return make_error(fmt::format("checkpoint {}: {} is malformed: {}", dir, name, e.what()));
     }
