@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memory/crc32c.hpp"
+#include "memory/uring_file.hpp"
 
 namespace troupe {
 namespace {
@@ -191,7 +192,7 @@ Result<CheckpointFile> write_checkpoint_file(const std::string& dir, const std::
   if (name.empty() || name.find('/') != std::string::npos || name == kManifest)
     return make_error(fmt::format("'{}' cannot name a checkpoint file", name));
   const std::string path = (fs::path(dir) / name).string();
-  TROUPE_TRY(write_all(path, data, bytes));
+  TROUPE_TRY(write_file_uring(path, data, bytes));
   return CheckpointFile{name, bytes, crc32c(data, bytes)};
 }
 

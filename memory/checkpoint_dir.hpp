@@ -48,7 +48,7 @@ Result<std::string> begin_checkpoint(const std::string& root, int64_t step);
 /// same step is overwritten or, unlisted, ignored). Returns its path.
 Result<std::string> join_checkpoint(const std::string& root, int64_t step);
 
-/// Writes `bytes` at `data` to `dir`/`name`, fsyncs it, and describes it. A short write
+/// Writes `bytes` at `data` to `dir`/`name` through io_uring, fsyncs it, and describes it. A short write
 /// (a full disk) is an error naming the path and what the system said.
 Result<CheckpointFile> write_checkpoint_file(const std::string& dir, const std::string& name,
                                              const void* data, std::size_t bytes);

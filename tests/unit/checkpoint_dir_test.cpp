@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "memory/checkpoint_dir.hpp"
+#include "memory/uring_file.hpp"
 #include "tests/support/memory_mount.hpp"
 
 namespace troupe {
@@ -151,6 +152,28 @@ TEST(CheckpointDir, FileNamesStayInsideTheCheckpoint) {
   char byte = 0;
   EXPECT_FALSE(write_checkpoint_file(*staging, "../escape.bin", &byte, 1).ok());
   EXPECT_FALSE(write_checkpoint_file(*staging, "manifest.json", &byte, 1).ok());
+  fs::remove_all(root);
+}
+
+// Many small requests, a few in flight and an odd tail: the file is exactly the bytes, in order.
+TEST(UringFile, WritesExactlyTheBytesAcrossManyRequests) {
+  const std::string root = temp_root();
+  std::vector<unsigned char> bytes(3 * 65536 + 4093);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(i * 131 + i / 251);
+  const std::string path = (fs::path(root) / "data.bin").string();
+  ASSERT_TRUE(write_file_uring(path, bytes.data(), bytes.size(),
+                               UringFileOptions{65536, 3, std::chrono::milliseconds{60000}})
+                  .ok());
+  std::ifstream in(path, std::ios::binary);
+  std::vector<unsigned char> back((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(back, bytes);
+  ASSERT_TRUE(write_file_uring(path, bytes.data(), 10).ok());  // rewritten shorter: truncated
+  EXPECT_EQ(fs::file_size(path), 10u);
+  auto missing = write_file_uring((fs::path(root) / "no" / "file.bin").string(), bytes.data(), 10);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message.find("creating " + root + "/no/file.bin failed: No such file"),
+            std::string::npos)
+      << missing.error().message;
   fs::remove_all(root);
 }
 
