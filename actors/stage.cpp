@@ -119,6 +119,16 @@ void place_ties(StageState& s, std::vector<bool>& outside_norm) {
     s.ties.push_back(std::move(slot));
     if (!t.owner) outside_norm[store.stage() == 0 ? t.parameter : k] = true;
   }
+  // A replicated parameter of a tensor-parallel group counts once, on shard 0.
+  const TensorParallelPlace& tp = s.options.tensor_parallel;
+  for (std::size_t p = 0; tp.shard != 0 && p < tp.replicated.size(); ++p) {
+    if (!tp.replicated[p]) continue;
+    const auto& of = store.plan().parameter_of;
+    std::size_t position = static_cast<std::size_t>(std::find(of.begin(), of.end(), p) - of.begin());
+    if (position == of.size()) continue;  // borrowed: its owner's row counts
+    const std::size_t shard = store.stage() == 0 ? p : layout.row_of_parameter(position);
+    if (shard < outside_norm.size()) outside_norm[shard] = true;
+  }
   s.tie_marks = std::make_shared<HostBuffer>(std::max<std::size_t>(1, s.ties.size()) * sizeof(float));
 }
 
@@ -143,6 +153,10 @@ Status build(StageActor* self) {
   if (parameters_on_nvme(s.options)) input.block_align = page_block_align;
   input.dedicated.assign(parameters->tensors.size(), false);
   for (const TiedWeight& t : s.options.ties) input.dedicated.at(t.parameter) = true;
+  const auto& replicated = s.options.tensor_parallel.replicated;
+  if (s.options.tensor_parallel.size > 1)
+    for (std::size_t p = 0; p < replicated.size() && p < input.dedicated.size(); ++p)
+      if (replicated[p]) input.dedicated[p] = true;
   auto plan = plan_zero(input);
   TROUPE_CHECK(plan.ok(), "a validated config gives a valid ZeRO plan");
   std::shared_ptr<ParameterSwap> swap;
@@ -315,11 +329,13 @@ void report_share(StageActor* self, double square_sum) {
   auto& s = self->state;
   auto& p = s.progress;
   const bool replica_zero = s.options.rank == 0;
-  p.answer = gradients_ready{p.step,
-                             s.last_stage() && replica_zero ? static_cast<double>(*s.loss->as<float>()) : 0.0,
-                             s.last_stage() ? s.flow.tokens : 0,
-                             s.flow.busy_s / static_cast<double>(s.options.dp),  // summed: one replica's
-                             s.options.zero.stage == 0 && !replica_zero ? 0.0 : square_sum};
+  const bool shard_zero = s.options.tensor_parallel.shard == 0;  // a group's ranks share the loss
+  const int64_t copies = s.options.dp * s.options.tensor_parallel.size;
+  p.answer = gradients_ready{
+      p.step, s.last_stage() && replica_zero && shard_zero ? static_cast<double>(*s.loss->as<float>()) : 0.0,
+      s.last_stage() && shard_zero ? s.flow.tokens : 0,
+      s.flow.busy_s / static_cast<double>(copies),  // summed: one replica's
+      s.options.zero.stage == 0 && !replica_zero ? 0.0 : square_sum};
   p.answer_ready = true;
   answer_gradients_ready(self);
 }
@@ -328,11 +344,14 @@ void on_square_sum(StageActor* self, double sum) {
   auto& s = self->state;
   if (s.options.place.stages > 1) return report_share(self, sum);
   const int64_t tokens = s.flow.tokens * s.options.dp;  // every replica loads as many
-  if (s.options.zero.stage == 0)  // every rank holds every reduced gradient
+  const bool tensor_parallel = s.options.tensor_parallel.size > 1;
+  if (s.options.zero.stage == 0 && !tensor_parallel)  // every rank holds every reduced gradient
     return gradients_known(self, static_cast<double>(*s.loss->as<float>()), sum, tokens, s.flow.busy_s);
   *s.norm->as<float>() = static_cast<float>(sum);
-  self->send(s.options.comm_agent, all_reduce_request{tag(Tag::norm), float_span(s.norm, 0, 1), ReduceOp::sum,
-                                                      s.group(), caf::actor_cast<caf::actor>(self)});
+  self->send(s.options.comm_agent,
+             all_reduce_request{tag(Tag::norm), float_span(s.norm, 0, 1), ReduceOp::sum,
+                                tensor_parallel ? s.options.tensor_parallel.norm_group : s.group(),
+                                caf::actor_cast<caf::actor>(self)});
 }
 
 // After the update: exchange every rank's memory peaks, then report the step.

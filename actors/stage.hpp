@@ -84,6 +84,19 @@ struct TiedWeight {
   bool owner = false;  ///< the first of those stages: the one whose copy counts in the norm
 };
 
+/// Tensor parallelism: this stage's layers are shards over a group of `size` ranks, this
+/// one at `shard`. A parameter marked `replicated` (model_parameters order) is held whole,
+/// with the same gradient, by every rank of the group: it gets a ZeRO row of its own, and
+/// only shard 0 counts it in the gradient norm. The squared norm is summed over
+/// `norm_group`: the tensor-parallel group at ZeRO stage 0 (every replica holds every
+/// reduced gradient), every rank of the stage at 1-3.
+struct TensorParallelPlace {
+  int64_t size = 1;
+  int64_t shard = 0;
+  std::vector<bool> replicated;
+  CommunicatorId norm_group = world_communicator;
+};
+
 struct StageOptions {
   torch::nn::Sequential model;
   LossFunction loss;
@@ -94,6 +107,7 @@ struct StageOptions {
   /// gradient rows are posted as weight halves end, not as backward makes them.
   bool split_backward = false;
   std::vector<TiedWeight> ties;
+  TensorParallelPlace tensor_parallel;
   ZeroOptions zero;
   StagePlace place;
   int64_t dp = 1;

@@ -6,9 +6,12 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <functional>
+#include <numeric>
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -33,9 +36,11 @@
 #include "runtime/devices.hpp"
 #include "runtime/gpu_rank.hpp"
 #include "runtime/model/optimizer.hpp"
+#include "runtime/model/tensor_parallel.hpp"
 #include "runtime/overflow_injection.hpp"
 #include "runtime/parameter_file.hpp"
 #include "runtime/pipeline_plan.hpp"
+#include "runtime/tensor_parallel_comm.hpp"
 #include "runtime/trace_merge.hpp"
 #include "troupe/troupe.hpp"
 
@@ -164,7 +169,8 @@ Status usable_gpu(const RankEnvironment& rank) {
 
 // Every rank starts from rank 0's parameters (each tensor once), whatever its own
 // initialisation did.
-Status broadcast_parameters(Transport& transport, std::vector<torch::Tensor> parameters) {
+Status broadcast_parameters(Transport& transport, std::vector<torch::Tensor> parameters,
+                            CommunicatorId comm = world_communicator) {
   torch::NoGradGuard no_grad;
   if (parameters.empty() || transport.world_size() == 1) return {};
   torch::Tensor flat = torch::cat([&] {
@@ -174,7 +180,8 @@ Status broadcast_parameters(Transport& transport, std::vector<torch::Tensor> par
                          return views;
                        }())
                            .contiguous();
-  TROUPE_TRY(transport.broadcast_sync(flat.data_ptr<float>(), static_cast<std::size_t>(flat.numel()), 0));
+  TROUPE_TRY(transport.broadcast_sync(flat.data_ptr<float>(), static_cast<std::size_t>(flat.numel()),
+                                      DataType::f32, 0, comm));
   int64_t offset = 0;
   for (auto& p : parameters) {
     p.copy_(flat.narrow(0, offset, p.numel()).view(p.sizes()));
@@ -183,7 +190,67 @@ Status broadcast_parameters(Transport& transport, std::vector<torch::Tensor> par
   return {};
 }
 
+// [parallel] tp > 1: the trainer's model is made of tensor-parallel layers over a group
+// of this rank's size and position; what does not work with tensor parallelism yet is
+// refused naming the key.
+Status check_tensor_parallel(const JobConfig& config, const RankEnvironment& rank, const Trainable& t) {
+  const int64_t tp = config.parallel.tp;
+  const auto& group = t.tensor_parallel;
+  if (!group)
+    return make_error(fmt::format(
+        "rank {}: {} sets [parallel] tp = {} but the model was given no tensor-parallel group: build it from "
+        "troupe's tensor-parallel layers over Engine::tensor_parallel_group() and pass that group in "
+        "Trainable::tensor_parallel",
+        rank.rank, config.source, tp));
+  if (group->size() != tp || group->index() != rank.rank % tp)
+    return make_error(
+        fmt::format("rank {}: the model's tensor-parallel group is position {} of {}, but [parallel] "
+                    "tp = {} puts this rank at position {}",
+                    rank.rank, group->index(), group->size(), tp, rank.rank % tp));
+  if (group->sequence_parallel() != config.parallel.sequence_parallel)
+    return make_error(
+        fmt::format("rank {}: the model's tensor-parallel group and [parallel] sequence_parallel "
+                    "disagree",
+                    rank.rank));
+  const std::pair<bool, const char*> not_yet[] = {
+      {config.parallel.pp > 1, "[parallel] pp > 1"},
+      {config.checkpoint.every_steps > 0 || !config.checkpoint.resume.empty(), "[checkpoint]"},
+      {!config.model.init_from.empty(), "[model] init_from"},
+      {config.cluster.device == "cuda", "[cluster] device = \"cuda\""}};
+  for (const auto& [used, what] : not_yet)
+    if (used)
+      return make_error(
+          fmt::format("{}: [parallel] tp = {} does not combine with {} yet: set tp = 1 or drop it",
+                      config.source, tp, what));
+  return {};
+}
+
+// Every rank holding shard t of the model, in rank order: each shard's ranks start from
+// the first one's values (rank t), as the world does from rank 0 without tensor parallelism.
+Result<CommunicatorId> make_shard_slices(Transport& transport, int64_t tp, int64_t rank) {
+  CommunicatorId mine = world_communicator;
+  for (int64_t t = 0; t < tp; ++t) {
+    std::vector<int64_t> members;
+    for (int64_t r = t; r < transport.world_size(); r += tp) members.push_back(r);
+    auto made = transport.make_communicator(members);
+    if (!made) return made.error();
+    if (rank % tp == t) mine = *made;
+  }
+  return mine;
+}
+
 }  // namespace
+
+Result<std::shared_ptr<TensorParallelGroup>> Engine::tensor_parallel_group(
+    const JobConfig& config, std::optional<RankEnvironment> rank) {
+  auto resolved = resolve_config(config);
+  if (!resolved) return resolved.error();
+  if (resolved->parallel.tp == 1) return std::shared_ptr<TensorParallelGroup>();
+  auto found = find_rank(*resolved, std::move(rank));
+  if (!found) return found.error();
+  const int64_t tp = resolved->parallel.tp;
+  return std::make_shared<TensorParallelGroup>(tp, found->rank % tp, resolved->parallel.sequence_parallel);
+}
 
 class Engine::Impl {
  public:
@@ -203,9 +270,13 @@ class Engine::Impl {
   PipelinePlan plan;
   std::vector<CommunicatorId> groups = {world_communicator};  // by chunk: its data-parallel group
   std::vector<TiedWeight> ties;               // what this rank's stage shares with others
+  std::shared_ptr<TensorParallelGroup> tensor_group;  // tp > 1: the model's layers' group
+  CommunicatorId tensor_comm = world_communicator;    // tp > 1: this rank's group
+  CommunicatorId norm_comm = world_communicator;      // tp > 1: where the squared norm is summed
   caf::actor collectives;  // a GPU rank's (NCCL or staged)
   std::vector<std::string> tensor_names;  // the whole model's parameters, by tensor
   std::vector<ModelTensor> model_tensors;  // their names and shapes, for the manifest
+  std::vector<TensorSplit> tensor_splits;  // tp > 1: how each is split across the group
   RankCheckpoint checkpoint;              // this rank's part of a checkpoint, with [checkpoint]
   caf::actor checkpoint_writer;           // with [checkpoint] every_steps
   int64_t last_save = -1;                 // the step of the save last handed to the writer
@@ -266,6 +337,8 @@ class Engine::Impl {
       const int64_t vs = plan.virtual_stage(c);
       so.model =
           stage_layers(layers, plan.first_layer_of(vs), plan.layer_counts[static_cast<std::size_t>(vs)]);
+      so.tensor_parallel = TensorParallelPlace{config.parallel.tp, plan.place.shard,
+                                               replicated_parameters(so.model), norm_comm};
       so.place = StagePlace{vs,
                             virtual_stages,
                             world_rank_of(vs - 1),
@@ -389,8 +462,9 @@ class Engine::Impl {
     auto planned = plan_pipeline(config, layers, rank.rank, costs);
     if (!planned) return make_error(fmt::format("rank {}: {}", rank.rank, planned.error().message));
     plan = std::move(*planned);
-    if (config.parallel.pp == 1) return {};
+    if (config.parallel.pp == 1 && config.parallel.tp == 1) return {};
     TROUPE_TRY(make_groups(transport, 0));
+    if (config.parallel.tp > 1) TROUPE_TRY(make_tensor_groups(transport));
     TROUPE_TRY(tie_stages(transport));
     for (int64_t c = 1; c < plan.layout.chunks; ++c) TROUPE_TRY(make_groups(transport, c));
     return {};
@@ -401,16 +475,118 @@ class Engine::Impl {
   // collectives of two chunks of a rank never interleave on one communicator.
   Status make_groups(Transport& transport, int64_t chunk) {
     groups.resize(static_cast<std::size_t>(plan.layout.chunks), world_communicator);
-    for (int64_t s = 0; s < config.parallel.pp; ++s) {
-      auto members = pipeline::place(plan.grid, plan.grid.rank_of(s, 0));
-      if (!members) return members.error();
-      auto made = transport.make_communicator(members->data_parallel_group);
-      if (!made)
-        return make_error(fmt::format("rank {}: stage {}'s data-parallel group (chunk {}): {}", rank.rank, s,
-                                      chunk, made.error().message));
-      if (s == plan.place.stage) groups[static_cast<std::size_t>(chunk)] = *made;
-    }
+    for (int64_t s = 0; s < config.parallel.pp; ++s)
+      for (int64_t t = 0; t < config.parallel.tp; ++t) {
+        auto members = pipeline::place(plan.grid, plan.grid.rank_of(s, 0, t));
+        if (!members) return members.error();
+        auto made = transport.make_communicator(members->data_parallel_group);
+        if (!made)
+          return make_error(fmt::format("rank {}: stage {}'s data-parallel group (chunk {}, shard {}): {}",
+                                        rank.rank, s, chunk, t, made.error().message));
+        if (s == plan.place.stage && t == plan.place.shard) groups[static_cast<std::size_t>(chunk)] = *made;
+      }
     return {};
+  }
+
+  // tp > 1: every (stage, replica)'s tensor-parallel group, then every stage's ranks (the
+  // squared gradient norm of ZeRO stages 1-3 is summed over them), made in order on every
+  // rank.
+  Status make_tensor_groups(Transport& transport) {
+    const auto& g = plan.grid;
+    for (int64_t s = 0; s < g.pp; ++s)
+      for (int64_t r = 0; r < g.dp; ++r) {
+        std::vector<int64_t> members;
+        for (int64_t t = 0; t < g.tp; ++t) members.push_back(g.rank_of(s, r, t));
+        auto made = transport.make_communicator(members);
+        if (!made)
+          return make_error(fmt::format("rank {}: the tensor-parallel group of ranks {}: {}", rank.rank,
+                                        fmt::join(members, ", "), made.error().message));
+        if (s == plan.place.stage && r == plan.place.replica) tensor_comm = *made;
+      }
+    for (int64_t s = 0; s < g.pp; ++s) {
+      std::vector<int64_t> members;
+      for (int64_t r = 0; r < g.world_size(); ++r)
+        if (pipeline::place(g, r)->stage == s) members.push_back(r);
+      auto made = transport.make_communicator(members);
+      if (!made)
+        return make_error(fmt::format("rank {}: stage {}'s ranks: {}", rank.rank, s, made.error().message));
+      if (s == plan.place.stage) norm_comm = *made;
+    }
+    if (config.zero.stage == 0) norm_comm = tensor_comm;  // every replica holds every reduced gradient
+    return {};
+  }
+
+  // Which of a stage's parameters its tensor-parallel group holds whole.
+  std::vector<bool> replicated_parameters(const torch::nn::Sequential& model) const {
+    std::vector<bool> replicated;
+    if (!tensor_group) return replicated;
+    auto parameters = model_parameters(model);
+    if (!parameters) return replicated;
+    for (const torch::Tensor& p : parameters->tensors)
+      replicated.push_back(tensor_group->split_of(p.unsafeGetTensorImpl()).replicated);
+    return replicated;
+  }
+
+  // tp > 1: the replica-0 group's shards come to rank 0, which puts every tensor back
+  // together; a replicated tensor must be equal to the bit on every shard.
+  Result<torch::Tensor> gather_shards(caf::scoped_actor& self, const std::shared_ptr<HostBuffer>& mine) {
+    const int64_t tp = config.parallel.tp;
+    auto flat =
+        torch::from_blob(mine->data(), {static_cast<int64_t>(mine->bytes() / sizeof(float))}, torch::kFloat32)
+            .clone();
+    if (plan.place.replica != 0) return flat;
+    auto transfer = [&](auto request, const std::string& what) -> Status {
+      self->send(comm, std::move(request));
+      std::string error;
+      bool done = false;
+      self->receive([&](collective_done& d) { error = d.error, done = true; },
+                    caf::after(timeout()) >> [&] { error = "timed out"; });
+      if (!done || !error.empty()) return make_error(fmt::format("{}: {}", what, error));
+      return {};
+    };
+    const std::size_t count = static_cast<std::size_t>(flat.numel());
+    if (rank.rank != 0) {
+      auto sent = transfer(
+          send_request{0, float_span(mine, 0, count), 0, caf::actor_cast<caf::actor>(self), std::nullopt},
+          "sending this shard's parameters to rank 0");
+      if (!sent) return fail(sent.error().message);
+      return flat;
+    }
+    std::vector<torch::Tensor> shards{flat};
+    for (int64_t t = 1; t < tp; ++t) {
+      auto buffer = std::make_shared<HostBuffer>(count * sizeof(float));
+      auto got = transfer(
+          recv_request{0, float_span(buffer, 0, count), t, caf::actor_cast<caf::actor>(self), std::nullopt},
+          fmt::format("receiving shard {}'s parameters", t));
+      if (!got) return fail(got.error().message);
+      shards.push_back(
+          torch::from_blob(buffer->data(), {static_cast<int64_t>(count)}, torch::kFloat32).clone());
+    }
+    return join_model(shards);
+  }
+
+  // By tensor, as the model was given (ZeRO stage 3 has since swapped most tensors' data
+  // out): each shard's shape and how it is split.
+  Result<torch::Tensor> join_model(const std::vector<torch::Tensor>& shards) {
+    std::vector<torch::Tensor> whole;
+    int64_t offset = 0;
+    for (std::size_t k = 0; k < model_tensors.size(); ++k) {
+      const std::vector<int64_t>& shape = model_tensors[k].shape;
+      const int64_t count = std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+      const TensorSplit split = tensor_splits[k];
+      std::vector<torch::Tensor> pieces;
+      for (const torch::Tensor& shard : shards) pieces.push_back(shard.narrow(0, offset, count).view(shape));
+      offset += count;
+      if (split.replicated)
+        for (std::size_t t = 1; t < pieces.size(); ++t)
+          if (!torch::equal(pieces[t], pieces[0]))
+            return fail(
+                fmt::format("shard {}'s copy of the replicated parameter {} differs from shard 0's by up to "
+                            "{}",
+                            t, model_tensors[k].name, (pieces[t] - pieces[0]).abs().max().item<double>()));
+      whole.push_back(tp::join_shards(pieces, split).reshape({-1}));
+    }
+    return torch::cat(whole);
   }
 
   // A weight tied across stages: replica r of each stage that uses it sums its gradients
@@ -696,6 +872,17 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   impl->tensor_names = parameters->names;
   for (std::size_t t = 0; t < parameters->tensors.size(); ++t)
     impl->model_tensors.push_back(ModelTensor{parameters->names[t], parameters->tensors[t].sizes().vec()});
+  if (impl->config.parallel.tp > 1) {
+    TROUPE_TRY(check_tensor_parallel(impl->config, impl->rank, trainable));
+    impl->tensor_group = trainable.tensor_parallel;
+    for (const torch::Tensor& p : parameters->tensors)
+      impl->tensor_splits.push_back(impl->tensor_group->split_of(p.unsafeGetTensorImpl()));
+    if (impl->rank.local_world_size < impl->config.parallel.tp && impl->rank.rank == 0)
+      spdlog::warn(
+          "[parallel] tp = {} is more than the {} ranks on this host: a tensor-parallel group then spans "
+          "hosts, and the collectives in every layer's forward and backward cross the network",
+          impl->config.parallel.tp, impl->rank.local_world_size);
+  }
   const CheckpointConfig& saving = impl->config.checkpoint;
   if ((saving.every_steps > 0 || !saving.resume.empty()) && trainable.make_optimizer)
     return make_error(fmt::format(
@@ -725,11 +912,22 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   if (!transport) return make_error(fmt::format("rank {}: {}", impl->rank.rank, transport.error().message));
   std::shared_ptr<Transport> shared = std::move(*transport);
   impl->sent = shared->bytes_sent();
-  auto equal = broadcast_parameters(*shared, std::move(parameters->tensors));
+  CommunicatorId slice = world_communicator;
+  if (impl->config.parallel.tp > 1) {
+    auto made = make_shard_slices(*shared, impl->config.parallel.tp, impl->rank.rank);
+    if (!made) return make_error(fmt::format("rank {}: {}", impl->rank.rank, made.error().message));
+    slice = *made;
+  }
+  auto equal = broadcast_parameters(*shared, std::move(parameters->tensors), slice);
   if (!equal)
     return make_error(
         fmt::format("rank {}: broadcasting parameters: {}", impl->rank.rank, equal.error().message));
   TROUPE_TRY(impl->plan_stages(*shared, trainable));
+  if (impl->tensor_group)
+    impl->tensor_group->bind(
+        make_transport_tensor_comm(shared, impl->tensor_comm, impl->config.cluster.collective_timeout_s,
+                                   fmt::format("the tensor-parallel group of ranks {}",
+                                               fmt::join(impl->plan.place.tensor_parallel_group, ", "))));
   if (on_gpu) TROUPE_TRY(impl->open_gpu(*shared));
   impl->start_actors(std::move(shared), trainable);
   TROUPE_TRY(impl->prepare_checkpoints());
@@ -771,6 +969,7 @@ Result<torch::Tensor> Engine::gather_parameters() {
     flats.push_back(std::move(collected.flat));
   }
   if (m.config.parallel.pp > 1) return m.gather_stages(self, std::move(flats));
+  if (m.config.parallel.tp > 1) return m.gather_shards(self, flats.front());
   auto count = static_cast<int64_t>(flats.front()->bytes() / sizeof(float));
   return torch::from_blob(flats.front()->data(), {count}, torch::kFloat32).clone();
 }

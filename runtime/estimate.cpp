@@ -182,6 +182,7 @@ Result<ModelStateEstimate> estimate_layers(const JobConfig& job, const LayerSet&
   e.file = job.source;
   e.stage = job.zero.stage;
   e.dp = job.parallel.dp;
+  e.tp = job.parallel.tp;
   e.params = set.parameters;
   // Every kind lives in host memory: the CPU backend is the only one for now. GPU tiers
   // (device memory, pinned host buffers) come with the CUDA backend.
@@ -212,10 +213,11 @@ Result<ModelStateEstimate> estimate_layers(const JobConfig& job, const LayerSet&
 }  // namespace
 
 Result<ModelStateEstimate> estimate_job(const JobConfig& job) {
-  GptShape shape = gpt_shape(job.model);  // shapes only: no tensor of the model is made
+  // Shapes only: no tensor of the model is made. With tp > 1 a rank holds its shard.
+  GptShape shape = gpt_shape(job.model, job.parallel.tp);
   if (job.parallel.pp == 1) {
     auto e = estimate_layers(job, LayerSet{shape.layers, shape.borrowed, {}, shape.parameters});
-    if (e) e->model_params = shape.parameters;
+    if (e) e->model_params = gpt_shape(job.model).parameters;
     return e;
   }
   TROUPE_TRY(check_gpt_pipeline(job));
@@ -246,7 +248,7 @@ Result<ModelStateEstimate> estimate_job(const JobConfig& job) {
   e.pp = job.parallel.pp;
   e.stages = std::move(stages);
   e.heaviest = static_cast<int64_t>(heaviest);
-  e.model_params = shape.parameters;
+  e.model_params = gpt_shape(job.model).parameters;  // the whole model, whatever tp splits
   e.partition_note = std::move(note);
   return e;
 }
@@ -271,13 +273,18 @@ std::string render_stages(const ModelStateEstimate& e) {
 
 std::string render_estimate(const ModelStateEstimate& e) {
   std::string out =
-      e.pp == 1 ? fmt::format("{}: ZeRO stage {}, dp {}, {} parameters\n", e.file, e.stage, e.dp,
-                              group_thousands(e.params))
-                : fmt::format(
-                      "{}: ZeRO stage {}, dp {}, pp {}, {} parameters (activations: the stage's input "
-                      "and output kept between forward and backward)\n",
-                      e.file, e.stage, e.dp, e.pp, group_thousands(e.model_params)) +
-                      render_stages(e);
+      e.pp == 1 && e.tp > 1
+          ? fmt::format(
+                "{}: ZeRO stage {}, dp {}, tp {}, {} parameters, {} on each rank (its tensor-parallel "
+                "shard)\n",
+                e.file, e.stage, e.dp, e.tp, group_thousands(e.model_params), group_thousands(e.params))
+      : e.pp == 1 ? fmt::format("{}: ZeRO stage {}, dp {}, {} parameters\n", e.file, e.stage, e.dp,
+                                group_thousands(e.params))
+                  : fmt::format(
+                        "{}: ZeRO stage {}, dp {}, pp {}, {} parameters (activations: the stage's input "
+                        "and output kept between forward and backward)\n",
+                        e.file, e.stage, e.dp, e.pp, group_thousands(e.model_params)) +
+                        render_stages(e);
   struct Row {
     std::string kind;
     int64_t bytes;
@@ -338,6 +345,10 @@ std::string estimate_json(const ModelStateEstimate& e) {
   if (e.stage == 3) j["live_window_elements"] = e.live_window_elements;
   if (e.nvme_optimizer_state_bytes > 0) j["nvme_optimizer_state_bytes"] = e.nvme_optimizer_state_bytes;
   if (e.nvme_parameter_bytes > 0) j["nvme_parameter_bytes"] = e.nvme_parameter_bytes;
+  if (e.tp > 1) {
+    j["tp"] = e.tp;
+    j["model_params"] = e.model_params;
+  }
   if (e.pp > 1) {
     j["pp"] = e.pp;
     j["heaviest_stage"] = e.heaviest;

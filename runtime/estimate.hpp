@@ -65,9 +65,11 @@ struct ModelStateEstimate {
   /// pp > 1: every stage; the figures above are then those of the stage whose ranks hold
   /// the most model state (`heaviest`), its params that stage's.
   int64_t pp = 1;
+  /// tp > 1: each rank holds its tensor-parallel shard; params is the shard's count.
+  int64_t tp = 1;
   std::vector<StageEstimate> stages;
   int64_t heaviest = 0;
-  int64_t model_params = 0;    ///< the whole model's parameters (= params when pp = 1)
+  int64_t model_params = 0;    ///< the whole model's parameters (= params when pp = tp = 1)
   std::string partition_note;  ///< how the layers were cut, when it is not what the run does
 };
 

@@ -14,6 +14,8 @@
 #include "runtime/host_check.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/model/gpt.hpp"
+#include "runtime/model/gpt_shape.hpp"
+#include "runtime/model/gpt_tensor_parallel.hpp"
 #include "runtime/reference.hpp"
 #include "troupe/troupe.hpp"
 
@@ -93,9 +95,18 @@ int train_rank(const JobConfig& job, const JobOutputs& outputs, std::string& pha
   torch::manual_seed(static_cast<uint64_t>(job.train.seed));
   Trainable trainable;
   phase = "building the model";
-  trainable.layers = make_gpt(job.model);
-  const int64_t parameter_count = count_parameters(*trainable.layers);
-  trainable.loss = lm_loss;
+  auto group = Engine::tensor_parallel_group(job);
+  if (!group) return fail(group.error().message);
+  // The whole model's size, as the summary and the metrics give it, whatever its split.
+  const int64_t parameter_count = gpt_shape(job.model).parameters;
+  if (*group) {
+    trainable.layers = make_tensor_parallel_gpt(job.model, *group);
+    trainable.loss = tensor_parallel_gpt_loss(*group);
+    trainable.tensor_parallel = *group;
+  } else {
+    trainable.layers = make_gpt(job.model);
+    trainable.loss = lm_loss;
+  }
   trainable.data = [corpus = *corpus, seq = job.model.seq_len, seed = job.train.seed](int64_t first,
                                                                                       int64_t count) {
     TokenBatch b = sample_sequences(corpus, seq, static_cast<uint64_t>(seed), first, count);

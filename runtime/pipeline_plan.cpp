@@ -126,7 +126,7 @@ Result<PipelinePlan> plan_pipeline(const JobConfig& job, const torch::nn::Sequen
   PipelinePlan plan;
   auto order = pipeline::parse_grid_order(job.parallel.order);
   if (!order) return order.error();
-  plan.grid = pipeline::Grid{job.parallel.dp, job.parallel.pp, *order};
+  plan.grid = pipeline::Grid{job.parallel.dp, job.parallel.pp, *order, job.parallel.tp};
   auto place = pipeline::place(plan.grid, rank);
   if (!place) return place.error();
   plan.place = std::move(*place);

@@ -27,6 +27,7 @@
 #include "runtime/config/resolve.hpp"
 #include "runtime/gpt_job.hpp"  // the built-in GPT job, as `troupe run` trains it
 #include "runtime/launch/environment.hpp"
+#include "runtime/model/tensor_parallel_group.hpp"
 
 namespace troupe {
 
@@ -42,6 +43,9 @@ struct Trainable {
   /// them in order by default. With ZeRO stage 3 every rank must get the same sequence;
   /// ranks that differ stop with an error naming the step and the layer.
   LayerSchedule schedule;
+  /// [parallel] tp > 1: the group the model's tensor-parallel layers were built over
+  /// (Engine::tensor_parallel_group; runtime/model/tensor_parallel.hpp has the layers).
+  std::shared_ptr<TensorParallelGroup> tensor_parallel;
 };
 
 /// One optimizer step, as every rank sees it.
@@ -62,6 +66,11 @@ class Engine {
   /// `rank` overrides what the environment says (tests, custom launchers).
   static Result<std::unique_ptr<Engine>> make(JobConfig config, Trainable trainable,
                                               std::optional<RankEnvironment> rank = std::nullopt);
+  /// [parallel] tp > 1: this rank's tensor-parallel group (its size, its position, whether
+  /// sequence parallelism is on), for building the model's tensor-parallel layers before
+  /// Engine::make, which binds it to the cluster. Null when tp = 1.
+  static Result<std::shared_ptr<TensorParallelGroup>> tensor_parallel_group(
+      const JobConfig& config, std::optional<RankEnvironment> rank = std::nullopt);
   /// Leaves the cluster; finish() first for an orderly end.
   ~Engine();
 

@@ -36,10 +36,13 @@ struct ClusterConfig {
 struct ParallelConfig {
   int64_t dp = 0;  ///< 0 = derive from world_size / (pp × tp)
   int64_t pp = 1;  ///< pipeline stages
-  int64_t tp = 1;  ///< must be 1 for now
+  int64_t tp = 1;  ///< tensor-parallel ranks per layer (Megatron's), the innermost axis
   /// The rank order, fastest-varying axis first: "pp,dp" puts a pipeline's stages on
   /// consecutive ranks, "dp,pp" a stage's replicas (pipeline/topology.hpp).
   std::string order = "pp,dp";
+  /// With tp > 1: LayerNorm and the residual stream sharded along the sequence, the
+  /// tensor-parallel all-reduces replaced by reduce-scatter and all-gather (Megatron's).
+  bool sequence_parallel = false;
 };
 
 /// [pipeline] partition: a method, or the layer count of each stage.

@@ -121,15 +121,14 @@ Status resolve_parallel(JobConfig& config, const ConfigOrigins& origins) {
   TROUPE_TRY(require(in_range(parallel.pp, 1, kRanksMax), origins, "parallel", "pp", parallel.pp));
   TROUPE_TRY(require(pipeline::parse_grid_order(parallel.order).ok(), origins, "parallel", "order",
                      parallel.order));
-  if (parallel.tp != 1) {
-    return key_error(origins, "parallel", "tp",
-                     fmt::format("tp = {}: tensor parallelism is not available yet; "
-                                 "tp must be 1",
-                                 parallel.tp));
-  }
+  TROUPE_TRY(require(in_range(parallel.tp, 1, kRanksMax), origins, "parallel", "tp", parallel.tp));
   TROUPE_TRY(require(in_range(world_size, 0, kRanksMax), origins, "cluster", "world_size", world_size));
   TROUPE_TRY(require(in_range(parallel.dp, 0, kRanksMax), origins, "parallel", "dp", parallel.dp));
-  const int64_t model_ranks = parallel.pp * parallel.tp;  // tp is 1 for now: no overflow
+  int64_t model_ranks = 0;
+  if (__builtin_mul_overflow(parallel.pp, parallel.tp, &model_ranks) || model_ranks > kRanksMax)
+    return key_error(origins, "parallel", "tp",
+                     fmt::format("pp {} × tp {} is more ranks than troupe runs ({})", parallel.pp,
+                                 parallel.tp, kRanksMax));
   if (world_size == 0 && parallel.dp == 0) parallel.dp = 1;
   if (world_size == 0) {
     world_size = parallel.dp * model_ranks;
@@ -374,6 +373,34 @@ Status resolve_model(ModelConfig& model, const ConfigOrigins& origins) {
                                  "in a 64-bit integer",
                                  model.d_model));
   }
+  return {};
+}
+
+// [parallel] tp splits attention heads, the MLP's hidden width and the vocabulary across
+// the group, and sequence parallelism the sequence: each must divide evenly.
+Status resolve_tensor_parallel(const JobConfig& config, const ConfigOrigins& origins) {
+  const int64_t tp = config.parallel.tp;
+  const ModelConfig& m = config.model;
+  const std::tuple<const char*, const char*, int64_t, const char*> splits[] = {
+      {"n_heads", "n_heads", m.n_heads, "attention heads"},
+      {"d_ff", m.d_ff == 4 * m.d_model ? "d_model" : "d_ff", m.d_ff, "the MLP's hidden width"},
+      {"vocab_size", "vocab_size", m.vocab_size, "the vocabulary"}};
+  for (const auto& [name, key, value, what] : splits)
+    if (value % tp != 0)
+      return key_error(origins, "model", key,
+                       fmt::format("{} = {} is not divisible by [parallel] tp = {}: tensor parallelism "
+                                   "splits {} evenly across the group",
+                                   name, value, tp, what));
+  if (!config.parallel.sequence_parallel) return {};
+  if (tp == 1)
+    return key_error(origins, "parallel", "sequence_parallel",
+                     "sequence_parallel = true needs tp > 1: it shards the sequence across a "
+                     "tensor-parallel group");
+  if (m.seq_len % tp != 0)
+    return key_error(origins, "model", "seq_len",
+                     fmt::format("seq_len = {} is not divisible by [parallel] tp = {}: sequence_parallel "
+                                 "splits every sequence evenly across the group",
+                                 m.seq_len, tp));
   return {};
 }
 
@@ -665,6 +692,7 @@ Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins) {
   TROUPE_TRY(resolve_scheduler(raw, origins));
   TROUPE_TRY(resolve_precision(raw, origins));
   TROUPE_TRY(resolve_model(raw.model, origins));
+  TROUPE_TRY(resolve_tensor_parallel(raw, origins));
   TROUPE_TRY(resolve_data(raw.data, raw.model.seq_len, origins));
   TROUPE_TRY(resolve_train(raw.train, origins));
   TROUPE_TRY(resolve_pipeline(raw, origins));

@@ -35,8 +35,10 @@ std::vector<KeySpec> make_key_specs() {
        [](C& c) -> FieldRef { return &c.parallel.dp; }},
       {"parallel", "pp", "an integer from 1 to 65536 (pipeline stages)",
        [](C& c) -> FieldRef { return &c.parallel.pp; }},
-      {"parallel", "tp", "the integer 1 (tensor parallelism is not available yet)",
+      {"parallel", "tp", "an integer from 1 to 65536 (tensor-parallel ranks per layer)",
        [](C& c) -> FieldRef { return &c.parallel.tp; }},
+      {"parallel", "sequence_parallel", "true or false (with tp > 1: shard the sequence between layers)",
+       [](C& c) -> FieldRef { return &c.parallel.sequence_parallel; }},
       {"parallel", "order", R"(one of "pp,dp" or "dp,pp" (the fastest-varying axis first))",
        [](C& c) -> FieldRef { return &c.parallel.order; }},
 

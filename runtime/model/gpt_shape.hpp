@@ -22,8 +22,9 @@ struct GptShape {
   int64_t parameters = 0;  ///< elements of every tensor, each counted once
 };
 
-/// `model` must be resolved (d_ff set).
-GptShape gpt_shape(const ModelConfig& model);
+/// `model` must be resolved (d_ff set). With `tp` > 1: one rank's shard of the model as
+/// make_tensor_parallel_gpt() splits it (heads, MLP width and vocabulary divided by tp).
+GptShape gpt_shape(const ModelConfig& model, int64_t tp = 1);
 
 /// Whether `job`'s pipeline fits the built-in GPT it trains (n_layers + 2 layers); the
 /// error names the key and its line.

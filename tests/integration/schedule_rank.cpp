@@ -71,8 +71,12 @@ int main(int argc, char** argv) {
       torch::nn::Tanh(), torch::nn::Linear(kWidth, kWidth), torch::nn::Tanh(), torch::nn::Linear(kWidth, 1));
   int64_t own_rank = *rank ? (*rank)->rank : 0;
   troupe::Trainable trainable{
-      layers, [](const torch::Tensor& out, const torch::Tensor& y) { return torch::mse_loss(out, y); },
-      samples, nullptr, schedule(mode, own_rank, static_cast<int64_t>(layers->size()))};
+      layers,
+      [](const torch::Tensor& out, const torch::Tensor& y) { return torch::mse_loss(out, y); },
+      samples,
+      nullptr,
+      schedule(mode, own_rank, static_cast<int64_t>(layers->size())),
+      nullptr};
   auto engine = troupe::Engine::make(*config, std::move(trainable));
   if (!engine) return fail(engine.error().message);
   auto& e = **engine;

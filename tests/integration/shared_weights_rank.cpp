@@ -143,7 +143,7 @@ int train(const troupe::JobConfig& config, const std::string& dir) {
   torch::nn::Sequential model = make_model();
   Tensors t = unique_tensors(model);
   torch::Tensor initial = flatten(t.tensors);
-  troupe::Trainable trainable{model, mse, samples, nullptr, nullptr};
+  troupe::Trainable trainable{model, mse, samples, nullptr, nullptr, nullptr};
   auto engine = troupe::Engine::make(config, std::move(trainable));
   if (!engine) return fail(engine.error().message);
   auto& e = **engine;

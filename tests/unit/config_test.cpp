@@ -451,11 +451,29 @@ TEST(ConfigResolve, OneFOneBNeedsAtLeastAsManyMicroBatchesAsStages) {
             "schedule = \"gpipe\"");
 }
 
-TEST(ConfigResolve, TensorParallelismIsNotAvailableYet) {
+TEST(ConfigResolve, TensorParallelismSplitsHeadsWidthAndVocabularyEvenly) {
   JobConfig raw = minimal_struct();
+  raw.cluster.world_size = 0;
+  raw.parallel.dp = 1;
   raw.parallel.tp = 2;
+  auto ok = resolve_config(raw);
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_EQ(ok->cluster.world_size, 2);  // dp 1 × pp 1 × tp 2
+  raw.parallel.tp = 3;
   EXPECT_EQ(error_of(resolve_config(raw)),
-            "<struct>: [parallel] tp = 2: tensor parallelism is not available yet; tp must be 1");
+            "<struct>: [model] n_heads = 4 is not divisible by [parallel] tp = 3: tensor parallelism splits "
+            "attention heads evenly across the group");
+  raw.parallel.tp = 2;
+  raw.parallel.sequence_parallel = true;
+  raw.model.seq_len = 33;
+  EXPECT_EQ(
+      error_of(resolve_config(raw)),
+      "<struct>: [model] seq_len = 33 is not divisible by [parallel] tp = 2: sequence_parallel splits every "
+      "sequence evenly across the group");
+  raw.parallel.tp = 0;
+  const std::string zero = error_of(resolve_config(raw));
+  EXPECT_NE(zero.find("[parallel] tp must be an integer from 1 to 65536"), std::string::npos) << zero;
+  EXPECT_NE(zero.find("got 0"), std::string::npos) << zero;
 }
 
 // ---- Resolution: the batch rule global = micro × accumulation × dp ----

@@ -93,11 +93,14 @@ TEST(ModelParameters, TheEngineRefusesSuchAModelBeforeAnythingStarts) {
   ASSERT_TRUE(config.ok()) << config.error().message;
   torch::Tensor w = trainable({4, 3});
   torch::nn::Sequential model(hold({{"weight", w}}), hold({{"transposed", w.detach().t().requires_grad_()}}));
-  Trainable t{model, [](const torch::Tensor& out, const torch::Tensor&) { return out.sum(); },
+  Trainable t{model,
+              [](const torch::Tensor& out, const torch::Tensor&) { return out.sum(); },
               [](int64_t, int64_t) {
                 return MicroBatch{torch::zeros({1, 3}), torch::zeros({1})};
               },
-              nullptr, nullptr};
+              nullptr,
+              nullptr,
+              nullptr};
   auto engine = Engine::make(*config, std::move(t), RankEnvironment{0, 1, 0, 1, "", "test"});
   ASSERT_FALSE(engine.ok());
   EXPECT_EQ(engine.error().message.rfind("rank 0: parameter '1.transposed' overlaps the memory of parameter "

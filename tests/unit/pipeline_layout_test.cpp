@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "pipeline/partition.hpp"
@@ -17,7 +18,7 @@ namespace {
 using Counts = std::vector<int64_t>;
 
 TEST(PipelineTopology, PipelineFirstOrderPutsAPipelinesStagesOnConsecutiveRanks) {
-  Grid grid{2, 4, GridOrder::pp_fastest};  // ranks 0-3 one pipeline, 4-7 the other
+  Grid grid{2, 4, GridOrder::pp_fastest, 1};  // ranks 0-3 one pipeline, 4-7 the other
   auto p5 = place(grid, 5);
   ASSERT_TRUE(p5.ok());
   EXPECT_EQ(p5->stage, 1);
@@ -32,7 +33,7 @@ TEST(PipelineTopology, PipelineFirstOrderPutsAPipelinesStagesOnConsecutiveRanks)
 }
 
 TEST(PipelineTopology, DataParallelFirstOrderPutsAStagesReplicasOnConsecutiveRanks) {
-  Grid grid{2, 4, GridOrder::dp_fastest};  // stage s on ranks 2s, 2s + 1
+  Grid grid{2, 4, GridOrder::dp_fastest, 1};  // stage s on ranks 2s, 2s + 1
   auto p5 = place(grid, 5);
   ASSERT_TRUE(p5.ok());
   EXPECT_EQ(p5->stage, 2);
@@ -43,26 +44,31 @@ TEST(PipelineTopology, DataParallelFirstOrderPutsAStagesReplicasOnConsecutiveRan
   EXPECT_EQ(p5->next, 7);
 }
 
-// Every rank appears once in the grid, in one data-parallel group per stage, and each
-// rank's neighbours name it back.
+// Every rank appears once in the grid, in one data-parallel group per stage and shard, and
+// each rank's neighbours name it back; a tensor-parallel group is tp consecutive ranks.
 TEST(PipelineTopology, EveryRankHasOnePlaceAndItsNeighboursAgree) {
   for (GridOrder order : {GridOrder::pp_fastest, GridOrder::dp_fastest})
     for (int64_t dp : {1, 2, 3})
-      for (int64_t pp : {1, 2, 4}) {
-        Grid grid{dp, pp, order};
-        std::set<std::pair<int64_t, int64_t>> seen;
-        for (int64_t r = 0; r < grid.world_size(); ++r) {
-          auto p = place(grid, r);
-          ASSERT_TRUE(p.ok());
-          EXPECT_EQ(grid.rank_of(p->stage, p->replica), r);
-          EXPECT_TRUE(seen.insert({p->stage, p->replica}).second);
-          EXPECT_EQ(p->data_parallel_group[static_cast<std::size_t>(p->replica)], r);
-          EXPECT_EQ(p->pipeline[static_cast<std::size_t>(p->stage)], r);
-          if (p->next >= 0) {
-            EXPECT_EQ(place(grid, p->next)->previous, r);
+      for (int64_t pp : {1, 2, 4})
+        for (int64_t tp : {1, 2, 4}) {
+          Grid grid{dp, pp, order, tp};
+          std::set<std::tuple<int64_t, int64_t, int64_t>> seen;
+          for (int64_t r = 0; r < grid.world_size(); ++r) {
+            auto p = place(grid, r);
+            ASSERT_TRUE(p.ok());
+            EXPECT_EQ(grid.rank_of(p->stage, p->replica, p->shard), r);
+            EXPECT_TRUE(seen.insert({p->stage, p->replica, p->shard}).second);
+            EXPECT_EQ(p->data_parallel_group[static_cast<std::size_t>(p->replica)], r);
+            EXPECT_EQ(p->tensor_parallel_group[static_cast<std::size_t>(p->shard)], r);
+            EXPECT_EQ(p->tensor_parallel_group.front(), r - p->shard);  // consecutive ranks
+            EXPECT_EQ(p->pipeline[static_cast<std::size_t>(p->stage)], r);
+            for (int64_t member : p->data_parallel_group) EXPECT_EQ(place(grid, member)->shard, p->shard);
+            if (p->next >= 0) {
+              EXPECT_EQ(place(grid, p->next)->previous, r);
+              EXPECT_EQ(place(grid, p->next)->shard, p->shard);
+            }
           }
         }
-      }
 }
 
 TEST(PipelineTopology, BadOrdersAndRanksAreRefusedSayingWhatIsAllowed) {
@@ -71,9 +77,9 @@ TEST(PipelineTopology, BadOrdersAndRanksAreRefusedSayingWhatIsAllowed) {
   auto bad = parse_grid_order("pp-dp");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("\"pp,dp\""), std::string::npos) << bad.error().message;
-  auto outside = place(Grid{2, 2}, 4);
+  auto outside = place(Grid{2, 2, GridOrder::pp_fastest, 1}, 4);
   ASSERT_FALSE(outside.ok());
-  EXPECT_EQ(outside.error().message, "rank 4 is outside the grid of dp 2 × pp 2 = 4 ranks");
+  EXPECT_EQ(outside.error().message, "rank 4 is outside the grid of dp 2 × pp 2 × tp 1 = 4 ranks");
 }
 
 TEST(PipelinePartition, UniformGivesTheFirstStagesTheRemainder) {
