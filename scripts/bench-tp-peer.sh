@@ -4,9 +4,8 @@
 # rank): tp = 2 on 2 processes, alternated REPEATS times with the peer
 # (scripts/peer-dtensor-tp.py, in the venv of the peers' setup-py-peers.sh), medians of
 # tokens/s over the steps after the first. Each side's single-process rate on the same
-# shape is measured in the same run too (troupe: tp 1 on one rank; the peer: the same
-# script's model without parallelize_module is not offered, so PyTorch's single-rank
-# torch2-gpt.py), as the ceiling a 2-way split of one step could approach on 2 cores.
+# shape is measured in the same run too (troupe: tp 1 on one rank; PyTorch 2.x: the peers'
+# torch2-gpt.py on one rank), to show what the 2-way split gains over one process.
 #
 # usage: scripts/bench-tp-peer.sh [STEPS=20] [REPEATS=3] [SEQUENCE_PARALLEL=false]
 set -euo pipefail
