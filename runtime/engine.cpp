@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include <functional>
 #include <numeric>
@@ -212,8 +213,14 @@ Status check_tensor_parallel(const JobConfig& config, const RankEnvironment& ran
         fmt::format("rank {}: the model's tensor-parallel group and [parallel] sequence_parallel "
                     "disagree",
                     rank.rank));
+  const bool profiled = config.parallel.pp > 1 && config.pipeline.partition.counts.empty() &&
+                        config.pipeline.partition.method == "profile";
   const std::pair<bool, const char*> not_yet[] = {
-      {config.parallel.pp > 1, "[parallel] pp > 1"},
+      {pipeline_chunks(config) > 1,
+       "virtual pipeline stages ([pipeline] virtual_stages or an interleaved schedule)"},
+      {config.parallel.pp > 1 && pipeline::event_scheduler(config.pipeline.schedule) != nullptr,
+       "an event-driven [pipeline] schedule (its ranks may order their work differently)"},
+      {profiled, "[pipeline] partition = \"profile\""},
       {config.checkpoint.every_steps > 0 || !config.checkpoint.resume.empty(), "[checkpoint]"},
       {!config.model.init_from.empty(), "[model] init_from"},
       {config.cluster.device == "cuda", "[cluster] device = \"cuda\""}};
@@ -318,8 +325,9 @@ class Engine::Impl {
     const pipeline::RankPlace& place = plan.place;
     const int64_t chunks = plan.layout.chunks, virtual_stages = plan.layout.virtual_stages();
     auto world_rank_of = [&](int64_t vs) {
-      return vs < 0 || vs >= virtual_stages ? int64_t{-1}
-                                            : plan.grid.rank_of(plan.layout.rank_of(vs), place.replica);
+      return vs < 0 || vs >= virtual_stages
+                 ? int64_t{-1}
+                 : plan.grid.rank_of(plan.layout.rank_of(vs), place.replica, place.shard);
     };
     // The chunks share one compute stream, as on one device, so a rank computes one thing
     // at a time, which is what its schedule plans for. Not under ZeRO stages 2-3: there a
@@ -529,12 +537,13 @@ class Engine::Impl {
 
   // tp > 1: the replica-0 group's shards come to rank 0, which puts every tensor back
   // together; a replicated tensor must be equal to the bit on every shard.
-  Result<torch::Tensor> gather_shards(caf::scoped_actor& self, const std::shared_ptr<HostBuffer>& mine) {
+  // `flat`: this rank's shard of every tensor of the model, in model order, when it takes
+  // part (the first replica's first stage); otherwise what the rank keeps.
+  Result<torch::Tensor> gather_shards(caf::scoped_actor& self, torch::Tensor flat) {
     const int64_t tp = config.parallel.tp;
-    auto flat =
-        torch::from_blob(mine->data(), {static_cast<int64_t>(mine->bytes() / sizeof(float))}, torch::kFloat32)
-            .clone();
-    if (plan.place.replica != 0) return flat;
+    if (plan.place.replica != 0 || plan.place.stage != 0) return flat;
+    auto mine = std::make_shared<HostBuffer>(static_cast<std::size_t>(flat.numel()) * sizeof(float));
+    std::memcpy(mine->data(), flat.data_ptr<float>(), mine->bytes());
     auto transfer = [&](auto request, const std::string& what) -> Status {
       self->send(comm, std::move(request));
       std::string error;
@@ -594,17 +603,18 @@ class Engine::Impl {
   Status tie_stages(Transport& transport) {
     for (std::size_t t = 0; t < plan.ties.size(); ++t) {
       const PipelineTie& tie = plan.ties[t];
-      for (int64_t r = 0; r < config.parallel.dp; ++r) {
-        std::vector<int64_t> members;
-        for (int64_t s : tie.stages) members.push_back(plan.grid.rank_of(s, r));
-        auto made = transport.make_communicator(members);
-        if (!made)
-          return make_error(
-              fmt::format("rank {}: the stages sharing {}: {}", rank.rank, tie.name, made.error().message));
-        if (r == plan.place.replica && plan.tie_parameter[t] >= 0)
-          ties.push_back(TiedWeight{static_cast<std::size_t>(plan.tie_parameter[t]), *made,
-                                    tie.stages.front() == plan.place.stage});
-      }
+      for (int64_t r = 0; r < config.parallel.dp; ++r)
+        for (int64_t shard = 0; shard < config.parallel.tp; ++shard) {
+          std::vector<int64_t> members;
+          for (int64_t s : tie.stages) members.push_back(plan.grid.rank_of(s, r, shard));
+          auto made = transport.make_communicator(members);
+          if (!made)
+            return make_error(
+                fmt::format("rank {}: the stages sharing {}: {}", rank.rank, tie.name, made.error().message));
+          if (r == plan.place.replica && shard == plan.place.shard && plan.tie_parameter[t] >= 0)
+            ties.push_back(TiedWeight{static_cast<std::size_t>(plan.tie_parameter[t]), *made,
+                                      tie.stages.front() == plan.place.stage});
+        }
     }
     return {};
   }
@@ -641,15 +651,17 @@ class Engine::Impl {
     auto as_tensor = [](const std::shared_ptr<HostBuffer>& b) {
       return torch::from_blob(b->data(), {static_cast<int64_t>(b->bytes() / sizeof(float))}, torch::kFloat32);
     };
-    if (rank.rank != 0) {
+    // With tp > 1 each shard gathers its own stages, on its first rank (rank `shard`).
+    const int64_t collector = plan.grid.rank_of(0, 0, plan.place.shard);
+    if (rank.rank != collector) {
       std::vector<torch::Tensor> kept;
       for (std::size_t c = 0; c < mine.size(); ++c) {
         if (plan.place.replica == 0) {
           std::size_t count = mine[c]->bytes() / sizeof(float);
-          self->send(comm, send_request{0, float_span(mine[c], 0, count), 0,
+          self->send(comm, send_request{0, float_span(mine[c], 0, count), collector,
                                         caf::actor_cast<caf::actor>(self), std::nullopt});
-          if (auto sent = wait(fmt::format("sending virtual stage {}'s parameters to rank 0",
-                                           plan.virtual_stage(static_cast<int64_t>(c))));
+          if (auto sent = wait(fmt::format("sending virtual stage {}'s parameters to rank {}",
+                                           plan.virtual_stage(static_cast<int64_t>(c)), collector));
               !sent)
             return fail(sent.error().message);
         }
@@ -668,7 +680,7 @@ class Engine::Impl {
       } else {
         auto count = static_cast<std::size_t>(plan.stage_elements(static_cast<std::size_t>(vs)));
         buffer = std::make_shared<HostBuffer>(count * sizeof(float));
-        const int64_t from = plan.grid.rank_of(holder, 0);
+        const int64_t from = plan.grid.rank_of(holder, 0, plan.place.shard);
         self->send(comm, recv_request{0, float_span(buffer, 0, count), from,
                                       caf::actor_cast<caf::actor>(self), std::nullopt});
         if (auto got = wait(fmt::format("receiving virtual stage {}'s parameters from rank {}", vs, from));
@@ -968,8 +980,17 @@ Result<torch::Tensor> Engine::gather_parameters() {
     if (!error.empty()) return m.fail("gathering the parameters: " + error);
     flats.push_back(std::move(collected.flat));
   }
-  if (m.config.parallel.pp > 1) return m.gather_stages(self, std::move(flats));
-  if (m.config.parallel.tp > 1) return m.gather_shards(self, flats.front());
+  if (m.config.parallel.pp > 1) {
+    auto staged = m.gather_stages(self, std::move(flats));
+    if (!staged || m.config.parallel.tp == 1) return staged;
+    return m.gather_shards(self, *staged);
+  }
+  if (m.config.parallel.tp > 1)
+    return m.gather_shards(
+        self,
+        torch::from_blob(flats.front()->data(),
+                         {static_cast<int64_t>(flats.front()->bytes() / sizeof(float))}, torch::kFloat32)
+            .clone());
   auto count = static_cast<int64_t>(flats.front()->bytes() / sizeof(float));
   return torch::from_blob(flats.front()->data(), {count}, torch::kFloat32).clone();
 }
