@@ -14,10 +14,11 @@ install(TARGETS troupe RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # troupe finds troupe-core at ../libexec/troupe from its own directory (cli/core_program.hpp).
 install(TARGETS troupe-core RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/troupe)
 
-# The public headers are include/troupe/troupe.hpp, scheduler.hpp and loss_scaler.hpp; the layer headers
+# The public headers are include/troupe/troupe.hpp, scheduler.hpp, loss_scaler.hpp and tensor_parallel.hpp; the layer headers
 # they include go under include/troupe/internal, keeping their folder names.
 install(FILES ${PROJECT_SOURCE_DIR}/include/troupe/troupe.hpp ${PROJECT_SOURCE_DIR}/include/troupe/scheduler.hpp
-  ${PROJECT_SOURCE_DIR}/include/troupe/loss_scaler.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe)
+  ${PROJECT_SOURCE_DIR}/include/troupe/loss_scaler.hpp ${PROJECT_SOURCE_DIR}/include/troupe/tensor_parallel.hpp
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe)
 foreach(layer base kernels memory optim pipeline transport actors runtime)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${layer}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe/internal/${layer}
     FILES_MATCHING PATTERN "*.hpp")

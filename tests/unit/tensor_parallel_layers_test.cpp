@@ -13,7 +13,7 @@
 #include "actors/model_parameters.hpp"
 #include "runtime/model/gpt.hpp"
 #include "runtime/model/gpt_tensor_parallel.hpp"
-#include "runtime/model/tensor_parallel.hpp"
+#include "troupe/tensor_parallel.hpp"  // the public header, as a trainer includes it
 
 namespace troupe {
 namespace {
