@@ -221,6 +221,7 @@ Status check_tensor_parallel(const JobConfig& config, const RankEnvironment& ran
       {config.parallel.pp > 1 && pipeline::event_scheduler(config.pipeline.schedule) != nullptr,
        "an event-driven [pipeline] schedule (its ranks may order their work differently)"},
       {profiled, "[pipeline] partition = \"profile\""},
+      {config.precision.dtype != "fp32", "a 16-bit [precision] dtype"},
       {config.checkpoint.every_steps > 0 || !config.checkpoint.resume.empty(), "[checkpoint]"},
       {!config.model.init_from.empty(), "[model] init_from"},
       {config.cluster.device == "cuda", "[cluster] device = \"cuda\""}};
