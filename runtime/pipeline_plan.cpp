@@ -1,5 +1,7 @@
 #include "runtime/pipeline_plan.hpp"
 
+#include "runtime/flops_profile.hpp"
+
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -16,12 +18,6 @@
 
 namespace troupe {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Each layer's parameter elements (what it owns), for the "parameters" partition.
 std::vector<double> layer_elements(const ModelParameters& parameters) {
@@ -88,37 +84,10 @@ Status plan_ties(const torch::nn::Sequential& layers, const ModelParameters& who
 
 std::vector<double> profile_layers(torch::nn::Sequential layers, const MicroBatch& batch,
                                    const LossFunction& loss) {
-  std::vector<torch::nn::AnyModule*> modules;
-  for (auto& module : *layers) modules.push_back(&module);
-  const std::size_t count = modules.size();
-  std::vector<double> best(count, 1e300);
-  for (int repeat = 0; repeat < 3; ++repeat) {
-    std::vector<torch::Tensor> inputs, outputs;
-    std::vector<double> took(count, 0);
-    torch::Tensor x = batch.input;
-    for (std::size_t i = 0; i < count; ++i) {
-      torch::Tensor in = x.is_floating_point() ? x.detach().requires_grad_(true) : x;
-      auto start = Clock::now();
-      torch::Tensor out = modules[i]->forward(in);
-      took[i] += seconds_since(start);
-      inputs.push_back(in);
-      outputs.push_back(out);
-      x = out;
-    }
-    torch::Tensor gradient;
-    for (std::size_t k = count; k-- > 0;) {
-      auto start = Clock::now();
-      if (k + 1 == count)
-        loss(outputs[k], batch.target).backward();
-      else
-        outputs[k].backward(gradient);
-      took[k] += seconds_since(start);
-      if (inputs[k].requires_grad()) gradient = inputs[k].grad();
-    }
-    for (std::size_t i = 0; i < count; ++i) best[i] = std::min(best[i], took[i]);
-  }
-  for (auto& p : layers->parameters()) p.mutable_grad() = torch::Tensor();
-  return best;
+  LayerTimes times = time_layers(std::move(layers), batch, loss, 3);
+  std::vector<double> each(times.forward.size());
+  for (std::size_t i = 0; i < each.size(); ++i) each[i] = times.forward[i] + times.backward[i];
+  return each;
 }
 
 Result<PipelinePlan> plan_pipeline(const JobConfig& job, const torch::nn::Sequential& layers, int64_t rank,

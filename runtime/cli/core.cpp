@@ -19,6 +19,7 @@
 #include "runtime/cli/core_program.hpp"
 #include "runtime/cli/job_arguments.hpp"
 #include "runtime/config/load.hpp"
+#include "runtime/flops_profile.hpp"
 #include "runtime/gpt_job.hpp"
 #include "runtime/parameter_file.hpp"
 
@@ -77,6 +78,16 @@ int main(int argc, char** argv) {
   auto* rank =
       app.add_subcommand("rank", "run one rank of the job (rank and world size from the environment)");
   add_job_arguments(rank, rank_args);
+
+  JobArguments profile_args;
+  bool profile_json = false;
+  int profile_repeats = 5;
+  auto* profiler = app.add_subcommand(
+      "profile", "per layer: parameters, forward and backward FLOPs, their measured times and rates");
+  add_config_arguments(profiler, profile_args);
+  profiler->add_flag("--json", profile_json, "one JSON object");
+  profiler->add_option("--repeats", profile_repeats, "timed passes after one warm-up; the best is kept")
+      ->check(CLI::Range(1, 1000));
 
   std::string export_from, export_to;
   auto* exporter = app.add_subcommand(
@@ -183,6 +194,14 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (*exporter) return export_checkpoint(export_from, export_to);
+  if (*profiler) {
+    auto job = load_config_file(profile_args.file, overrides_of(profile_args));
+    if (!job) {
+      std::fprintf(stderr, "troupe: %s\n", job.error().message.c_str());
+      return kUsageExitCode;
+    }
+    return run_flops_profile(*job, profile_repeats, profile_json);
+  }
   if (*bench_nvme) return run_bench_nvme(nvme_bench);
   if (*bench_offload) return run_offload_bench(offload_bench);
   if (*bench_adam) return run_bench_adam(adam_bench);

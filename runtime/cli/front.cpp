@@ -42,7 +42,7 @@ namespace troupe {
 namespace {
 
 /// Subcommands troupe-core parses and runs; the front only lists them in --help.
-constexpr const char* kCoreCommands[] = {"rank", "bench", "bench-rank", "export"};
+constexpr const char* kCoreCommands[] = {"rank", "bench", "bench-rank", "export", "profile"};
 
 bool is_core_command(const char* name) {
   for (const char* c : kCoreCommands)
@@ -250,6 +250,8 @@ int main(int argc, char** argv) {
   launch->add_option("PROGRAM", program, "program and its arguments (after --)")->required();
 
   app.add_subcommand("export", "write a checkpoint's parameters as one file LibTorch and PyTorch load");
+  app.add_subcommand("profile",
+                     "per layer: parameters, forward and backward FLOPs, measured times and rates");
   app.add_subcommand("bench",
                      "measure the transport, a collective, the CPU optimizer, the disk or an offloaded step");
 

@@ -325,13 +325,20 @@ double overlap(const std::vector<TracedSpan>& spans, const std::string& a, const
   return total;
 }
 
+// Spans start at the first finished block, so on a busy machine a read served at once
+// from the page cache can end before the update it runs beside has started: the pass is
+// traced up to three times, and one that shows both overlaps is enough (the control
+// below, with one buffer, must show none in its one pass).
 TEST(Offload, ReadsUpdatesAndWritesOverlapInTheTrace) {
-  auto spans = traced_offload_pass(2);
-  EXPECT_GT(overlap(spans, "read optimizer-", "update group"), 0) << "reading ahead while updating";
-  EXPECT_GT(overlap(spans, "write optimizer-", "update group") +
-                overlap(spans, "write optimizer-", "read optimizer-"),
-            0)
-      << "writing back while the pipeline goes on";
+  double read_ahead = 0, write_back = 0;
+  for (int attempt = 0; attempt < 3 && (read_ahead == 0 || write_back == 0); ++attempt) {
+    auto spans = traced_offload_pass(2);
+    read_ahead = overlap(spans, "read optimizer-", "update group");
+    write_back = overlap(spans, "write optimizer-", "update group") +
+                 overlap(spans, "write optimizer-", "read optimizer-");
+  }
+  EXPECT_GT(read_ahead, 0) << "reading ahead while updating";
+  EXPECT_GT(write_back, 0) << "writing back while the pipeline goes on";
 }
 
 // The control: with one swap buffer a group is read, updated and written before the next

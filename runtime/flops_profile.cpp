@@ -1,0 +1,171 @@
+#include "runtime/flops_profile.hpp"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <numeric>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/data/corpus.hpp"
+#include "runtime/metrics.hpp"
+#include "runtime/model/gpt.hpp"
+#include "runtime/model/gpt_flops.hpp"
+
+namespace troupe {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// One pass: every layer forward on the previous one's detached output, then backward
+// from the loss, layer by layer, each timed on its own.
+LayerTimes one_pass(std::vector<torch::nn::AnyModule*>& modules, const MicroBatch& batch,
+                    const LossFunction& loss) {
+  const std::size_t count = modules.size();
+  LayerTimes took{std::vector<double>(count), std::vector<double>(count)};
+  std::vector<torch::Tensor> inputs, outputs;
+  torch::Tensor x = batch.input;
+  for (std::size_t i = 0; i < count; ++i) {
+    torch::Tensor in = x.is_floating_point() ? x.detach().requires_grad_(true) : x;
+    auto start = Clock::now();
+    torch::Tensor out = modules[i]->forward(in);
+    took.forward[i] = seconds_since(start);
+    inputs.push_back(in);
+    outputs.push_back(out);
+    x = out;
+  }
+  torch::Tensor gradient;
+  for (std::size_t k = count; k-- > 0;) {
+    auto start = Clock::now();
+    if (k + 1 == count)
+      loss(outputs[k], batch.target).backward();
+    else
+      outputs[k].backward(gradient);
+    took.backward[k] = seconds_since(start);
+    if (inputs[k].requires_grad()) gradient = inputs[k].grad();
+  }
+  return took;
+}
+
+double rate(double flops, double seconds) {
+  return seconds > 0 ? flops / seconds : 0;
+}
+
+// What this process's GEMM reaches with the same threads: an fp32 product of two square
+// matrices of `n`, the best of a few, as the peak the layers' rates are shares of.
+double gemm_peak(int64_t n) {
+  torch::Tensor a = torch::randn({n, n}), b = torch::randn({n, n});
+  torch::Tensor c = torch::mm(a, b);  // warm-up
+  double best = 1e300;
+  for (int r = 0; r < 5; ++r) {
+    auto start = Clock::now();
+    torch::mm_out(c, a, b);
+    best = std::min(best, seconds_since(start));
+  }
+  return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / best;
+}
+
+}  // namespace
+
+LayerTimes time_layers(torch::nn::Sequential layers, const MicroBatch& batch, const LossFunction& loss,
+                       int repeats) {
+  std::vector<torch::nn::AnyModule*> modules;
+  for (auto& module : *layers) modules.push_back(&module);
+  LayerTimes best{std::vector<double>(modules.size(), 1e300), std::vector<double>(modules.size(), 1e300)};
+  for (int r = 0; r <= repeats; ++r) {
+    LayerTimes took = one_pass(modules, batch, loss);
+    if (r == 0) continue;  // the warm-up
+    for (std::size_t i = 0; i < modules.size(); ++i) {
+      best.forward[i] = std::min(best.forward[i], took.forward[i]);
+      best.backward[i] = std::min(best.backward[i], took.backward[i]);
+    }
+  }
+  for (auto& p : layers->parameters()) p.mutable_grad() = torch::Tensor();
+  return best;
+}
+
+int run_flops_profile(const JobConfig& job, int repeats, bool json) {
+  const int64_t micro = job.batch.micro_batch_size, seq = job.model.seq_len;
+  auto corpus = TextCorpus::make(job.data, job.train.seed, seq);
+  if (!corpus) {
+    std::fprintf(stderr, "troupe: %s\n", corpus.error().message.c_str());
+    return 1;
+  }
+  const int64_t threads =
+      job.train.threads > 0 ? job.train.threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
+  torch::set_num_threads(static_cast<int>(threads));
+  torch::manual_seed(static_cast<uint64_t>(job.train.seed));
+  auto layers = make_gpt(job.model);
+  TokenBatch b = sample_sequences(*corpus, seq, static_cast<uint64_t>(job.train.seed), 0, micro);
+  LayerTimes times = time_layers(layers, MicroBatch{b.input, b.target}, lm_loss, repeats);
+  std::vector<LayerFlops> flops = gpt_layer_flops(job.model, micro, seq);
+  const double peak = gemm_peak(1024);
+
+  double forward = 0, backward = 0, forward_s = 0, backward_s = 0;
+  for (std::size_t i = 0; i < flops.size(); ++i) {
+    forward += flops[i].forward, backward += flops[i].backward;
+    forward_s += times.forward[i], backward_s += times.backward[i];
+  }
+  const int64_t accumulation = job.batch.gradient_accumulation_steps;
+  if (json) {
+    nlohmann::json j{{"file", job.source},
+                     {"micro_batch", micro},
+                     {"seq", seq},
+                     {"threads", threads},
+                     {"repeats", repeats},
+                     {"forward_flops", forward},
+                     {"backward_flops", backward},
+                     {"forward_ms", 1e3 * forward_s},
+                     {"backward_ms", 1e3 * backward_s},
+                     {"step_flops", (forward + backward) * static_cast<double>(accumulation)},
+                     {"gemm_peak_flops", peak},
+                     {"mfu", rate(forward + backward, forward_s + backward_s) / peak}};
+    for (std::size_t i = 0; i < flops.size(); ++i)
+      j["layers"].push_back({{"name", flops[i].name},
+                             {"parameters", flops[i].parameters},
+                             {"forward_flops", flops[i].forward},
+                             {"backward_flops", flops[i].backward},
+                             {"forward_ms", 1e3 * times.forward[i]},
+                             {"backward_ms", 1e3 * times.backward[i]}});
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf(
+      "%s: the [model] GPT, a micro-batch of %lld × %lld tokens, best of %d passes in this process "
+      "(%lld threads)\n",
+      job.source.c_str(), static_cast<long long>(micro), static_cast<long long>(seq), repeats,
+      static_cast<long long>(threads));
+  std::printf("%-10s %12s %11s %9s %11s %11s %9s %11s\n", "layer", "params", "fwd GFLOP", "fwd ms",
+              "fwd GFLOP/s", "bwd GFLOP", "bwd ms", "bwd GFLOP/s");
+  auto row = [](const std::string& name, int64_t params, double f, double fs, double bw, double bs) {
+    std::printf("%-10s %12s %11.3f %9.2f %11.1f %11.3f %9.2f %11.1f\n", name.c_str(),
+                group_thousands(params).c_str(), f / 1e9, fs * 1e3, rate(f, fs) / 1e9, bw / 1e9, bs * 1e3,
+                rate(bw, bs) / 1e9);
+  };
+  int64_t parameters = 0;
+  for (std::size_t i = 0; i < flops.size(); ++i) {
+    row(flops[i].name, flops[i].parameters, flops[i].forward, times.forward[i], flops[i].backward,
+        times.backward[i]);
+    parameters += flops[i].parameters;
+  }
+  row("total", parameters, forward, forward_s, backward, backward_s);
+  std::printf(
+      "per step: %lld micro-batches, %.3f GFLOP forward and backward (matrix products; LayerNorm, GELU "
+      "and softmax left out)\n",
+      static_cast<long long>(accumulation), (forward + backward) * static_cast<double>(accumulation) / 1e9);
+  std::printf(
+      "this process's fp32 GEMM (1024 x 1024 x 1024) reaches %.1f GFLOP/s: the model's forward and backward "
+      "use %.0f%% of it (MFU)\n",
+      peak / 1e9, 100 * rate(forward + backward, forward_s + backward_s) / peak);
+  return 0;
+}
+
+}  // namespace troupe

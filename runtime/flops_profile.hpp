@@ -1,0 +1,29 @@
+// `troupe profile FILE`: DeepSpeed's flops-profiler table for the job's model, in this
+// process: per layer its parameters, the FLOPs of its forward and backward (from shapes,
+// runtime/model/gpt_flops.hpp) and their measured times, the rate each reaches, and the
+// totals per micro-batch and per step.
+// Thread safety: run from one thread; uses torch's global generator and thread count.
+#pragma once
+
+#include <vector>
+
+#include <torch/nn/modules/container/sequential.h>
+
+#include "actors/micro_batch.hpp"
+#include "runtime/config/config.hpp"
+
+namespace troupe {
+
+/// Each layer's forward and backward time on `batch`, in seconds, the best of `repeats`
+/// passes (after one that warms the allocator and the kernels up).
+struct LayerTimes {
+  std::vector<double> forward;
+  std::vector<double> backward;
+};
+LayerTimes time_layers(torch::nn::Sequential layers, const MicroBatch& batch, const LossFunction& loss,
+                       int repeats);
+
+/// Prints the table (or one JSON object) for `job`; returns the exit code.
+int run_flops_profile(const JobConfig& job, int repeats, bool json);
+
+}  // namespace troupe
