@@ -538,6 +538,16 @@ class Engine::Impl {
 
   // tp > 1: the replica-0 group's shards come to rank 0, which puts every tensor back
   // together; a replicated tensor must be equal to the bit on every shard.
+  // The comm agent's answer to the point-to-point transfer this actor asked for last.
+  Status await_transfer(caf::scoped_actor& self, const std::string& what) {
+    std::string error;
+    bool done = false;
+    self->receive([&](collective_done& d) { error = d.error, done = true; },
+                  caf::after(timeout()) >> [&] { error = "timed out"; });
+    if (!done || !error.empty()) return make_error(fmt::format("{}: {}", what, error));
+    return {};
+  }
+
   // `flat`: this rank's shard of every tensor of the model, in model order, when it takes
   // part (the first replica's first stage); otherwise what the rank keeps.
   Result<torch::Tensor> gather_shards(caf::scoped_actor& self, torch::Tensor flat) {
@@ -547,12 +557,7 @@ class Engine::Impl {
     std::memcpy(mine->data(), flat.data_ptr<float>(), mine->bytes());
     auto transfer = [&](auto request, const std::string& what) -> Status {
       self->send(comm, std::move(request));
-      std::string error;
-      bool done = false;
-      self->receive([&](collective_done& d) { error = d.error, done = true; },
-                    caf::after(timeout()) >> [&] { error = "timed out"; });
-      if (!done || !error.empty()) return make_error(fmt::format("{}: {}", what, error));
-      return {};
+      return await_transfer(self, what);
     };
     const std::size_t count = static_cast<std::size_t>(flat.numel());
     if (rank.rank != 0) {
@@ -640,15 +645,7 @@ class Engine::Impl {
   // keep their own chunks'.
   Result<torch::Tensor> gather_stages(caf::scoped_actor& self,
                                       std::vector<std::shared_ptr<HostBuffer>> mine) {
-    auto wait = [&](const std::string& what) -> Status {
-      std::string error;
-      bool done = false;
-      self->receive([&](collective_done& d) { error = d.error, done = true; },
-                    caf::after(std::chrono::duration_cast<std::chrono::milliseconds>(
-                        std::chrono::duration<double>(step_timeout_s()))) >> [&] { error = "timed out"; });
-      if (!done || !error.empty()) return make_error(fmt::format("{}: {}", what, error));
-      return {};
-    };
+    auto wait = [&](const std::string& what) { return await_transfer(self, what); };
     auto as_tensor = [](const std::shared_ptr<HostBuffer>& b) {
       return torch::from_blob(b->data(), {static_cast<int64_t>(b->bytes() / sizeof(float))}, torch::kFloat32);
     };

@@ -39,32 +39,38 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
     const torch::Tensor grad_2d = grad.reshape({-1, out_features});
 
     torch::Tensor grad_x;
-    torch::Tensor grad_weight;
-    torch::Tensor grad_bias;
     if (ctx->needs_input_grad(0)) grad_x = grad.matmul(weight);
-    const bool needs_weight = ctx->needs_input_grad(1);
     // Without a bias there are only two graph inputs, so index 2 must not be asked about.
     const bool needs_bias = ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2);
-    if (DeferredWeights* deferred = DeferredWeights::active(); deferred && (needs_weight || needs_bias)) {
-      // The input half of a split backward: the weights' gradients wait for the weight
-      // half, which needs only x and the output's gradient. The parameters stay out of
-      // this pass (undefined gradients), so their accumulators add nothing now.
-      torch::Tensor bias = needs_bias ? saved[2] : torch::Tensor();
-      deferred->defer([x_2d = x.reshape({-1, x.size(-1)}), grad_2d, weight, bias, needs_weight] {
-        std::vector<std::pair<torch::Tensor, torch::Tensor>> out;
-        if (needs_weight) out.emplace_back(weight, grad_2d.t().mm(x_2d));
-        if (bias.defined()) out.emplace_back(bias, grad_2d.sum(0));
-        return out;
-      });
-      return {grad_x, torch::Tensor(), torch::Tensor()};
-    }
-    if (needs_weight) grad_weight = grad_2d.t().mm(x.reshape({-1, x.size(-1)}));
-    if (needs_bias) grad_bias = grad_2d.sum(0);
+    auto [grad_weight, grad_bias] = linear_weight_gradients(
+        x.reshape({-1, x.size(-1)}), grad_2d, ctx->needs_input_grad(1) ? weight : torch::Tensor(),
+        needs_bias ? saved[2] : torch::Tensor());
     return {grad_x, grad_weight, grad_bias};
   }
 };
 
 }  // namespace
+
+std::pair<torch::Tensor, torch::Tensor> linear_weight_gradients(const torch::Tensor& x_2d,
+                                                                const torch::Tensor& grad_2d,
+                                                                const torch::Tensor& weight,
+                                                                const torch::Tensor& bias) {
+  if (DeferredWeights* deferred = DeferredWeights::active();
+      deferred && (weight.defined() || bias.defined())) {
+    // The input half of a split backward: the weights' gradients wait for the weight
+    // half, which needs only x and the output's gradient. The parameters stay out of
+    // this pass (undefined gradients), so their accumulators add nothing now.
+    deferred->defer([x_2d, grad_2d, weight, bias] {
+      std::vector<std::pair<torch::Tensor, torch::Tensor>> out;
+      if (weight.defined()) out.emplace_back(weight, grad_2d.t().mm(x_2d));
+      if (bias.defined()) out.emplace_back(bias, grad_2d.sum(0));
+      return out;
+    });
+    return {};
+  }
+  return {weight.defined() ? grad_2d.t().mm(x_2d) : torch::Tensor(),
+          bias.defined() ? grad_2d.sum(0) : torch::Tensor()};
+}
 
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
   return LinearFunction::apply(x, weight, bias.defined() ? c10::optional<torch::Tensor>(bias) : c10::nullopt);

@@ -8,6 +8,8 @@
 // Thread safety: a pure function of its arguments.
 #pragma once
 
+#include <utility>
+
 #include <torch/types.h>
 
 namespace troupe {
@@ -16,5 +18,14 @@ namespace troupe {
 /// Gradients: x gets g·W, weight gets g2ᵀ·x2 (g and x flattened to 2-D), bias gets the sum
 /// of g over every leading dim. Numerically the same as torch::nn::functional::linear.
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+
+/// The weight's and the bias's gradients of y = x·Wᵀ + b from x and the output's gradient,
+/// both flattened to [N, ·]; pass `weight` or `bias` undefined when its gradient is not
+/// needed. Inside a split backward's input half (DeferredWeights) the work is handed to the
+/// weight half and both come back undefined. linear() and the tensor-parallel layers use it.
+std::pair<torch::Tensor, torch::Tensor> linear_weight_gradients(const torch::Tensor& x_2d,
+                                                                const torch::Tensor& grad_2d,
+                                                                const torch::Tensor& weight,
+                                                                const torch::Tensor& bias);
 
 }  // namespace troupe

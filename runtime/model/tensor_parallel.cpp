@@ -9,7 +9,6 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/torch.h>
 
-#include "actors/deferred_weights.hpp"
 #include "runtime/model/linear.hpp"
 
 namespace troupe::tp {
@@ -77,79 +76,48 @@ torch::Tensor scattered_sequence(const torch::Tensor& x, TensorParallelGroup& gr
   return batch_major(out, x.scalar_type());
 }
 
-struct CopyToGroup : torch::autograd::Function<CopyToGroup> {
+torch::Tensor unchanged(const torch::Tensor& x, TensorParallelGroup&) {
+  return x;
+}
+
+// A column-parallel layer's gathered output: every rank's slice of the last dimension.
+torch::Tensor gathered_last_dim(const torch::Tensor& x, TensorParallelGroup& group) {
+  torch::Tensor in = x.movedim(-1, 0).to(torch::kFloat32).contiguous();
+  auto sizes = in.sizes().vec();
+  sizes[0] *= group.size();
+  torch::Tensor out = torch::empty(sizes, torch::kFloat32);
+  check(group.comm().all_gather(in.data_ptr<float>(), out.data_ptr<float>(),
+                                static_cast<std::size_t>(in.numel())),
+        "all-gather of the output");
+  return out.movedim(0, -1).contiguous().to(x.scalar_type());
+}
+
+torch::Tensor own_last_dim_slice(const torch::Tensor& x, TensorParallelGroup& group) {
+  const int64_t piece = x.size(-1) / group.size();
+  return x.narrow(-1, group.index() * piece, piece).contiguous();
+}
+
+// One of Megatron's operators over the group: `Forward` on the input, `Backward` on the
+// output's gradient. Returning the input unchanged is allowed: autograd makes it a view.
+using GroupOp = torch::Tensor (*)(const torch::Tensor&, TensorParallelGroup&);
+template <GroupOp Forward, GroupOp Backward>
+struct GroupOperator : torch::autograd::Function<GroupOperator<Forward, Backward>> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
                                const std::shared_ptr<TensorParallelGroup>& group) {
     keep_group(ctx, group);
-    return x;
+    return Forward(x, *group);
   }
   static variable_list backward(AutogradContext* ctx, variable_list g) {
-    return {summed(g[0], group_of(ctx)), torch::Tensor()};
+    return {Backward(g[0], group_of(ctx)), torch::Tensor()};
   }
 };
 
-struct ReduceFromGroup : torch::autograd::Function<ReduceFromGroup> {
-  static torch::Tensor forward(AutogradContext*, const torch::Tensor& x,
-                               const std::shared_ptr<TensorParallelGroup>& group) {
-    return summed(x, *group);
-  }
-  static variable_list backward(AutogradContext*, variable_list g) { return {g[0], torch::Tensor()}; }
-};
-
-struct GatherSequence : torch::autograd::Function<GatherSequence> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
-                               const std::shared_ptr<TensorParallelGroup>& group) {
-    keep_group(ctx, group);
-    return gathered_sequence(x, *group);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list g) {
-    return {scattered_sequence(g[0], group_of(ctx)), torch::Tensor()};
-  }
-};
-
-struct ReduceScatterSequence : torch::autograd::Function<ReduceScatterSequence> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
-                               const std::shared_ptr<TensorParallelGroup>& group) {
-    keep_group(ctx, group);
-    return scattered_sequence(x, *group);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list g) {
-    return {gathered_sequence(g[0], group_of(ctx)), torch::Tensor()};
-  }
-};
-
-// Gathers the last dimension (a column-parallel layer's gathered output); its gradient is
-// this rank's slice.
-struct GatherLastDim : torch::autograd::Function<GatherLastDim> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
-                               const std::shared_ptr<TensorParallelGroup>& group) {
-    keep_group(ctx, group);
-    torch::Tensor in = x.movedim(-1, 0).to(torch::kFloat32).contiguous();
-    auto sizes = in.sizes().vec();
-    sizes[0] *= group->size();
-    torch::Tensor out = torch::empty(sizes, torch::kFloat32);
-    check(group->comm().all_gather(in.data_ptr<float>(), out.data_ptr<float>(),
-                                   static_cast<std::size_t>(in.numel())),
-          "all-gather of the output");
-    return out.movedim(0, -1).contiguous().to(x.scalar_type());
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list g) {
-    TensorParallelGroup& group = group_of(ctx);
-    const int64_t piece = g[0].size(-1) / group.size();
-    return {g[0].narrow(-1, group.index() * piece, piece).contiguous(), torch::Tensor()};
-  }
-};
-
-struct SumGradient : torch::autograd::Function<SumGradient> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
-                               const std::shared_ptr<TensorParallelGroup>& group) {
-    keep_group(ctx, group);
-    return x;
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list g) {
-    return {summed(g[0], group_of(ctx)), torch::Tensor()};
-  }
-};
+// f: identity forward, summed backward (also a replicated parameter's partial gradient).
+using CopyToGroup = GroupOperator<unchanged, summed>;
+using ReduceFromGroup = GroupOperator<summed, unchanged>;  // g
+using GatherSequence = GroupOperator<gathered_sequence, scattered_sequence>;
+using ReduceScatterSequence = GroupOperator<scattered_sequence, gathered_sequence>;
+using GatherLastDim = GroupOperator<gathered_last_dim, own_last_dim_slice>;
 
 // The column-parallel product with its input's collective inside: under sequence
 // parallelism the input is all-gathered along the sequence here (and kept for the weight
@@ -196,22 +164,11 @@ struct ColumnParallelFunction : torch::autograd::Function<ColumnParallelFunction
             group.comm().start_all_reduce(buffer.data_ptr<float>(), static_cast<std::size_t>(buffer.numel()));
       }
     }
-    torch::Tensor grad_weight, grad_bias;
-    const bool needs_weight = ctx->needs_input_grad(1);
     const bool needs_bias = ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2);
-    const torch::Tensor input_2d = input.reshape({-1, input.size(-1)});
-    if (DeferredWeights* deferred = DeferredWeights::active(); deferred && (needs_weight || needs_bias)) {
-      torch::Tensor bias = needs_bias ? saved[2] : torch::Tensor();
-      deferred->defer([input_2d, grad_2d, weight, bias, needs_weight] {
-        std::vector<std::pair<torch::Tensor, torch::Tensor>> work;
-        if (needs_weight) work.emplace_back(weight, grad_2d.t().mm(input_2d));
-        if (bias.defined()) work.emplace_back(bias, grad_2d.sum(0));
-        return work;
-      });
-    } else {
-      if (needs_weight) grad_weight = grad_2d.t().mm(input_2d);
-      if (needs_bias) grad_bias = grad_2d.sum(0);
-    }
+    auto [grad_weight, grad_bias] =  // while the input gradient's collective runs
+        linear_weight_gradients(input.reshape({-1, input.size(-1)}), grad_2d,
+                                ctx->needs_input_grad(1) ? weight : torch::Tensor(),
+                                needs_bias ? saved[2] : torch::Tensor());
     torch::Tensor grad_x;
     if (wait) {
       check(wait(), sequence ? "reduce-scatter of an input gradient" : "all-reduce of an input gradient");
@@ -292,7 +249,7 @@ torch::Tensor reduce_scatter_sequence(const torch::Tensor& x,
 }
 torch::Tensor sum_gradient(const torch::Tensor& parameter,
                            const std::shared_ptr<TensorParallelGroup>& group) {
-  return SumGradient::apply(parameter, group);
+  return CopyToGroup::apply(parameter, group);
 }
 torch::Tensor sequence_piece(const torch::Tensor& x, const TensorParallelGroup& group) {
   const int64_t piece = x.size(1) / group.size();

@@ -194,29 +194,25 @@ TEST(TensorParallelBadInput, AGroupWiderThanAHostIsWarnedAbout) {
 // What tensor parallelism does not combine with yet (virtual stages, 16 bits) is refused
 // naming it; `troupe estimate`
 // plans a rank's shard.
-TEST(TensorParallelBadInput, VirtualStagesAreRefusedAndTheEstimateCountsAShard) {
-  auto r = run_command(
-      std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR +
-          "/configs/tiny-gpt.toml --set cluster.world_size=4 --set parallel.dp=1 --set parallel.pp=2"
-          " --set parallel.tp=2 --set pipeline.schedule=interleaved_1f1b"
-          " --set batch.gradient_accumulation_steps=4 --set cluster.coordinator=" +
-          free_coordinator(),
-      120);
+// `troupe run` of tiny-gpt with `sets`: refused before training, with `needle`.
+void expect_run_refused(const std::string& sets, const std::string& needle) {
+  auto r = run_command(std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR + "/configs/tiny-gpt.toml" +
+                           sets + " --set cluster.coordinator=" + free_coordinator(),
+                       120);
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_LT(r.exit_code, 128) << "crashed: " << r.output;
-  EXPECT_NE(r.output.find("[parallel] tp = 2 does not combine with virtual pipeline stages"),
-            std::string::npos)
-      << r.output;
-  auto bf16 = run_command(
-      std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR +
-          "/configs/tiny-gpt.toml --set cluster.world_size=2 --set parallel.dp=1 --set parallel.tp=2"
-          " --set precision.dtype=\\\"bf16\\\" --set cluster.coordinator=" +
-          free_coordinator(),
-      120);
-  EXPECT_NE(bf16.exit_code, 0) << bf16.output;
-  EXPECT_LT(bf16.exit_code, 128) << "crashed: " << bf16.output;
-  EXPECT_NE(bf16.output.find("does not combine with a 16-bit [precision] dtype"), std::string::npos)
-      << bf16.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
+}
+
+TEST(TensorParallelBadInput, VirtualStagesAreRefusedAndTheEstimateCountsAShard) {
+  expect_run_refused(
+      " --set cluster.world_size=4 --set parallel.dp=1 --set parallel.pp=2 --set parallel.tp=2"
+      " --set pipeline.schedule=interleaved_1f1b --set batch.gradient_accumulation_steps=4",
+      "[parallel] tp = 2 does not combine with virtual pipeline stages");
+  expect_run_refused(
+      " --set cluster.world_size=2 --set parallel.dp=1 --set parallel.tp=2"
+      " --set precision.dtype=\\\"bf16\\\"",
+      "does not combine with a 16-bit [precision] dtype");
   auto e = run_command(
       std::string(TROUPE_BINARY) + " estimate " + TROUPE_SOURCE_DIR +
           "/configs/tiny-gpt.toml --set cluster.world_size=4 --set parallel.dp=2 --set parallel.tp=2",

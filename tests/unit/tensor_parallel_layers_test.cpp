@@ -50,7 +50,8 @@ class Exchange {
 
 class ThreadComm : public TensorParallelComm {
  public:
-  ThreadComm(Exchange& exchange, int64_t rank) : exchange_(exchange), rank_(rank) {}
+  ThreadComm(Exchange& exchange, int64_t rank, int64_t size)
+      : exchange_(exchange), rank_(rank), size_(size) {}
 
   Status all_reduce(float* data, std::size_t count) override {
     auto all = exchange_.swap(rank_, std::vector<float>(data, data + count));
@@ -67,7 +68,7 @@ class ThreadComm : public TensorParallelComm {
     return {};
   }
   Status reduce_scatter(const float* input, float* output, std::size_t count) override {
-    const std::size_t total = count * static_cast<std::size_t>(exchange_size());
+    const std::size_t total = count * static_cast<std::size_t>(size_);
     auto all = exchange_.swap(rank_, std::vector<float>(input, input + total));
     for (std::size_t i = 0; i < count; ++i) {
       float sum = 0;
@@ -85,12 +86,11 @@ class ThreadComm : public TensorParallelComm {
     Status done = reduce_scatter(input, output, count);
     return [done] { return done; };
   }
-  int64_t size = 1;
 
  private:
-  int64_t exchange_size() const { return size; }
   Exchange& exchange_;
   int64_t rank_;
+  int64_t size_;
 };
 
 ModelConfig tiny_model() {
@@ -132,9 +132,7 @@ Trained parallel_run(const ModelConfig& model, int64_t tp, bool sequence, const 
   std::vector<torch::nn::Sequential> models;
   for (int64_t r = 0; r < tp; ++r) {  // built in turn: they draw from the one global generator
     groups.push_back(std::make_shared<TensorParallelGroup>(tp, r, sequence));
-    auto comm = std::make_shared<ThreadComm>(exchange, r);
-    comm->size = tp;
-    groups.back()->bind(comm);
+    groups.back()->bind(std::make_shared<ThreadComm>(exchange, r, tp));
     torch::manual_seed(7);
     models.push_back(make_tensor_parallel_gpt(model, groups.back()));
   }
