@@ -23,13 +23,17 @@ std::size_t chunk_count(const Scheduler* self) {
   return self->state.options.chunks.size();
 }
 
+Clock::time_point now(const Scheduler* self) {
+  return self->state.options.clock ? self->state.options.clock() : Clock::now();
+}
+
 }  // namespace
 
 void finish_step(Scheduler* self, std::string error) {
   auto& s = self->state;
   if (!s.current) return;
   CurrentStep& c = *s.current;
-  double ms = std::chrono::duration<double, std::milli>(Clock::now() - c.start).count();
+  double ms = std::chrono::duration<double, std::milli>(now(self) - c.start).count();
   double loss = c.gradients ? c.gradients->loss : 0;
   int64_t tokens = c.gradients ? c.gradients->tokens : 0;
   StepStats stats = c.stats;
@@ -100,7 +104,7 @@ void start_step(Scheduler* self, int64_t step) {
   auto& s = self->state;
   s.current = CurrentStep{};
   s.current->step = step;
-  s.current->start = Clock::now();
+  s.current->start = now(self);
   s.current->reply = self->make_response_promise();
   // The loader prepares ahead of what is asked, in micro-batch order; asking for every
   // load now, in that order, keeps it busy whatever order the program loads them in. With

@@ -27,7 +27,9 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,6 +61,9 @@ struct SchedulerOptions {
   int64_t stage = 0;        ///< this rank's stage in its pipeline
   bool split_backward = false;
   std::shared_ptr<MemoryLedger> ledger;  ///< the activation bytes its limit is checked against
+  /// What the step's time is read from: empty for the steady clock; `troupe simulate`'s
+  /// virtual clock, under which this same actor runs a simulated cluster.
+  std::function<std::chrono::steady_clock::time_point()> clock;
 };
 
 caf::actor spawn_scheduler(caf::actor_system& system, SchedulerOptions options);

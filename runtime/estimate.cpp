@@ -237,7 +237,7 @@ Result<ModelStateEstimate> estimate_job(const JobConfig& job) {
     if (!e) return e.error();
     stages.push_back(StageEstimate{static_cast<int64_t>(s), first, (*counts)[s], e->params,
                                    e->bytes.model_state(),
-                                   stage_activation_bytes(job, static_cast<int64_t>(s))});
+                                   stage_activation_bytes(job, static_cast<int64_t>(s)), e->bytes});
     per_stage.push_back(std::move(*e));
     first += (*counts)[s];
   }

@@ -30,6 +30,7 @@ struct StageEstimate {
   /// stage's input and output tensors, MemoryKind::activations): 1f1b holds min(m, pp − s)
   /// micro-batches, gpipe all m; with checkpointing the outputs are not kept.
   int64_t activation_bytes = 0;
+  MemoryBytes bytes;  ///< model state and communication buffers one of its ranks holds, by kind
 };
 
 struct ModelStateEstimate {

@@ -12,8 +12,6 @@
 
 #include "actors/model_parameters.hpp"
 #include "pipeline/schedule.hpp"
-#include "pipeline/simulate.hpp"
-#include "pipeline/table.hpp"
 #include "runtime/config/resolve.hpp"
 
 namespace troupe {
@@ -106,9 +104,7 @@ Result<PipelinePlan> plan_pipeline(const JobConfig& job, const torch::nn::Sequen
   if (!counts) return counts.error();
   plan.layer_counts = std::move(*counts);
   const int64_t chunks = pipeline_chunks(job);
-  plan.layout = job.pipeline.schedule_file.empty()
-                    ? pipeline::layout_of(job.pipeline.schedule, {job.parallel.pp, 1, chunks})
-                    : pipeline::Layout{job.parallel.pp, chunks, pipeline::ChunkLayout::interleaved};
+  plan.layout = pipeline_layout(job);
   TROUPE_TRY(plan_ties(layers, *parameters, plan));
   if (chunks > 1 && !plan.ties.empty())
     return make_error(
@@ -119,31 +115,6 @@ Result<PipelinePlan> plan_pipeline(const JobConfig& job, const torch::nn::Sequen
   if (!programs) return programs.error();
   plan.program = (*programs)[static_cast<std::size_t>(plan.place.stage)];
   return plan;
-}
-
-Result<std::vector<pipeline::Program>> stage_programs(const JobConfig& job) {
-  // One stage runs its micro-batches forward then backward, one at a time, whatever the
-  // schedule: the 1f1b program of a single stage.
-  const bool piped = job.parallel.pp > 1;
-  const int64_t micro = job.batch.gradient_accumulation_steps, chunks = pipeline_chunks(job);
-  if (piped && !job.pipeline.schedule_file.empty()) {
-    const pipeline::Layout table{job.parallel.pp, chunks, pipeline::ChunkLayout::interleaved};
-    auto programs = pipeline::load_schedule_table(job.pipeline.schedule_file, table, micro);
-    if (!programs) return make_error(fmt::format("[pipeline] schedule_file: {}", programs.error().message));
-    return programs;
-  }
-  const std::string schedule = piped ? job.pipeline.schedule : "1f1b";
-  pipeline::ScheduleShape shape{job.parallel.pp, micro, chunks};
-  auto programs = pipeline::make_programs(schedule, shape);
-  if (!programs) return programs.error();
-  if (auto checked = pipeline::simulate(*programs, pipeline::layout_of(schedule, shape), micro); !checked)
-    return make_error(fmt::format("[pipeline] schedule \"{}\": {}", schedule, checked.error().message));
-  if (pipeline::splits_backward(*programs) && job.zero.stage == 3)
-    return make_error(
-        fmt::format("[pipeline] schedule \"{}\" splits backwards into input and weight halves, "
-                    "which [zero] stage = 3 does not run yet: use stage 0-2",
-                    schedule));
-  return programs;
 }
 
 int64_t PipelinePlan::first_layer_of(int64_t s) const {

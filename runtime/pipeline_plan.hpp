@@ -16,6 +16,7 @@
 #include "pipeline/layout.hpp"
 #include "pipeline/topology.hpp"
 #include "runtime/config/config.hpp"
+#include "runtime/stage_programs.hpp"
 
 namespace troupe {
 
@@ -63,11 +64,6 @@ std::vector<double> profile_layers(torch::nn::Sequential layers, const MicroBatc
 /// simulator finds stuck).
 Result<PipelinePlan> plan_pipeline(const JobConfig& job, const torch::nn::Sequential& layers, int64_t rank,
                                    const std::vector<double>& costs = {});
-
-/// Every stage's program for one step: the schedule table's ([pipeline] schedule_file) or
-/// the named schedule's, checked by the simulated executor (the 1f1b program of one stage
-/// when pp = 1). An error names the key and what the executor found.
-Result<std::vector<pipeline::Program>> stage_programs(const JobConfig& job);
 
 /// The layers [first, first + count) of `all`, the same modules under the same names.
 torch::nn::Sequential stage_layers(torch::nn::Sequential all, int64_t first, int64_t count);

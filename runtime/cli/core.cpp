@@ -19,9 +19,11 @@
 #include "runtime/cli/core_program.hpp"
 #include "runtime/cli/job_arguments.hpp"
 #include "runtime/config/load.hpp"
+#include "runtime/device_profile.hpp"
 #include "runtime/flops_profile.hpp"
 #include "runtime/gpt_job.hpp"
 #include "runtime/parameter_file.hpp"
+#include "runtime/simulate_command.hpp"
 
 namespace troupe {
 namespace {
@@ -88,6 +90,30 @@ int main(int argc, char** argv) {
   profiler->add_flag("--json", profile_json, "one JSON object");
   profiler->add_option("--repeats", profile_repeats, "timed passes after one warm-up; the best is kept")
       ->check(CLI::Range(1, 1000));
+
+  JobArguments simulate_job_args;
+  SimulateArguments simulate_args;
+  auto* simulate = app.add_subcommand(
+      "simulate",
+      "run the job's schedulers on a simulated cluster: step time, bubble, exposed communication, memory");
+  add_config_arguments(simulate, simulate_job_args);
+  simulate->add_option("--cluster", simulate_args.cluster, "the cluster file (TOML; see configs/sim/)")
+      ->required();
+  simulate->add_option("--trace", simulate_args.trace, "write the timeline as Chrome-trace JSON to PATH");
+  simulate->add_flag("--json", simulate_args.json, "one JSON object");
+  simulate->add_option("--steps", simulate_args.steps, "steps to simulate")->check(CLI::Range(1, 1000));
+  simulate->add_option("--repeats", simulate_args.repeats, "compute = \"measured\": timed passes per layer")
+      ->check(CLI::Range(1, 1000));
+
+  DeviceProfileOptions device_options;
+  auto* profile_device = app.add_subcommand(
+      "profile-device", "measure this machine into a device file for troupe simulate (--json)");
+  profile_device->add_flag("--json", device_options.json, "the device file: one JSON object");
+  profile_device->add_flag("--quick", device_options.quick, "smaller sizes: seconds, not minutes");
+  profile_device->add_option("--nvme-dir", device_options.nvme_dir,
+                             "a directory on the NVMe device to measure");
+  profile_device->add_option("--threads", device_options.threads, "compute threads (default: every core)")
+      ->check(CLI::Range(1, 4096));
 
   std::string export_from, export_to;
   auto* exporter = app.add_subcommand(
@@ -201,6 +227,18 @@ int main(int argc, char** argv) {
       return kUsageExitCode;
     }
     return run_flops_profile(*job, profile_repeats, profile_json);
+  }
+  if (*profile_device) {
+    device_options.program = self_program_path();
+    return run_device_profile(device_options);
+  }
+  if (*simulate) {
+    auto job = load_config_file(simulate_job_args.file, overrides_of(simulate_job_args));
+    if (!job) {
+      std::fprintf(stderr, "troupe: %s\n", job.error().message.c_str());
+      return kUsageExitCode;
+    }
+    return run_simulate(*job, simulate_args);
   }
   if (*bench_nvme) return run_bench_nvme(nvme_bench);
   if (*bench_offload) return run_offload_bench(offload_bench);

@@ -1,0 +1,204 @@
+#include "runtime/device_profile.hpp"
+
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "kernels/cpu/optimizer.hpp"
+#include "memory/host_buffer.hpp"
+
+namespace troupe {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The best of a few runs of `work`, after one that warms up, stopping early past `budget_s`.
+template <class Work>
+double best_seconds(Work&& work, int runs, double budget_s) {
+  work();
+  double best = 1e300, spent = 0;
+  for (int r = 0; r < runs && spent < budget_s; ++r) {
+    auto start = Clock::now();
+    work();
+    const double took = seconds_since(start);
+    best = std::min(best, took);
+    spent += took;
+  }
+  return best;
+}
+
+void measure_gemm(sim::DeviceSpec& d, bool quick) {
+  const std::vector<std::array<int64_t, 3>> shapes =
+      quick ? std::vector<std::array<int64_t, 3>>{{256, 256, 256}, {512, 512, 512}}
+            : std::vector<std::array<int64_t, 3>>{{256, 256, 256},
+                                                  {1024, 1024, 1024},
+                                                  {2048, 2048, 2048},
+                                                  {4096, 1024, 4096},
+                                                  {2048, 4096, 1024}};
+  for (const auto& [dtype, type] :
+       {std::pair<const char*, torch::ScalarType>{"fp32", torch::kFloat32}, {"bf16", torch::kBFloat16}}) {
+    double best_rate = 0;
+    for (const auto& [m, k, n] : shapes) {
+      torch::Tensor a = torch::randn({m, k}).to(type), b = torch::randn({k, n}).to(type);
+      torch::Tensor c = torch::empty({m, n}, a.options());
+      const double s = best_seconds([&] { torch::mm_out(c, a, b); }, 3, quick ? 0.3 : 2.0);
+      const double rate = 2.0 * static_cast<double>(m * k * n) / s;
+      d.gemm_samples.push_back(sim::GemmSample{dtype, m, k, n, rate});
+      best_rate = std::max(best_rate, rate);
+    }
+    d.gemm_flops[dtype] = best_rate;
+  }
+}
+
+void measure_memory(sim::DeviceSpec& d, bool quick) {
+  const std::size_t bytes = quick ? (std::size_t{64} << 20) : (std::size_t{512} << 20);
+  HostBuffer from(bytes), to(bytes);
+  std::memset(from.data(), 1, bytes);
+  std::memset(to.data(), 2, bytes);
+  const double s = best_seconds([&] { std::memcpy(to.data(), from.data(), bytes); }, 5, 5.0);
+  d.memory_bandwidth = 2.0 * static_cast<double>(bytes) / s;  // read and written
+}
+
+void measure_adam(sim::DeviceSpec& d, bool quick, int threads) {
+  const std::size_t n = quick ? (std::size_t{4} << 20) : (std::size_t{32} << 20);
+  std::vector<float> p(n, 0.5f), g(n, 0.01f), m(n, 0.0f), v(n, 0.0f);
+  kernels::AdamParams params;
+  const double s = best_seconds(
+      [&] {
+        kernels::adam_step_parallel(p.data(), g.data(), m.data(), v.data(), n, params,
+                                    kernels::Precision16::none, nullptr, threads);
+      },
+      5, 5.0);
+  d.optimizer_elements_per_s = static_cast<double>(n) / s;
+}
+
+// Each JSON line a child benchmark printed.
+std::vector<nlohmann::json> run_child(const std::string& command) {
+  std::vector<nlohmann::json> lines;
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(command.c_str(), "r"), ::pclose);
+  if (!pipe) return lines;
+  char buffer[4096];
+  while (std::fgets(buffer, sizeof buffer, pipe.get())) {
+    auto j = nlohmann::json::parse(buffer, nullptr, false);
+    if (!j.is_discarded() && j.is_object()) lines.push_back(std::move(j));
+  }
+  return lines;
+}
+
+std::string quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+Status measure_transport(sim::DeviceSpec& d, const DeviceProfileOptions& o) {
+  const std::string bytes = o.quick ? "4194304" : "67108864";
+  for (const auto& line :
+       run_child(fmt::format("{} bench transport --json --bytes {} 2>/dev/null", quoted(o.program), bytes)))
+    if (line.contains("MBps")) d.transport_bandwidth = line["MBps"].get<double>() * (1 << 20);
+  for (const auto& line :
+       run_child(fmt::format("{} bench rtt --json --bytes 64 2>/dev/null", quoted(o.program))))
+    if (line.contains("median_us")) d.transport_latency_s = line["median_us"].get<double>() / 2 * 1e-6;
+  if (d.transport_bandwidth <= 0 || d.transport_latency_s <= 0)
+    return make_error(
+        "the transport benchmarks (troupe bench transport, troupe bench rtt) gave no figures; run "
+        "them alone to see why");
+  return {};
+}
+
+Status measure_nvme(sim::DeviceSpec& d, const DeviceProfileOptions& o) {
+  const std::string bytes = o.quick ? "67108864" : "1073741824";
+  std::string how = "O_DIRECT";
+  auto lines = run_child(fmt::format("{} bench nvme --json --dir {} --bytes {} 2>/dev/null",
+                                     quoted(o.program), quoted(o.nvme_dir), bytes));
+  if (lines.empty()) {  // a file system that refuses O_DIRECT (tmpfs): buffered, and said so
+    how = "buffered (the page cache; O_DIRECT refused)";
+    lines = run_child(fmt::format("{} bench nvme --json --buffered --dir {} --bytes {} 2>/dev/null",
+                                  quoted(o.program), quoted(o.nvme_dir), bytes));
+  }
+  for (const auto& line : lines) {
+    const double rate = line.value("MBps", 0.0) * (1 << 20);
+    (line.value("rw", "") == "read" ? d.nvme_read : d.nvme_write) = rate;
+  }
+  if (d.nvme_read <= 0 || d.nvme_write <= 0)
+    return make_error(
+        fmt::format("troupe bench nvme --dir {} gave no figures; run it alone to see why", o.nvme_dir));
+  d.source += fmt::format("; NVMe in {} {}", o.nvme_dir, how);
+  return {};
+}
+
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "this-host";
+  return name;
+}
+
+std::string today() {
+  std::time_t now = std::time(nullptr);
+  char text[32] = {};
+  std::strftime(text, sizeof text, "%Y-%m-%d", std::gmtime(&now));
+  return text;
+}
+
+}  // namespace
+
+Result<sim::DeviceSpec> profile_device(const DeviceProfileOptions& o) {
+  sim::DeviceSpec d;
+  d.name = host_name();
+  d.kind = "cpu";
+  d.cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  d.compute_threads = o.threads > 0 ? o.threads : d.cores;
+  d.source =
+      fmt::format("measured by troupe profile-device on {} ({} cores, {} threads, {} optimizer path) on {}",
+                  d.name, d.cores, d.compute_threads, kernels::optimizer_isa(), today());
+  torch::set_num_threads(static_cast<int>(d.compute_threads));
+  measure_gemm(d, o.quick);
+  measure_memory(d, o.quick);
+  measure_adam(d, o.quick, static_cast<int>(d.compute_threads));
+  d.memory_bytes =
+      static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(::sysconf(_SC_PAGE_SIZE));
+  TROUPE_TRY(measure_transport(d, o));
+  if (!o.nvme_dir.empty()) TROUPE_TRY(measure_nvme(d, o));
+  return d;
+}
+
+int run_device_profile(const DeviceProfileOptions& options) {
+  auto d = profile_device(options);
+  if (!d) {
+    std::fprintf(stderr, "troupe: profile-device: %s\n", d.error().message.c_str());
+    return 1;
+  }
+  if (options.json) {
+    std::printf("%s\n", sim::device_json(*d).c_str());
+    return 0;
+  }
+  std::printf("%s\n", d->source.c_str());
+  std::printf("  %-6s %6s %6s %6s %12s\n", "dtype", "m", "k", "n", "GFLOP/s");
+  for (const sim::GemmSample& g : d->gemm_samples)
+    std::printf("  %-6s %6lld %6lld %6lld %12.1f\n", g.dtype.c_str(), static_cast<long long>(g.m),
+                static_cast<long long>(g.k), static_cast<long long>(g.n), g.flops_per_s / 1e9);
+  std::printf("  memory bandwidth      %.2f GB/s (copy: read + written)\n", d->memory_bandwidth / 1e9);
+  std::printf("  fused Adam            %.3f G elements/s\n", d->optimizer_elements_per_s / 1e9);
+  std::printf("  transport             %.2f GB/s, %.1f us one way\n", d->transport_bandwidth / 1e9,
+              d->transport_latency_s * 1e6);
+  if (d->nvme_read > 0)
+    std::printf("  NVMe                  read %.2f GB/s, write %.2f GB/s\n", d->nvme_read / 1e9,
+                d->nvme_write / 1e9);
+  return 0;
+}
+
+}  // namespace troupe

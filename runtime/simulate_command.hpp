@@ -1,0 +1,36 @@
+// `troupe simulate FILE --cluster CLUSTER.toml [--trace out.json] [--json] [--steps N]`:
+// the job's layer times (from FLOPs and the cluster's device, or measured here with
+// compute = "measured"), then the simulation (sim/simulation.hpp), its report or JSON, and
+// the timeline when asked.
+// Thread safety: run from one thread; measuring uses torch's global thread count.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/result.hpp"
+#include "runtime/config/config.hpp"
+#include "sim/cluster.hpp"
+#include "sim/cost_model.hpp"
+
+namespace troupe {
+
+struct SimulateArguments {
+  std::string cluster;
+  std::string trace;
+  bool json = false;
+  int64_t steps = 2;
+  int repeats = 3;  ///< measured compute: timed passes per layer
+};
+
+/// The layer times `cluster` asks for: from FLOPs, or the job's layers timed in this
+/// process with the threads each of its ranks would have.
+Result<std::vector<sim::LayerCost>> layer_costs(const JobConfig& job, const sim::ClusterSpec& cluster,
+                                                int repeats);
+
+/// Runs the command; returns the exit code (2 for a bad job or cluster, 1 when the
+/// simulated job fails).
+int run_simulate(const JobConfig& job, const SimulateArguments& args);
+
+}  // namespace troupe

@@ -1,0 +1,240 @@
+#include "sim/cost_model.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "pipeline/topology.hpp"
+#include "runtime/config/resolve.hpp"
+#include "runtime/estimate.hpp"
+#include "runtime/model/gpt_flops.hpp"
+#include "runtime/model/gpt_shape.hpp"
+#include "runtime/stage_programs.hpp"
+#include "sim/link_model.hpp"
+
+namespace troupe::sim {
+namespace {
+
+int64_t element_bytes(const std::string& dtype) {
+  return dtype == "fp32" ? 4 : 2;
+}
+
+int64_t communication_bytes(const JobConfig& job) {
+  const std::string& c = job.precision.communication_data_type;
+  return element_bytes(c.empty() ? job.precision.dtype : c);
+}
+
+// Korthikanti et al. (2022), table 2: the bytes a transformer layer's autograd keeps for its
+// backward, s·b·h·(34 + 5·a·s/h) at 16 bits; tensor parallelism divides the attention and
+// MLP parts (10 + 24/t), sequence parallelism all of it; recompute keeps the layer's input.
+double saved_block_bytes(const JobConfig& job) {
+  const double s = static_cast<double>(job.model.seq_len),
+               b = static_cast<double>(job.batch.micro_batch_size);
+  const double h = static_cast<double>(job.model.d_model), a = static_cast<double>(job.model.n_heads);
+  const double t = static_cast<double>(job.parallel.tp);
+  const double width = static_cast<double>(element_bytes(job.precision.dtype)) / 2;
+  const bool sp = job.parallel.sequence_parallel;
+  if (job.model.activation_checkpointing) return 2 * s * b * h * width / (sp ? t : 1);
+  const double linear = sp ? 34 / t : 10 + 24 / t;
+  return s * b * h * (linear + 5 * a * s / (h * t)) * width;
+}
+
+struct Groups {
+  std::vector<int64_t> tensor;  // a tensor-parallel group
+  std::vector<int64_t> data;    // stage s's data-parallel group, at shard 0
+};
+
+Result<Groups> groups_of(const JobConfig& job, int64_t stage) {
+  auto order = pipeline::parse_grid_order(job.parallel.order);
+  if (!order) return order.error();
+  const pipeline::Grid grid{job.parallel.dp, job.parallel.pp, *order, job.parallel.tp};
+  auto place = pipeline::place(grid, grid.rank_of(stage, 0, 0));
+  if (!place) return place.error();
+  return Groups{place->tensor_parallel_group, place->data_parallel_group};
+}
+
+ChunkCost chunk_cost(const JobConfig& job, const ClusterSpec& cluster, const std::vector<LayerCost>& layers,
+                     const std::vector<int64_t>& layer_elements, int64_t first, int64_t count, bool last,
+                     const Groups& groups) {
+  const LinkModel links(cluster);
+  const int64_t elem = element_bytes(job.precision.dtype);
+  const int64_t tokens = job.batch.micro_batch_size * job.model.seq_len;
+  const int64_t hidden = tokens * job.model.d_model * elem;
+  const int64_t tp = job.parallel.tp;
+  ChunkCost c;
+  c.first_layer = first;
+  c.layers = count;
+  double forward = 0, backward = 0;
+  int64_t blocks = 0, elements = 0;
+  for (int64_t l = first; l < first + count; ++l) {
+    forward += layers[static_cast<std::size_t>(l)].forward_s;
+    backward += layers[static_cast<std::size_t>(l)].backward_s;
+    elements += layer_elements[static_cast<std::size_t>(l)];
+    if (l >= 1 && l <= job.model.n_layers) ++blocks;
+  }
+  // Tensor parallelism: two all-reduces of the hidden state per block each way (with
+  // sequence parallelism an all-gather and a reduce-scatter each, the same bytes), one for
+  // the vocabulary-parallel embedding's output.
+  Nanos tensor = 0;
+  if (tp > 1) {
+    const Nanos one = links.all_reduce(hidden, groups.tensor);
+    tensor = (2 * blocks + (first == 0 ? 1 : 0)) * one;
+  }
+  // ZeRO-3 gathers the chunk's parameters for its forward and again for its backward,
+  // prefetching each layer's during the one before: only what compute cannot cover, and
+  // the first layer's, are waited for.
+  Nanos gather_f = 0, gather_b = 0;
+  if (job.zero.stage == 3 && job.parallel.dp > 1 && count > 0) {
+    const Nanos gather = links.all_gather(elements * elem, groups.data);
+    const Nanos first_layer = gather / count;
+    gather_f = first_layer + std::max<Nanos>(0, gather - seconds_to_nanos(forward));
+    gather_b = first_layer + std::max<Nanos>(0, gather - seconds_to_nanos(backward));
+  }
+  c.parameters = elements;
+  c.exposed_forward = tensor + gather_f;
+  c.exposed_backward = tensor + gather_b;
+  c.forward = seconds_to_nanos(forward) + c.exposed_forward;
+  c.backward_input = seconds_to_nanos(backward / 2) + c.exposed_backward;
+  c.backward_weight = seconds_to_nanos(backward / 2);
+  const int64_t shard = job.parallel.sequence_parallel ? tp : 1;
+  c.boundary_bytes = last ? 0 : hidden / shard;
+  // What the runtime's ledger counts (runtime/estimate.cpp): the chunk's input and output.
+  const int64_t input = first == 0 ? tokens * static_cast<int64_t>(sizeof(int64_t)) : hidden;
+  const int64_t output = job.model.activation_checkpointing ? 0 : last ? 4 : hidden;
+  c.held_bytes = input + output;
+  if (cluster.compute == "flops")
+    c.saved_bytes = static_cast<int64_t>(static_cast<double>(blocks) * saved_block_bytes(job));
+  return c;
+}
+
+Result<double> optimizer_rate(const JobConfig& job, const ClusterSpec& cluster) {
+  const DeviceSpec& d = cluster.device;
+  const bool host = d.kind == "gpu" && job.offload.optimizer != "none";
+  const double rate = host ? d.host_optimizer_elements_per_s : d.optimizer_elements_per_s;
+  if (rate <= 0)
+    return make_error(
+        fmt::format("device {} has no {} optimizer rate (optimizer_elements_per_s); profile it with "
+                    "troupe profile-device",
+                    d.name, host ? "host" : "device"));
+  return rate;
+}
+
+Result<StageCost> stage_cost(const JobConfig& job, const ClusterSpec& cluster, int64_t parameters,
+                             const MemoryBytes& model_state) {
+  StageCost s;
+  s.parameters = parameters;
+  s.model_state = model_state;
+  const int64_t dp = job.parallel.dp, elem = element_bytes(job.precision.dtype);
+  const int zero = static_cast<int>(job.zero.stage);
+  if (dp > 1) {
+    s.reduce_bytes = parameters * communication_bytes(job);
+    s.scatter = zero >= 1;
+    if (zero == 1 || zero == 2) s.gather_bytes = parameters * elem;
+  }
+  const int64_t updated = zero >= 1 ? (parameters + dp - 1) / dp : parameters;
+  auto rate = optimizer_rate(job, cluster);
+  if (!rate) return rate.error();
+  double seconds = static_cast<double>(updated) / *rate;
+  const DeviceSpec& d = cluster.device;
+  if (d.kind == "gpu" && job.offload.optimizer != "none" &&
+      d.host_link_bandwidth > 0)  // gradients down, parameters up
+    seconds += static_cast<double>(updated * (elem + communication_bytes(job))) / d.host_link_bandwidth;
+  s.optimizer = seconds_to_nanos(seconds);
+  if (job.offload.optimizer == "nvme") {
+    // The moments and the fp32 master copy, read before the update and written after, on
+    // the host's NVMe shared by its ranks.
+    const double state = static_cast<double>(updated) * (8 + (elem == 2 ? 4 : 0));
+    const double share = static_cast<double>(cluster.ranks_per_host);
+    if (d.nvme_read <= 0 || d.nvme_write <= 0)
+      return make_error(
+          fmt::format("[offload] optimizer = \"nvme\" but device {} has no NVMe figures", d.name));
+    s.swap = seconds_to_nanos(state * share / d.nvme_read + state * share / d.nvme_write);
+  }
+  return s;
+}
+
+double host_capacity(const JobConfig& job, const ClusterSpec& cluster) {
+  const DeviceSpec& d = cluster.device;
+  if (d.kind != "cpu" || d.cores <= 0) return 0;
+  const int64_t threads =
+      job.train.threads > 0 ? job.train.threads : std::max<int64_t>(1, d.cores / cluster.ranks_per_host);
+  return static_cast<double>(d.cores) / static_cast<double>(threads);
+}
+
+}  // namespace
+
+Result<std::vector<LayerCost>> flops_layer_costs(const JobConfig& job, const ClusterSpec& cluster) {
+  auto rate = cluster.device.gemm_rate(job.precision.dtype);
+  if (!rate) return rate.error();
+  const double achieved = *rate * cluster.efficiency;
+  const int64_t tokens = job.batch.micro_batch_size * job.model.seq_len;
+  std::vector<LayerCost> costs;
+  for (const LayerFlops& layer :
+       gpt_layer_flops(job.model, job.batch.micro_batch_size, job.model.seq_len, job.parallel.tp)) {
+    LayerCost c{layer.forward / achieved, layer.backward / achieved};
+    if (layer.forward == 0 && cluster.device.memory_bandwidth > 0)  // a lookup: its rows read and written
+      c.forward_s = c.backward_s =
+          static_cast<double>(2 * tokens * job.model.d_model * element_bytes(job.precision.dtype)) /
+          cluster.device.memory_bandwidth;
+    if (job.model.activation_checkpointing) c.backward_s += c.forward_s;  // the forward again
+    costs.push_back(c);
+  }
+  return costs;
+}
+
+Result<JobCosts> job_costs(const JobConfig& job, const ClusterSpec& cluster,
+                           const std::vector<LayerCost>& layers) {
+  if (cluster.world() != job.parallel.dp * job.parallel.pp * job.parallel.tp)
+    return make_error(fmt::format("{} has {} ranks ({} hosts of {}) but {} runs dp {} x pp {} x tp {} = {}",
+                                  cluster.source, cluster.world(), cluster.hosts, cluster.ranks_per_host,
+                                  job.source, job.parallel.dp, job.parallel.pp, job.parallel.tp,
+                                  job.parallel.dp * job.parallel.pp * job.parallel.tp));
+  const GptShape shape = gpt_shape(job.model, job.parallel.tp);
+  if (layers.size() != shape.layers.size())
+    return make_error(
+        fmt::format("{} layer costs for a model of {} layers", layers.size(), shape.layers.size()));
+  std::vector<int64_t> elements;
+  std::vector<double> element_weights, times;
+  for (std::size_t l = 0; l < shape.layers.size(); ++l) {
+    elements.push_back(static_cast<int64_t>(
+        std::accumulate(shape.layers[l].begin(), shape.layers[l].end(), std::size_t{0})));
+    element_weights.push_back(static_cast<double>(elements.back()));
+    times.push_back(layers[l].forward_s + layers[l].backward_s);
+  }
+  auto counts = stage_layer_counts(job, element_weights, times);
+  if (!counts) return counts.error();
+  auto estimate = estimate_job(job);
+  if (!estimate) return estimate.error();
+
+  JobCosts costs;
+  const int64_t pp = job.parallel.pp;
+  costs.micro_tokens = job.batch.micro_batch_size * job.model.seq_len;
+  costs.host_capacity = host_capacity(job, cluster);
+  costs.compute = cluster.compute;
+  std::vector<int64_t> stage_parameters(static_cast<std::size_t>(pp), 0);
+  int64_t first = 0;
+  costs.layout = pipeline_layout(job);
+  for (std::size_t v = 0; v < counts->size(); ++v) {
+    const int64_t stage = costs.layout.rank_of(static_cast<int64_t>(v));
+    auto groups = groups_of(job, stage);
+    if (!groups) return groups.error();
+    const bool last = v + 1 == counts->size();
+    costs.chunks.push_back(chunk_cost(job, cluster, layers, elements, first, (*counts)[v], last, *groups));
+    for (int64_t l = first; l < first + (*counts)[v]; ++l)
+      stage_parameters[static_cast<std::size_t>(stage)] += elements[static_cast<std::size_t>(l)];
+    first += (*counts)[v];
+  }
+  for (int64_t s = 0; s < pp; ++s) {
+    const MemoryBytes& held = pp == 1 ? estimate->bytes : estimate->stages[static_cast<std::size_t>(s)].bytes;
+    auto stage = stage_cost(job, cluster, stage_parameters[static_cast<std::size_t>(s)], held);
+    if (!stage) return stage.error();
+    costs.stages.push_back(*stage);
+  }
+  for (const LayerFlops& l : gpt_layer_flops(job.model, job.batch.micro_batch_size, job.model.seq_len, 1))
+    costs.step_flops += (l.forward + l.backward) *
+                        static_cast<double>(job.batch.gradient_accumulation_steps * job.parallel.dp);
+  return costs;
+}
+
+}  // namespace troupe::sim

@@ -1,0 +1,65 @@
+#include "sim/link_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+namespace troupe::sim {
+
+LinkModel::LinkModel(const ClusterSpec& cluster) : cluster_(cluster) {}
+
+LinkModel::Span LinkModel::span(const std::vector<int64_t>& group) const {
+  std::map<int64_t, int64_t> per_host;
+  for (int64_t rank : group) ++per_host[cluster_.host_of(rank)];
+  Span s;
+  s.hosts = static_cast<int64_t>(per_host.size());
+  for (const auto& [host, count] : per_host) s.local = std::max(s.local, count);
+  return s;
+}
+
+// Ranks of a host beyond its rails take turns on them.
+LinkSpec LinkModel::network_per_rank() const {
+  LinkSpec link = cluster_.network;
+  const int64_t sharing =
+      std::max<int64_t>(1, cluster_.ranks_per_host / std::max<int64_t>(1, cluster_.rails));
+  link.bandwidth /= static_cast<double>(sharing);
+  return link;
+}
+
+// One pass (a reduce-scatter or an all-gather) of `bytes` over `members`: a ring's n − 1
+// hops, each moving 1/n of the buffer; a small buffer goes down and up a binary tree
+// instead (2·⌈log2 n⌉ hops of the whole buffer) when that is quicker, as NCCL chooses.
+double LinkModel::ring_seconds(double bytes, int64_t members, const LinkSpec& link) const {
+  if (members <= 1) return 0;
+  const double n = static_cast<double>(members);
+  const double ring = (n - 1) * link.latency_s + (n - 1) / n * bytes / link.bandwidth;
+  const double tree = std::ceil(std::log2(n)) * (link.latency_s + bytes / link.bandwidth);
+  return std::min(ring, tree);
+}
+
+Nanos LinkModel::point_to_point(int64_t bytes, int64_t from, int64_t to) const {
+  const bool same_host = cluster_.host_of(from) == cluster_.host_of(to);
+  const LinkSpec link = same_host ? cluster_.host : network_per_rank();
+  return seconds_to_nanos(link.latency_s + static_cast<double>(bytes) / link.bandwidth);
+}
+
+Nanos LinkModel::reduce_scatter(int64_t bytes, const std::vector<int64_t>& group) const {
+  if (group.size() <= 1) return 0;
+  const Span s = span(group);
+  const double b = static_cast<double>(bytes);
+  if (s.hosts == 1) return seconds_to_nanos(ring_seconds(b, s.local, cluster_.host));
+  if (s.local == 1) return seconds_to_nanos(ring_seconds(b, s.hosts, network_per_rank()));
+  const double inside = ring_seconds(b, s.local, cluster_.host);
+  const double across = ring_seconds(b / static_cast<double>(s.local), s.hosts, network_per_rank());
+  return seconds_to_nanos(inside + across);
+}
+
+Nanos LinkModel::all_gather(int64_t bytes, const std::vector<int64_t>& group) const {
+  return reduce_scatter(bytes, group);  // the same ring passes, the other way
+}
+
+Nanos LinkModel::all_reduce(int64_t bytes, const std::vector<int64_t>& group) const {
+  return reduce_scatter(bytes, group) + all_gather(bytes, group);
+}
+
+}  // namespace troupe::sim

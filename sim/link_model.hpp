@@ -1,0 +1,47 @@
+// What moving bytes costs on a simulated cluster: a message between two ranks, and the
+// collectives of a group, from the cluster's links (cluster.hpp).
+//
+// A message takes latency + bytes / bandwidth on the host link when both ends share a
+// host, on one network rail otherwise. Collectives run as rings (Patarasuk and Yuan's
+// bandwidth-optimal all-reduce: each member moves 2 (n − 1)/n of the buffer), and
+// hierarchically when the group spans hosts with several members on each: a reduce-scatter
+// inside each host, then across hosts on each member's 1/L of the buffer (every local
+// member on its own rail, so the rails run side by side), then an all-gather inside the
+// host; NCCL's tree/ring and troupe's two-level all-reduce both take this shape. Ranks of a
+// host that outnumber its rails share them.
+// Thread safety: const methods only.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sim/cluster.hpp"
+#include "sim/virtual_clock.hpp"
+
+namespace troupe::sim {
+
+class LinkModel {
+ public:
+  explicit LinkModel(const ClusterSpec& cluster);
+
+  Nanos point_to_point(int64_t bytes, int64_t from, int64_t to) const;
+  /// `bytes`: the whole buffer every member holds.
+  Nanos all_reduce(int64_t bytes, const std::vector<int64_t>& group) const;
+  /// `bytes`: the whole buffer; each member ends with 1/n of it.
+  Nanos reduce_scatter(int64_t bytes, const std::vector<int64_t>& group) const;
+  /// `bytes`: the whole gathered buffer.
+  Nanos all_gather(int64_t bytes, const std::vector<int64_t>& group) const;
+
+ private:
+  struct Span {
+    int64_t hosts = 1;  // hosts the group touches
+    int64_t local = 1;  // members on the most crowded of them
+  };
+  Span span(const std::vector<int64_t>& group) const;
+  double ring_seconds(double bytes, int64_t members, const LinkSpec& link) const;
+  LinkSpec network_per_rank() const;
+
+  ClusterSpec cluster_;
+};
+
+}  // namespace troupe::sim

@@ -1,0 +1,183 @@
+// The simulator end to end in this process: the real scheduler actors of every rank on the
+// virtual clock. At equal costs a schedule's simulated bubble is its paper's; the same seed
+// gives the same timeline; injected faults stop the job naming the rank or the link; the
+// shipped 1,024-rank job simulates with sane figures.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+#include "pipeline/schedule.hpp"
+#include "runtime/config/load.hpp"
+#include "sim/simulation.hpp"
+
+namespace troupe::sim {
+namespace {
+
+constexpr double kForward = 1e-3;  // every block's forward; its backward is twice that
+
+JobConfig job_of(const std::string& text) {
+  auto job = load_config_string(text, "job.toml", {});
+  EXPECT_TRUE(job) << (job ? "" : job.error().message);
+  return job ? *job : JobConfig{};
+}
+
+// One host whose links and optimizer cost next to nothing: only compute takes time.
+ClusterSpec free_links(int64_t ranks) {
+  ClusterSpec c;
+  c.source = "cluster.toml";
+  c.ranks_per_host = ranks;
+  c.device = *device_preset("h100-sxm");
+  c.device.optimizer_elements_per_s = 1e18;
+  c.host = LinkSpec{1e18, 0};
+  c.network = c.host;
+  return c;
+}
+
+// Blocks cost kForward and 2 kForward; the embedding and the head nothing.
+std::vector<LayerCost> equal_blocks(int64_t blocks) {
+  std::vector<LayerCost> layers{{0, 0}};
+  for (int64_t b = 0; b < blocks; ++b) layers.push_back({kForward, 2 * kForward});
+  layers.push_back({0, 0});
+  return layers;
+}
+
+std::string pipeline_job(const std::string& schedule, int64_t pp, int64_t micro, int64_t chunks) {
+  std::vector<std::string> counts(static_cast<std::size_t>(pp * chunks), "1");
+  counts.front() = counts.back() = "2";  // the embedding and the head ride with the first and last block
+  return fmt::format(
+      "[cluster]\nworld_size = {}\n[parallel]\npp = {}\n[pipeline]\nschedule = \"{}\"\nvirtual_stages = {}\n"
+      "partition = [{}]\n[batch]\nmicro_batch_size = 2\ngradient_accumulation_steps = {}\n"
+      "[model]\nseq_len = 16\nd_model = 32\nn_layers = {}\nn_heads = 2\n",
+      pp, pp, schedule, chunks, fmt::join(counts, ", "), micro, pp * chunks);
+}
+
+struct ScheduleCase {
+  std::string schedule;
+  int64_t pp, micro, chunks;
+};
+
+class SimulatedBubble : public ::testing::TestWithParam<ScheduleCase> {};
+
+TEST_P(SimulatedBubble, IsThePapersAtEqualCosts) {
+  const ScheduleCase& c = GetParam();
+  JobConfig job = job_of(pipeline_job(c.schedule, c.pp, c.micro, c.chunks));
+  auto result = simulate_job(job, free_links(c.pp), equal_blocks(c.pp * c.chunks), {1, false});
+  ASSERT_TRUE(result) << result.error().message;
+  ASSERT_EQ(result->error, "");
+  const double formula = pipeline::bubble_formula(c.schedule, {c.pp, c.micro, c.chunks});
+  // A chunk's forward, input half and weight half each cost kForward: the step is the
+  // paper's slots of kForward, plus what the links and the update cost (next to nothing).
+  if (c.schedule == "zbv")
+    EXPECT_LE(result->bubble, formula + 0.01);
+  else
+    EXPECT_NEAR(result->bubble, formula, 0.01);
+  // Per rank: a forward and a backward of every micro-batch on each of its chunks.
+  const double busy = 3 * kForward * static_cast<double>(c.micro * c.chunks);
+  EXPECT_NEAR(result->step_ms.front() / 1e3, busy / (1 - result->bubble), 0.01 * busy);
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, SimulatedBubble,
+                         ::testing::Values(ScheduleCase{"1f1b", 4, 8, 1}, ScheduleCase{"gpipe", 4, 8, 1},
+                                           ScheduleCase{"interleaved_1f1b", 4, 8, 2},
+                                           ScheduleCase{"zb_h1", 4, 8, 1}, ScheduleCase{"zbv", 4, 8, 2}),
+                         [](const auto& info) { return info.param.schedule; });
+
+std::string dp_pipeline_job() {
+  return "[cluster]\nworld_size = 8\n[parallel]\ndp = 2\npp = 4\n[zero]\nstage = 1\n"
+         "[batch]\nmicro_batch_size = 2\ngradient_accumulation_steps = 8\n"
+         "[model]\nseq_len = 32\nd_model = 64\nn_layers = 6\nn_heads = 2\n";
+}
+
+ClusterSpec jittery(uint64_t seed) {
+  ClusterSpec c;
+  c.source = "cluster.toml";
+  c.hosts = 2;
+  c.ranks_per_host = 4;
+  c.device = *device_preset("h100-sxm");
+  c.host = LinkSpec{100e9, 2e-6};
+  c.network = LinkSpec{10e9, 5e-6};
+  c.rails = 4;
+  c.seed = seed;
+  c.jitter = 0.1;
+  return c;
+}
+
+TEST(Simulation, TheSameSeedGivesTheSameTimelineAndAnotherSeedAnother) {
+  JobConfig job = job_of(dp_pipeline_job());
+  auto layers = flops_layer_costs(job, jittery(1));
+  ASSERT_TRUE(layers);
+  auto a = simulate_job(job, jittery(1), *layers, {3, true});
+  auto b = simulate_job(job, jittery(1), *layers, {3, true});
+  auto c = simulate_job(job, jittery(2), *layers, {3, true});
+  ASSERT_TRUE(a && b && c);
+  ASSERT_EQ(a->error, "");
+  EXPECT_EQ(a->step_ms.size(), 3u);
+  EXPECT_GT(a->timeline.size(), 100u);
+  EXPECT_EQ(timeline_json(*a), timeline_json(*b));
+  EXPECT_EQ(a->step_ms, b->step_ms);
+  EXPECT_NE(timeline_json(*a), timeline_json(*c));
+}
+
+TEST(Simulation, ASlowRankSlowsEveryone) {
+  JobConfig job = job_of(dp_pipeline_job());
+  ClusterSpec even = jittery(1), slow = jittery(1);
+  even.jitter = slow.jitter = 0;
+  slow.faults.push_back(Fault{FaultKind::slow_rank, 5, -1, 2.0, 0, "cluster.toml:9:1"});
+  const std::vector<LayerCost> layers = equal_blocks(6);
+  auto fast = simulate_job(job, even, layers, {1, false});
+  auto slowed = simulate_job(job, slow, layers, {1, false});
+  ASSERT_TRUE(fast && slowed);
+  // Rank 5 (stage 1 of replica 1) computes at half speed: its pipeline and, through the
+  // gradient reduction, the other replica wait for it.
+  EXPECT_GT(slowed->step_ms_median(), 1.5 * fast->step_ms_median());
+}
+
+TEST(Simulation, ADeadRankOrALostLinkStopsTheJobNamingIt) {
+  JobConfig job = job_of(dp_pipeline_job());
+  ClusterSpec dead = jittery(1), lost = jittery(1);
+  dead.faults.push_back(Fault{FaultKind::dead_rank, 6, -1, 1, 0, "cluster.toml:12:1"});
+  lost.faults.push_back(Fault{FaultKind::lost_link, 1, 2, 1, 0, "cluster.toml:14:1"});
+  auto layers = flops_layer_costs(job, dead);
+  ASSERT_TRUE(layers);
+  auto a = simulate_job(job, dead, *layers, {2, false});
+  ASSERT_TRUE(a);
+  EXPECT_NE(a->error.find("rank 6 stopped (dead_rank fault at 0 ms, cluster.toml:12:1)"), std::string::npos)
+      << a->error;
+  EXPECT_NE(a->error.find("no answer within peer_timeout_s = 10 s"), std::string::npos) << a->error;
+  auto b = simulate_job(job, lost, *layers, {2, false});
+  ASSERT_TRUE(b);
+  EXPECT_NE(b->error.find(
+                "the link between rank 1 and rank 2 is lost (lost_link fault at 0 ms, cluster.toml:14:1)"),
+            std::string::npos)
+      << b->error;
+  auto again = simulate_job(job, lost, *layers, {2, false});
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->error, b->error);  // a seeded fault replays
+}
+
+TEST(Simulation, TheShippedSeventyBillionJobOnOneThousandRanks) {
+  auto job = load_config_file(TROUPE_SOURCE_DIR "/configs/sim/gpt-70b.toml", {});
+  ASSERT_TRUE(job) << job.error().message;
+  auto cluster = load_cluster_file(TROUPE_SOURCE_DIR "/configs/sim/h200-128x8.toml");
+  ASSERT_TRUE(cluster) << cluster.error().message;
+  auto layers = flops_layer_costs(*job, *cluster);
+  ASSERT_TRUE(layers);
+  auto r = simulate_job(*job, *cluster, *layers, {1, false});
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_EQ(r->error, "");
+  EXPECT_EQ(r->ranks, 1024);
+  // 6·N·tokens over the cluster's peak at the MFU the step reaches is the step time.
+  const double tokens = 1024.0 * 4096, peak = 1024 * 989e12;
+  EXPECT_NEAR(r->step_ms_median() / 1e3, r->step_flops / (peak * r->mfu), 1e-6);
+  EXPECT_GT(r->step_flops, 6 * 70e9 * tokens);
+  EXPECT_GT(r->mfu, 0.25);
+  EXPECT_LT(r->mfu, 0.55);  // below the efficiency the products were given
+  EXPECT_LT(r->peak_bytes, 141'000'000'000);
+  EXPECT_GT(r->bubble, 0.05);  // 1F1B over 8 stages and 64 micro-batches: 7/71 at least
+}
+
+}  // namespace
+}  // namespace troupe::sim

@@ -1,0 +1,237 @@
+// The simulator's pieces on their own: the virtual clock, the shared processors, the link
+// model, the cluster file and the cost model.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "runtime/config/load.hpp"
+#include "runtime/model/gpt_flops.hpp"
+#include "sim/cluster.hpp"
+#include "sim/cost_model.hpp"
+#include "sim/link_model.hpp"
+#include "sim/processors.hpp"
+#include "sim/virtual_clock.hpp"
+
+namespace troupe::sim {
+namespace {
+
+TEST(VirtualClock, FiresEarliestFirstAndTiesInSchedulingOrder) {
+  VirtualClock clock;
+  std::vector<std::string> fired;
+  clock.at(30, [&] { fired.push_back("c@30"); });
+  clock.at(10, [&] { fired.push_back("a@10"); });
+  clock.at(10, [&] { fired.push_back("b@10"); });
+  clock.at(20, [&] {
+    fired.push_back("x@20");
+    clock.after(0, [&] { fired.push_back("y@20"); });  // same instant, after those already there
+    clock.at(5, [&] { fired.push_back("late@20"); });  // the past means now
+  });
+  while (clock.advance()) {
+  }
+  EXPECT_EQ(fired, (std::vector<std::string>{"a@10", "b@10", "x@20", "y@20", "late@20", "c@30"}));
+  EXPECT_EQ(clock.now(), 30);
+  EXPECT_EQ(clock.fired(), 6);
+  EXPECT_TRUE(clock.idle());
+}
+
+TEST(SharedProcessors, ShareCapacityAndSpeedUpWhenOthersEnd) {
+  VirtualClock clock;
+  SharedProcessors one_core(clock, 1);
+  std::vector<Nanos> ends;
+  one_core.start(100, [&] { ends.push_back(clock.now()); });
+  one_core.start(300, [&] { ends.push_back(clock.now()); });
+  while (clock.advance()) {
+  }
+  // Both at half speed until the first ends at 200 (100 of work); the second's last 200 at full speed.
+  EXPECT_EQ(ends, (std::vector<Nanos>{200, 400}));
+}
+
+TEST(SharedProcessors, WithoutALimitEachTakesItsCost) {
+  VirtualClock clock;
+  SharedProcessors devices(clock, 0);
+  std::vector<Nanos> ends;
+  for (Nanos cost : {100, 300, 50}) devices.start(cost, [&] { ends.push_back(clock.now()); });
+  while (clock.advance()) {
+  }
+  EXPECT_EQ(ends, (std::vector<Nanos>{50, 100, 300}));
+}
+
+ClusterSpec two_hosts_of_four() {
+  ClusterSpec c;
+  c.hosts = 2;
+  c.ranks_per_host = 4;
+  c.host = LinkSpec{100e9, 1e-6};
+  c.network = LinkSpec{10e9, 5e-6};
+  c.rails = 4;
+  return c;
+}
+
+TEST(LinkModel, MessagesTakeTheHostLinkOrARail) {
+  LinkModel links(two_hosts_of_four());
+  EXPECT_EQ(links.point_to_point(100'000'000, 0, 3), seconds_to_nanos(1e-6 + 1e-3));
+  EXPECT_EQ(links.point_to_point(100'000'000, 3, 4), seconds_to_nanos(5e-6 + 1e-2));
+}
+
+TEST(LinkModel, RingsInsideAHostAndHierarchicallyAcross) {
+  LinkModel links(two_hosts_of_four());
+  const int64_t bytes = 400'000'000;
+  // Four ranks of one host: each pass 3 hops of a quarter.
+  EXPECT_EQ(links.reduce_scatter(bytes, {0, 1, 2, 3}), seconds_to_nanos(3e-6 + 0.75 * bytes / 100e9));
+  EXPECT_EQ(links.all_reduce(bytes, {0, 1, 2, 3}), 2 * links.reduce_scatter(bytes, {0, 1, 2, 3}));
+  // One rank per host: the network ring.
+  EXPECT_EQ(links.reduce_scatter(bytes, {0, 4}), seconds_to_nanos(5e-6 + 0.5 * bytes / 10e9));
+  // Both hosts, four each: inside first, then a quarter of the buffer across, rails side by side.
+  const double inside = 3e-6 + 0.75 * bytes / 100e9, across = 5e-6 + 0.5 * (bytes / 4.0) / 10e9;
+  EXPECT_EQ(links.reduce_scatter(bytes, {0, 1, 2, 3, 4, 5, 6, 7}), seconds_to_nanos(inside + across));
+  EXPECT_EQ(links.all_gather(bytes, {5}), 0);
+}
+
+TEST(LinkModel, SmallBuffersTakeATree) {
+  ClusterSpec c = two_hosts_of_four();
+  c.hosts = 64;
+  LinkModel links(c);
+  std::vector<int64_t> all;
+  for (int64_t r = 0; r < 64; r += 4) all.push_back(r);  // 16 hosts, one each
+  // 16 bytes over 16 members: log2(16) = 4 hops beat the ring's 15.
+  EXPECT_EQ(links.all_gather(16, all), seconds_to_nanos(4 * (5e-6 + 16 / 10e9)));
+}
+
+TEST(ClusterFile, ReadsHostsLinksAndFaults) {
+  auto c = parse_cluster(R"(
+[cluster]
+hosts = 2
+ranks_per_host = 8
+device = "h200-sxm"
+efficiency = 0.5
+seed = 7
+[links.host]
+bandwidth_gbs = 450
+latency_us = 3
+[links.network]
+rails = 8
+bandwidth_gbs = 50
+latency_us = 5
+[[faults]]
+kind = "dead_rank"
+rank = 9
+at_ms = 20
+[[faults]]
+kind = "random_slow"
+count = 3
+factor = 2
+)",
+                         "c.toml", ".");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->world(), 16);
+  EXPECT_EQ(c->device.name, "h200-sxm");
+  EXPECT_DOUBLE_EQ(c->host.bandwidth, 450e9);
+  EXPECT_DOUBLE_EQ(c->network.latency_s, 5e-6);
+  ASSERT_EQ(c->faults.size(), 4u);
+  EXPECT_EQ(c->faults[0].kind, FaultKind::dead_rank);
+  EXPECT_DOUBLE_EQ(c->faults[0].at_s, 0.02);
+  EXPECT_EQ(c->faults[0].origin, "c.toml:15:1");  // its [[faults]] line
+  // The seed picks the slow ranks, the same ones every time.
+  auto again = parse_cluster(
+      "[cluster]\nhosts = 2\nranks_per_host = 8\ndevice = \"h200-sxm\"\nseed = 7\n"
+      "[links.host]\nbandwidth_gbs = 1\n[links.network]\nbandwidth_gbs = 1\n"
+      "[[faults]]\nkind = \"random_slow\"\ncount = 3\nfactor = 2\n",
+      "d.toml", ".");
+  ASSERT_TRUE(again);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(again->faults[i].rank, c->faults[i + 1].rank);
+}
+
+TEST(ClusterFile, BadInputNamesTheLineAndTheKey) {
+  auto unknown = parse_cluster("[cluster]\nhosts = 2\nrank_per_host = 8\n", "c.toml", ".");
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error().message.find("c.toml:3:17: [cluster] has no key \"rank_per_host\" (did you mean "
+                                         "\"ranks_per_host\"?)"),
+            std::string::npos)
+      << unknown.error().message;
+  auto device = parse_cluster("[cluster]\ndevice = \"h300\"\n", "c.toml", ".");
+  ASSERT_FALSE(device);
+  EXPECT_NE(device.error().message.find("\"h300\" is neither a preset (h100-sxm, h200-sxm) nor a file"),
+            std::string::npos)
+      << device.error().message;
+  auto range = parse_cluster("[cluster]\nhosts = 0\ndevice = \"h100-sxm\"\n", "c.toml", ".");
+  ASSERT_FALSE(range);
+  EXPECT_NE(
+      range.error().message.find("c.toml:2:9: [cluster] hosts = 0 (an integer); allowed: an integer from 1"),
+      std::string::npos)
+      << range.error().message;
+  auto fault = parse_cluster(
+      "[cluster]\ndevice = \"h100-sxm\"\nranks_per_host = 2\n[links.host]\nbandwidth_gbs = 1\n"
+      "[[faults]]\nkind = \"dead_rank\"\nrank = 2\n",
+      "c.toml", ".");
+  ASSERT_FALSE(fault);
+  EXPECT_NE(fault.error().message.find("c.toml:8:8: [faults] rank = 2"), std::string::npos)
+      << fault.error().message;
+  auto link = parse_cluster("[cluster]\ndevice = \"h100-sxm\"\n", "c.toml", ".");
+  ASSERT_FALSE(link);
+  EXPECT_NE(link.error().message.find("bandwidth_gbs is not set"), std::string::npos) << link.error().message;
+}
+
+JobConfig job_of(const std::string& text) {
+  auto job = load_config_string(text, "job.toml", {});
+  EXPECT_TRUE(job) << (job ? "" : job.error().message);
+  return job ? *job : JobConfig{};
+}
+
+ClusterSpec h100_host(int64_t ranks) {
+  ClusterSpec c;
+  c.ranks_per_host = ranks;
+  c.device = *device_preset("h100-sxm");
+  c.efficiency = 0.5;
+  c.host = LinkSpec{450e9, 3e-6};
+  c.network = c.host;
+  return c;
+}
+
+TEST(CostModel, LayerTimesAreTheirFlopsOverTheAchievedRate) {
+  JobConfig job = job_of(
+      "[cluster]\nworld_size = 1\n[precision]\ndtype = \"bf16\"\n[model]\nseq_len = 128\n"
+      "d_model = 256\nn_layers = 2\nn_heads = 4\n[batch]\nmicro_batch_size = 4\n");
+  auto costs = flops_layer_costs(job, h100_host(1));
+  ASSERT_TRUE(costs) << costs.error().message;
+  const auto flops = gpt_layer_flops(job.model, 4, 128);
+  ASSERT_EQ(costs->size(), flops.size());
+  EXPECT_DOUBLE_EQ((*costs)[1].forward_s, flops[1].forward / (989e12 * 0.5));
+  EXPECT_DOUBLE_EQ((*costs)[1].backward_s, flops[1].backward / (989e12 * 0.5));
+  EXPECT_GT((*costs)[0].forward_s, 0);  // the embedding's lookup: its bytes over the bandwidth
+}
+
+TEST(CostModel, ZeroStagesChooseTheirCollectivesAndTensorParallelismAddsItsOwn) {
+  const std::string model =
+      "[model]\nseq_len = 128\nd_model = 256\nn_layers = 4\nn_heads = 4\n"
+      "[batch]\nmicro_batch_size = 4\ngradient_accumulation_steps = 2\n";
+  JobConfig zero1 = job_of("[cluster]\nworld_size = 4\n[parallel]\ndp = 4\n[zero]\nstage = 1\n" + model);
+  auto layers = flops_layer_costs(zero1, h100_host(4));
+  ASSERT_TRUE(layers);
+  auto c1 = job_costs(zero1, h100_host(4), *layers);
+  ASSERT_TRUE(c1) << c1.error().message;
+  ASSERT_EQ(c1->stages.size(), 1u);
+  EXPECT_TRUE(c1->stages[0].scatter);
+  EXPECT_EQ(c1->stages[0].reduce_bytes, 4 * c1->stages[0].parameters);
+  EXPECT_EQ(c1->stages[0].gather_bytes, 4 * c1->stages[0].parameters);
+  EXPECT_EQ(c1->chunks[0].exposed_forward, 0);
+
+  JobConfig tp = job_of("[cluster]\nworld_size = 4\n[parallel]\ntp = 2\ndp = 2\n" + model);
+  auto tp_layers = flops_layer_costs(tp, h100_host(4));
+  ASSERT_TRUE(tp_layers);
+  auto c2 = job_costs(tp, h100_host(4), *tp_layers);
+  ASSERT_TRUE(c2) << c2.error().message;
+  // Two all-reduces of the hidden state per block each way and one for the embedding.
+  const int64_t hidden = 4 * 128 * 256 * 4;
+  EXPECT_EQ(c2->chunks[0].exposed_forward, 9 * LinkModel(h100_host(4)).all_reduce(hidden, {0, 1}));
+  EXPECT_FALSE(c2->stages[0].scatter);
+
+  auto mismatch = job_costs(zero1, h100_host(8), *layers);
+  ASSERT_FALSE(mismatch);
+  EXPECT_NE(
+      mismatch.error().message.find("has 8 ranks (1 hosts of 8) but job.toml runs dp 4 x pp 1 x tp 1 = 4"),
+      std::string::npos)
+      << mismatch.error().message;
+}
+
+}  // namespace
+}  // namespace troupe::sim
