@@ -113,7 +113,15 @@ Status measure_transport(sim::DeviceSpec& d, const DeviceProfileOptions& o) {
   for (const auto& line :
        run_child(fmt::format("{} bench rtt --json --bytes 64 2>/dev/null", quoted(o.program))))
     if (line.contains("median_us")) d.transport_latency_s = line["median_us"].get<double>() / 2 * 1e-6;
-  if (d.transport_bandwidth <= 0 || d.transport_latency_s <= 0)
+  // troupe's own collectives between two ranks of this host, on a gradient-sized buffer.
+  const std::string buffer = o.quick ? "4194304" : "16777216";
+  for (const auto& [kind, name] : {std::pair<const char*, const char*>{"allreduce", "all_reduce"},
+                                   {"reduce_scatter", "reduce_scatter"},
+                                   {"allgather", "all_gather"}})
+    for (const auto& line : run_child(fmt::format("{} bench {} --ranks 2 --json --bytes {} 2>/dev/null",
+                                                  quoted(o.program), kind, buffer)))
+      if (line.contains("busbw_GBps")) d.collective_busbw[name] = line["busbw_GBps"].get<double>() * 1e9;
+  if (d.transport_bandwidth <= 0 || d.transport_latency_s <= 0 || d.collective_busbw.size() < 3)
     return make_error(
         "the transport benchmarks (troupe bench transport, troupe bench rtt) gave no figures; run "
         "them alone to see why");
@@ -195,6 +203,8 @@ int run_device_profile(const DeviceProfileOptions& options) {
   std::printf("  fused Adam            %.3f G elements/s\n", d->optimizer_elements_per_s / 1e9);
   std::printf("  transport             %.2f GB/s, %.1f us one way\n", d->transport_bandwidth / 1e9,
               d->transport_latency_s * 1e6);
+  for (const auto& [name, busbw] : d->collective_busbw)
+    std::printf("  %-21s %.2f GB/s bus bandwidth, 2 ranks\n", name.c_str(), busbw / 1e9);
   if (d->nvme_read > 0)
     std::printf("  NVMe                  read %.2f GB/s, write %.2f GB/s\n", d->nvme_read / 1e9,
                 d->nvme_write / 1e9);

@@ -2,7 +2,8 @@
 // a device file for the simulator (sim/device.hpp): matrix-product FLOP/s per dtype and
 // shape (LibTorch's GEMM with the threads given), memory bandwidth (a large copy), the
 // fused Adam's update rate (troupe's SIMD kernel), the transport's bandwidth and latency
-// between two processes (troupe bench transport and rtt, run as children), and NVMe read
+// between two processes (troupe bench transport and rtt, run as children) and the bus
+// bandwidth of troupe's all-reduce, reduce-scatter and all-gather between two, and NVMe read
 // and write (troupe bench nvme; buffered, and said so, where O_DIRECT is refused).
 // Thread safety: run from one thread.
 #pragma once

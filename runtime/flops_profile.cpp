@@ -59,10 +59,13 @@ double rate(double flops, double seconds) {
   return seconds > 0 ? flops / seconds : 0;
 }
 
-// What this process's GEMM reaches with the same threads: an fp32 product of two square
-// matrices of `n`, the best of a few, as the peak the layers' rates are shares of.
-double gemm_peak(int64_t n) {
-  torch::Tensor a = torch::randn({n, n}), b = torch::randn({n, n});
+}  // namespace
+
+// An fp32 product of two square matrices of `n` ("bf16"/"fp16": in that dtype), the best
+// of a few after one that warms up.
+double gemm_peak_flops(int64_t n, const std::string& dtype) {
+  const auto type = dtype == "bf16" ? torch::kBFloat16 : dtype == "fp16" ? torch::kFloat16 : torch::kFloat32;
+  torch::Tensor a = torch::randn({n, n}).to(type), b = torch::randn({n, n}).to(type);
   torch::Tensor c = torch::mm(a, b);  // warm-up
   double best = 1e300;
   for (int r = 0; r < 5; ++r) {
@@ -73,26 +76,38 @@ double gemm_peak(int64_t n) {
   return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / best;
 }
 
-}  // namespace
-
 LayerTimes time_layers(torch::nn::Sequential layers, const MicroBatch& batch, const LossFunction& loss,
-                       int repeats) {
+                       int repeats, bool typical) {
   std::vector<torch::nn::AnyModule*> modules;
   for (auto& module : *layers) modules.push_back(&module);
-  LayerTimes best{std::vector<double>(modules.size(), 1e300), std::vector<double>(modules.size(), 1e300)};
+  std::vector<LayerTimes> passes;
   for (int r = 0; r <= repeats; ++r) {
     LayerTimes took = one_pass(modules, batch, loss);
-    if (r == 0) continue;  // the warm-up
-    for (std::size_t i = 0; i < modules.size(); ++i) {
-      best.forward[i] = std::min(best.forward[i], took.forward[i]);
-      best.backward[i] = std::min(best.backward[i], took.backward[i]);
-    }
+    if (r > 0) passes.push_back(std::move(took));  // the first warms up
+  }
+  auto pick = [&](std::vector<double> LayerTimes::*times, std::size_t i) {
+    std::vector<double> each;
+    for (const LayerTimes& p : passes) each.push_back((p.*times)[i]);
+    std::sort(each.begin(), each.end());
+    return typical ? each[each.size() / 2] : each.front();
+  };
+  LayerTimes chosen{std::vector<double>(modules.size()), std::vector<double>(modules.size())};
+  for (std::size_t i = 0; i < modules.size(); ++i) {
+    chosen.forward[i] = pick(&LayerTimes::forward, i);
+    chosen.backward[i] = pick(&LayerTimes::backward, i);
   }
   for (auto& p : layers->parameters()) p.mutable_grad() = torch::Tensor();
-  return best;
+  return chosen;
 }
 
-int run_flops_profile(const JobConfig& job, int repeats, bool json) {
+double gpt_step_flops(const JobConfig& job) {
+  double flops = 0;
+  for (const LayerFlops& l : gpt_layer_flops(job.model, job.batch.micro_batch_size, job.model.seq_len))
+    flops += l.forward + l.backward;
+  return flops * static_cast<double>(job.batch.gradient_accumulation_steps * job.parallel.dp);
+}
+
+int run_flops_profile(const JobConfig& job, int repeats, bool json, bool typical) {
   const int64_t micro = job.batch.micro_batch_size, seq = job.model.seq_len;
   auto corpus = TextCorpus::make(job.data, job.train.seed, seq);
   if (!corpus) {
@@ -105,9 +120,9 @@ int run_flops_profile(const JobConfig& job, int repeats, bool json) {
   torch::manual_seed(static_cast<uint64_t>(job.train.seed));
   auto layers = make_gpt(job.model);
   TokenBatch b = sample_sequences(*corpus, seq, static_cast<uint64_t>(job.train.seed), 0, micro);
-  LayerTimes times = time_layers(layers, MicroBatch{b.input, b.target}, lm_loss, repeats);
+  LayerTimes times = time_layers(layers, MicroBatch{b.input, b.target}, lm_loss, repeats, typical);
   std::vector<LayerFlops> flops = gpt_layer_flops(job.model, micro, seq);
-  const double peak = gemm_peak(1024);
+  const double peak = gemm_peak_flops(1024, "fp32");
 
   double forward = 0, backward = 0, forward_s = 0, backward_s = 0;
   for (std::size_t i = 0; i < flops.size(); ++i) {
@@ -121,6 +136,7 @@ int run_flops_profile(const JobConfig& job, int repeats, bool json) {
                      {"seq", seq},
                      {"threads", threads},
                      {"repeats", repeats},
+                     {"typical", typical},
                      {"forward_flops", forward},
                      {"backward_flops", backward},
                      {"forward_ms", 1e3 * forward_s},

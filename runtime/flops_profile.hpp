@@ -5,6 +5,7 @@
 // Thread safety: run from one thread; uses torch's global generator and thread count.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include <torch/nn/modules/container/sequential.h>
@@ -20,10 +21,19 @@ struct LayerTimes {
   std::vector<double> forward;
   std::vector<double> backward;
 };
+/// `typical`: each layer's median pass instead of its best (what a training step meets).
 LayerTimes time_layers(torch::nn::Sequential layers, const MicroBatch& batch, const LossFunction& loss,
-                       int repeats);
+                       int repeats, bool typical = false);
 
-/// Prints the table (or one JSON object) for `job`; returns the exit code.
-int run_flops_profile(const JobConfig& job, int repeats, bool json);
+/// What this process's matrix products reach with its threads: a square product of `n`
+/// in `dtype` ("fp32", "bf16", "fp16"), FLOP/s, the best of a few. MFU's denominator.
+double gemm_peak_flops(int64_t n, const std::string& dtype);
+
+/// The built-in GPT's matrix-product FLOPs of one step over the whole global batch.
+double gpt_step_flops(const JobConfig& job);
+
+/// Prints the table (or one JSON object) for `job`; returns the exit code. `typical`: each
+/// layer's median pass rather than its best.
+int run_flops_profile(const JobConfig& job, int repeats, bool json, bool typical = false);
 
 }  // namespace troupe

@@ -1,5 +1,7 @@
 #include "runtime/gpt_job.hpp"
 
+#include "runtime/flops_profile.hpp"
+
 #include <torch/torch.h>
 
 #include <chrono>
@@ -118,6 +120,10 @@ int train_rank(const JobConfig& job, const JobOutputs& outputs, std::string& pha
   Engine& e = **engine;
   auto report = Report::make(job, outputs, e.rank() == 0, e.steps_done());
   if (!report) return fail(report.error().message);
+  // MFU's denominator: what rank 0's matrix products reach here with its threads.
+  const double peak = e.rank() == 0 ? gemm_peak_flops(1024, job.precision.dtype) : 0;
+  const double step_flops = gpt_step_flops(job);
+  const int64_t ranks = job.parallel.dp * job.parallel.pp * job.parallel.tp;
   for (int64_t s = e.steps_done(); s < job.train.steps; ++s) {  // a resumed run starts later
     phase = fmt::format("training step {}", s + 1);
     auto r = e.train_batch();
@@ -136,6 +142,9 @@ int train_rank(const JobConfig& job, const JobOutputs& outputs, std::string& pha
     m.loss_scale = r->stats.loss_scale;
     m.skipped = r->stats.skipped;
     m.activation_bytes = r->stats.activation_bytes;
+    m.step_flops = step_flops;
+    if (peak > 0 && r->step_ms > 0)
+      m.mfu = step_flops / (r->step_ms / 1e3 * static_cast<double>(ranks) * peak);
     auto written = report->step(m);
     if (!written) return fail(written.error().message);
   }

@@ -53,6 +53,8 @@ Status MetricsWriter::write(const StepMetrics& metrics) {
       {"optimizer_state_bytes", metrics.optimizer_state_bytes},
       {"communication_bytes", metrics.communication_bytes},
       {"activation_bytes", metrics.activation_bytes},
+      {"step_flops", metrics.step_flops},
+      {"mfu", metrics.mfu},
       {"bubble", metrics.bubble},
       {"lr", metrics.lr},
       {"sent_bytes", metrics.sent_bytes},

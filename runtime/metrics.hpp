@@ -40,6 +40,10 @@ struct StepMetrics {
   int64_t sent_bytes = 0;
   double loss_scale = 0;  ///< the loss scale the step ran with (0: no loss scaling)
   bool skipped = false;   ///< the gradients overflowed: no update on any rank (grad_norm null)
+  /// The model's matrix-product FLOPs of the step (forward and backward, global batch).
+  double step_flops = 0;
+  /// step_flops / (step time × ranks × rank 0's measured GEMM rate in the job's dtype).
+  double mfu = 0;
 };
 
 /// Appends one JSON object per step to a file, flushed after each line, with every
@@ -47,8 +51,8 @@ struct StepMetrics {
 /// {"step":..,"steps_total":..,"loss":..,"tokens_per_s":..,"step_ms":..,"tokens":..,
 ///  "grad_norm":..,"params":..,"model_state_bytes":..,"parameter_bytes":..,
 ///  "gradient_bytes":..,"optimizer_state_bytes":..,"communication_bytes":..,"activation_bytes":..,"bubble":..,
-///  "lr":..,"sent_bytes":..,"loss_scale":..,"skipped":..}; a grad_norm that is not finite
-///  (a skipped step's) is null.
+///  "lr":..,"sent_bytes":..,"loss_scale":..,"skipped":..,"step_flops":..,"mfu":..}; a grad_norm that is not
+///  finite (a skipped step's) is null.
 class MetricsWriter {
  public:
   /// Creates (truncates) `path`; fails with a sentence naming the path. A run resumed after

@@ -1,24 +1,27 @@
 #include "runtime/simulate_command.hpp"
 
-#include <torch/torch.h>
-
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <thread>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "runtime/cli/job_arguments.hpp"
-#include "runtime/data/corpus.hpp"
-#include "runtime/flops_profile.hpp"
-#include "runtime/model/gpt.hpp"
 #include "sim/simulation.hpp"
 
 namespace troupe {
 namespace {
 
+std::string quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 Result<std::vector<sim::LayerCost>> measure(const JobConfig& job, const sim::ClusterSpec& cluster,
-                                            int repeats) {
+                                            const SimulateArguments& args) {
   if (job.parallel.tp > 1)
     return make_error(
         fmt::format("{}: compute = \"measured\" times the whole layers of a tp = 1 job; with tp = {} "
@@ -28,25 +31,34 @@ Result<std::vector<sim::LayerCost>> measure(const JobConfig& job, const sim::Clu
                                                  : std::max<int64_t>(1, std::thread::hardware_concurrency());
   const int64_t threads =
       job.train.threads > 0 ? job.train.threads : std::max<int64_t>(1, cores / cluster.ranks_per_host);
-  torch::set_num_threads(static_cast<int>(threads));
-  torch::manual_seed(static_cast<uint64_t>(job.train.seed));
-  auto corpus = TextCorpus::make(job.data, job.train.seed, job.model.seq_len);
-  if (!corpus) return corpus.error();
-  auto layers = make_gpt(job.model);
-  TokenBatch b = sample_sequences(*corpus, job.model.seq_len, static_cast<uint64_t>(job.train.seed), 0,
-                                  job.batch.micro_batch_size);
-  LayerTimes times = time_layers(layers, MicroBatch{b.input, b.target}, lm_loss, repeats);
+  const int64_t copies = std::max<int64_t>(1, std::min(cluster.ranks_per_host, cores / threads));
+  std::string command = fmt::format("{} profile {} --json --median --repeats {} --set train.threads={}",
+                                    quoted(args.program), quoted(args.file), args.repeats, threads);
+  for (const std::string& o : args.overrides) command += " --set " + quoted(o);
+  std::vector<std::unique_ptr<FILE, int (*)(FILE*)>> children;
+  for (int64_t c = 0; c < copies; ++c) children.emplace_back(::popen(command.c_str(), "r"), ::pclose);
   std::vector<sim::LayerCost> costs;
-  for (std::size_t i = 0; i < times.forward.size(); ++i)
-    costs.push_back({times.forward[i], times.backward[i]});
+  for (auto& child : children) {
+    std::string text;
+    char buffer[4096];
+    while (child && std::fgets(buffer, sizeof buffer, child.get())) text += buffer;
+    auto j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.contains("layers"))
+      return make_error(fmt::format("timing the layers failed: {} printed no profile", command));
+    costs.resize(j["layers"].size());
+    for (std::size_t i = 0; i < costs.size(); ++i) {
+      costs[i].forward_s += j["layers"][i]["forward_ms"].get<double>() / 1e3 / static_cast<double>(copies);
+      costs[i].backward_s += j["layers"][i]["backward_ms"].get<double>() / 1e3 / static_cast<double>(copies);
+    }
+  }
   return costs;
 }
 
 }  // namespace
 
 Result<std::vector<sim::LayerCost>> layer_costs(const JobConfig& job, const sim::ClusterSpec& cluster,
-                                                int repeats) {
-  if (cluster.compute == "measured") return measure(job, cluster, repeats);
+                                                const SimulateArguments& args) {
+  if (cluster.compute == "measured") return measure(job, cluster, args);
   return sim::flops_layer_costs(job, cluster);
 }
 
@@ -56,7 +68,7 @@ int run_simulate(const JobConfig& job, const SimulateArguments& args) {
     std::fprintf(stderr, "troupe: %s\n", cluster.error().message.c_str());
     return kUsageExitCode;
   }
-  auto layers = layer_costs(job, *cluster, args.repeats);
+  auto layers = layer_costs(job, *cluster, args);
   if (!layers) {
     std::fprintf(stderr, "troupe: %s\n", layers.error().message.c_str());
     return kUsageExitCode;

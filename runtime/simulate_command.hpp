@@ -17,6 +17,9 @@
 namespace troupe {
 
 struct SimulateArguments {
+  std::string file;  ///< the job's file and --set overrides, for the measuring children
+  std::vector<std::string> overrides;
+  std::string program;  ///< this program
   std::string cluster;
   std::string trace;
   bool json = false;
@@ -24,10 +27,12 @@ struct SimulateArguments {
   int repeats = 3;  ///< measured compute: timed passes per layer
 };
 
-/// The layer times `cluster` asks for: from FLOPs, or the job's layers timed in this
-/// process with the threads each of its ranks would have.
+/// The layer times `cluster` asks for: from FLOPs, or (compute = "measured") the job's
+/// layers timed by as many `troupe profile --median` processes at once as the host runs
+/// ranks, each with a rank's threads, so that they contend for the cores, caches and memory
+/// bandwidth as the ranks will; their times averaged. `args`: the job's file and overrides.
 Result<std::vector<sim::LayerCost>> layer_costs(const JobConfig& job, const sim::ClusterSpec& cluster,
-                                                int repeats);
+                                                const SimulateArguments& args);
 
 /// Runs the command; returns the exit code (2 for a bad job or cluster, 1 when the
 /// simulated job fails).

@@ -195,8 +195,8 @@ Result<ClusterSpec> parse_cluster(const std::string& text, const std::string& so
         fmt::format("{}: a cluster file needs a [cluster] section (hosts, ranks_per_host, device)", source));
   std::string device;
   TROUPE_TRY(read_cluster_table(TableReader(*cluster, source, "cluster"), c, device, folder));
-  // A measured CPU host's transport: its figure is the default of both links.
-  c.host = LinkSpec{c.device.transport_bandwidth, c.device.transport_latency_s};
+  // A measured CPU host's transport and collectives: the defaults of its links.
+  c.host = LinkSpec{c.device.transport_bandwidth, c.device.transport_latency_s, c.device.collective_busbw};
   c.network = c.host;
   if (const toml::table* links = root["links"].as_table()) {
     TROUPE_TRY(TableReader(*links, source, "links").only({"host", "network"}));

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,9 @@ namespace troupe::sim {
 struct LinkSpec {
   double bandwidth = 0;  ///< bytes/s per direction
   double latency_s = 0;  ///< one message's fixed cost
+  /// Measured bus bandwidths of the collectives over this link by name ("all_reduce",
+  /// "reduce_scatter", "all_gather"); empty: rings at `bandwidth`.
+  std::map<std::string, double> collective_busbw;
 };
 
 enum class FaultKind { slow_rank, lost_link, dead_rank };

@@ -106,6 +106,7 @@ std::string device_json(const DeviceSpec& d) {
   j["host_link_bandwidth"] = d.host_link_bandwidth;
   j["transport_bandwidth"] = d.transport_bandwidth;
   j["transport_latency_s"] = d.transport_latency_s;
+  j["collective_busbw"] = d.collective_busbw;
   j["nvme_read"] = d.nvme_read;
   j["nvme_write"] = d.nvme_write;
   return j.dump();
@@ -147,6 +148,7 @@ Result<DeviceSpec> load_device_file(const std::string& path) {
   d.host_link_bandwidth = j.value("host_link_bandwidth", 0.0);
   d.transport_bandwidth = j.value("transport_bandwidth", 0.0);
   d.transport_latency_s = j.value("transport_latency_s", 0.0);
+  d.collective_busbw = j.value("collective_busbw", std::map<std::string, double>{});
   d.nvme_read = j.value("nvme_read", 0.0);
   d.nvme_write = j.value("nvme_write", 0.0);
   for (const auto& s : j.value("gemm_samples", nlohmann::json::array()))

@@ -42,6 +42,10 @@ struct DeviceSpec {
   double host_link_bandwidth = 0;            ///< gpu: device ↔ host bytes/s per direction (PCIe)
   double transport_bandwidth = 0;            ///< host-to-host transport bytes/s (measured) or 0
   double transport_latency_s = 0;            ///< its one-way latency
+  /// Measured: the bus bandwidth (nccl-tests' busbw) of troupe's own collectives between
+  /// the ranks of one host, by "all_reduce", "reduce_scatter", "all_gather"; where a
+  /// collective's reduction and copies run on the CPU they are well below the transport's.
+  std::map<std::string, double> collective_busbw;
   double nvme_read = 0;                      ///< bytes/s per host
   double nvme_write = 0;
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <string_view>
 
 namespace troupe::sim {
 
@@ -43,23 +44,42 @@ Nanos LinkModel::point_to_point(int64_t bytes, int64_t from, int64_t to) const {
   return seconds_to_nanos(link.latency_s + static_cast<double>(bytes) / link.bandwidth);
 }
 
-Nanos LinkModel::reduce_scatter(int64_t bytes, const std::vector<int64_t>& group) const {
+// A reduce-scatter or an all-gather moves (n − 1)/n of the buffer per member, an all-reduce
+// twice that (nccl-tests' busbw conventions).
+double LinkModel::inside_seconds(const char* op, double bytes, int64_t members) const {
+  if (members <= 1) return 0;
+  auto measured = cluster_.host.collective_busbw.find(op);
+  if (measured == cluster_.host.collective_busbw.end() || measured->second <= 0) {
+    const double pass = ring_seconds(bytes, members, cluster_.host);
+    return std::string_view(op) == "all_reduce" ? 2 * pass : pass;
+  }
+  const double n = static_cast<double>(members);
+  const double moved = (std::string_view(op) == "all_reduce" ? 2 : 1) * (n - 1) / n * bytes;
+  return (n - 1) * cluster_.host.latency_s + moved / measured->second;
+}
+
+Nanos LinkModel::collective(const char* op, int64_t bytes, const std::vector<int64_t>& group) const {
   if (group.size() <= 1) return 0;
   const Span s = span(group);
   const double b = static_cast<double>(bytes);
-  if (s.hosts == 1) return seconds_to_nanos(ring_seconds(b, s.local, cluster_.host));
-  if (s.local == 1) return seconds_to_nanos(ring_seconds(b, s.hosts, network_per_rank()));
-  const double inside = ring_seconds(b, s.local, cluster_.host);
+  const double passes = std::string_view(op) == "all_reduce" ? 2 : 1;
+  if (s.hosts == 1) return seconds_to_nanos(inside_seconds(op, b, s.local));
+  if (s.local == 1) return seconds_to_nanos(passes * ring_seconds(b, s.hosts, network_per_rank()));
+  // Inside each host, then 1/L of the buffer across hosts, then (all-reduce) back inside.
   const double across = ring_seconds(b / static_cast<double>(s.local), s.hosts, network_per_rank());
-  return seconds_to_nanos(inside + across);
+  return seconds_to_nanos(inside_seconds(op, b, s.local) + passes * across);
+}
+
+Nanos LinkModel::reduce_scatter(int64_t bytes, const std::vector<int64_t>& group) const {
+  return collective("reduce_scatter", bytes, group);
 }
 
 Nanos LinkModel::all_gather(int64_t bytes, const std::vector<int64_t>& group) const {
-  return reduce_scatter(bytes, group);  // the same ring passes, the other way
+  return collective("all_gather", bytes, group);
 }
 
 Nanos LinkModel::all_reduce(int64_t bytes, const std::vector<int64_t>& group) const {
-  return reduce_scatter(bytes, group) + all_gather(bytes, group);
+  return collective("all_reduce", bytes, group);
 }
 
 }  // namespace troupe::sim

@@ -8,7 +8,9 @@
 // inside each host, then across hosts on each member's 1/L of the buffer (every local
 // member on its own rail, so the rails run side by side), then an all-gather inside the
 // host; NCCL's tree/ring and troupe's two-level all-reduce both take this shape. Ranks of a
-// host that outnumber its rails share them.
+// host that outnumber its rails share them. Where the host's collectives were measured
+// (a CPU host's device file), a pass inside the host takes its measured bus bandwidth
+// instead of the link's: the reduction and the copies cost more than the bytes' transfer.
 // Thread safety: const methods only.
 #pragma once
 
@@ -39,6 +41,9 @@ class LinkModel {
   };
   Span span(const std::vector<int64_t>& group) const;
   double ring_seconds(double bytes, int64_t members, const LinkSpec& link) const;
+  /// One pass of `op` over `members` of one host: at its measured bus bandwidth when known.
+  double inside_seconds(const char* op, double bytes, int64_t members) const;
+  Nanos collective(const char* op, int64_t bytes, const std::vector<int64_t>& group) const;
   LinkSpec network_per_rank() const;
 
   ClusterSpec cluster_;

@@ -74,6 +74,9 @@ std::string result_json(const SimulationResult& r, const std::string& job, const
   for (const StageFigures& s : r.stages)
     stages.push_back({{"stage", s.stage},
                       {"peak_bytes", s.peak_bytes},
+                      {"model_state_bytes", s.model_state_bytes},
+                      {"communication_bytes", s.communication_bytes},
+                      {"activation_bytes", s.activation_bytes},
                       {"busy_ms", s.busy_ms},
                       {"exposed_comm_ms", s.exposed_comm_ms}});
   j["stages"] = stages;

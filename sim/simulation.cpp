@@ -133,14 +133,18 @@ void summarize(const World& w, const Reports& reports, int64_t steps, Simulation
   double bubble = 0, exposed = 0;
   for (int64_t r = 0; r < w.ranks(); ++r) {
     const auto& mine = reports.by_rank[static_cast<std::size_t>(r)];
+    StageFigures& stage = out.stages[static_cast<std::size_t>(w.places[static_cast<std::size_t>(r)].stage)];
     int64_t peak = 0;
-    for (const step_report& report : mine)
-      peak = std::max(peak, report.stats.model_state_bytes + report.stats.communication_bytes +
-                                report.stats.activation_bytes);
+    for (const step_report& report : mine) {
+      const StepStats& st = report.stats;
+      peak = std::max(peak, st.model_state_bytes + st.communication_bytes + st.activation_bytes);
+      stage.model_state_bytes = std::max(stage.model_state_bytes, st.model_state_bytes);
+      stage.communication_bytes = std::max(stage.communication_bytes, st.communication_bytes);
+      stage.activation_bytes = std::max(stage.activation_bytes, st.activation_bytes);
+    }
     if (!mine.empty()) bubble += mine.back().stats.bubble;
     const RankFigures& f = w.figures[static_cast<std::size_t>(r)];
     exposed += nanos_to_ms(f.exposed) / static_cast<double>(counted);
-    StageFigures& stage = out.stages[static_cast<std::size_t>(w.places[static_cast<std::size_t>(r)].stage)];
     stage.peak_bytes = std::max(stage.peak_bytes, peak);
     stage.busy_ms = std::max(stage.busy_ms, nanos_to_ms(f.busy) / static_cast<double>(counted));
     stage.exposed_comm_ms =

@@ -27,9 +27,12 @@ struct SimulationOptions {
 
 struct StageFigures {
   int64_t stage = 0;
-  int64_t peak_bytes =
-      0;  ///< the most any of its ranks held (ledger kinds, autograd's saved tensors with flops)
-  int64_t ledger_bytes = 0;    ///< of which the kinds the runtime's ledger reports
+  /// The most any of its ranks held: the ledger's kinds, with flops compute autograd's saved tensors too.
+  int64_t peak_bytes = 0;
+  /// Of which, by kind (the most of any of its ranks), as `troupe run --metrics` reports them.
+  int64_t model_state_bytes = 0;
+  int64_t communication_bytes = 0;
+  int64_t activation_bytes = 0;
   double busy_ms = 0;          ///< compute per step, its busiest rank
   double exposed_comm_ms = 0;  ///< communication waited on per step, its most exposed rank
 };

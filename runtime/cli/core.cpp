@@ -23,6 +23,7 @@
 #include "runtime/flops_profile.hpp"
 #include "runtime/gpt_job.hpp"
 #include "runtime/parameter_file.hpp"
+#include "runtime/plan_command.hpp"
 #include "runtime/simulate_command.hpp"
 
 namespace troupe {
@@ -88,6 +89,8 @@ int main(int argc, char** argv) {
       "profile", "per layer: parameters, forward and backward FLOPs, their measured times and rates");
   add_config_arguments(profiler, profile_args);
   profiler->add_flag("--json", profile_json, "one JSON object");
+  bool profile_median = false;
+  profiler->add_flag("--median", profile_median, "each layer's median pass, not its best");
   profiler->add_option("--repeats", profile_repeats, "timed passes after one warm-up; the best is kept")
       ->check(CLI::Range(1, 1000));
 
@@ -103,6 +106,20 @@ int main(int argc, char** argv) {
   simulate->add_flag("--json", simulate_args.json, "one JSON object");
   simulate->add_option("--steps", simulate_args.steps, "steps to simulate")->check(CLI::Range(1, 1000));
   simulate->add_option("--repeats", simulate_args.repeats, "compute = \"measured\": timed passes per layer")
+      ->check(CLI::Range(1, 1000));
+
+  JobArguments plan_job_args;
+  PlanArguments plan_args;
+  auto* planner = app.add_subcommand(
+      "plan", "choose dp, pp, tp, ZeRO stage, offload, schedule and micro-batch for a cluster by simulation");
+  add_config_arguments(planner, plan_job_args);
+  planner->add_option("--cluster", plan_args.simulate.cluster, "the cluster file (TOML; see configs/sim/)")
+      ->required();
+  planner->add_option("--out", plan_args.out, "where the chosen job goes (default: FILE's name, .plan.toml)");
+  planner->add_option("--top", plan_args.top, "layouts listed")->check(CLI::Range(1, 1000));
+  planner->add_flag("--json", plan_args.simulate.json, "one JSON object: every layout ranked and refused");
+  planner
+      ->add_option("--repeats", plan_args.simulate.repeats, "compute = \"measured\": timed passes per layer")
       ->check(CLI::Range(1, 1000));
 
   DeviceProfileOptions device_options;
@@ -226,7 +243,18 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "troupe: %s\n", job.error().message.c_str());
       return kUsageExitCode;
     }
-    return run_flops_profile(*job, profile_repeats, profile_json);
+    return run_flops_profile(*job, profile_repeats, profile_json, profile_median);
+  }
+  if (*planner) {
+    auto job = load_config_file(plan_job_args.file, overrides_of(plan_job_args));
+    if (!job) {
+      std::fprintf(stderr, "troupe: %s\n", job.error().message.c_str());
+      return kUsageExitCode;
+    }
+    plan_args.simulate.file = plan_job_args.file;
+    plan_args.simulate.overrides = plan_job_args.overrides;
+    plan_args.simulate.program = self_program_path();
+    return run_plan(*job, plan_args);
   }
   if (*profile_device) {
     device_options.program = self_program_path();
@@ -238,6 +266,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "troupe: %s\n", job.error().message.c_str());
       return kUsageExitCode;
     }
+    simulate_args.file = simulate_job_args.file;
+    simulate_args.overrides = simulate_job_args.overrides;
+    simulate_args.program = self_program_path();
     return run_simulate(*job, simulate_args);
   }
   if (*bench_nvme) return run_bench_nvme(nvme_bench);

@@ -43,7 +43,7 @@ namespace {
 
 /// Subcommands troupe-core parses and runs; the front only lists them in --help.
 constexpr const char* kCoreCommands[] = {"rank",    "bench",          "bench-rank", "export",
-                                         "profile", "profile-device", "simulate"};
+                                         "profile", "profile-device", "simulate",   "plan"};
 
 bool is_core_command(const char* name) {
   for (const char* c : kCoreCommands)
@@ -253,6 +253,8 @@ int main(int argc, char** argv) {
   app.add_subcommand("export", "write a checkpoint's parameters as one file LibTorch and PyTorch load");
   app.add_subcommand("profile",
                      "per layer: parameters, forward and backward FLOPs, measured times and rates");
+  app.add_subcommand("plan",
+                     "choose the parallel layout, ZeRO stage and micro-batch for a cluster by simulation");
   app.add_subcommand("profile-device", "measure this machine into a device file for troupe simulate");
   app.add_subcommand("simulate",
                      "run the job's schedulers on a simulated cluster: step time, bubble, comm, memory");

@@ -1,6 +1,10 @@
 // `troupe profile FILE`: every layer of the job's GPT with its parameters, FLOPs and
-// measured forward and backward times; the totals are the layers' sums.
+// measured forward and backward times; the totals are the layers' sums. Every step's
+// metrics carry its FLOPs and MFU; `troupe profile-device` measures this machine.
 #include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -42,6 +46,49 @@ TEST(Profile, PrintsEveryLayerWithItsFlopsAndTimes) {
   EXPECT_NE(table.output.find("fwd GFLOP/s"), std::string::npos) << table.output;
   EXPECT_NE(table.output.find("total"), std::string::npos) << table.output;
   EXPECT_NE(table.output.find("(MFU)"), std::string::npos) << table.output;
+}
+
+TEST(Profile, EveryStepsMetricsCarryItsFlopsAndMfu) {
+  const std::string dir = make_temp_dir();
+  const std::string job = std::string(TROUPE_SOURCE_DIR) + "/configs/tiny-gpt.toml --set train.steps=2";
+  auto run = run_command(std::string(TROUPE_BINARY) + " run " + job + " --metrics " + dir + "/m.jsonl", 120);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  auto profile = run_command(std::string(TROUPE_BINARY) + " profile " + job + " --repeats 1 --json", 120);
+  ASSERT_EQ(profile.exit_code, 0) << profile.output;
+  auto flops = nlohmann::json::parse(profile.output.substr(profile.output.find('{')));
+  std::ifstream lines(dir + "/m.jsonl");
+  std::string line;
+  int steps = 0;
+  while (std::getline(lines, line)) {
+    auto m = nlohmann::json::parse(line);
+    // The profile's micro-batch FLOPs (forward and backward) over both ranks' micro-batches.
+    EXPECT_DOUBLE_EQ(m.at("step_flops").get<double>(), 2 * flops.at("step_flops").get<double>());
+    EXPECT_GT(m.at("mfu").get<double>(), 0);
+    EXPECT_LT(m.at("mfu").get<double>(), 1.5);
+    ++steps;
+  }
+  EXPECT_EQ(steps, 2);
+}
+
+TEST(ProfileDevice, MeasuresThisMachineIntoADeviceFile) {
+  auto r = run_command(std::string(TROUPE_BINARY) + " profile-device --quick --json", 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto d = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  EXPECT_EQ(d.at("kind"), "cpu");
+  EXPECT_GT(d.at("gemm_flops").at("fp32").get<double>(), 1e8);
+  EXPECT_GT(d.at("gemm_flops").at("bf16").get<double>(), 0);
+  EXPECT_GE(d.at("gemm_samples").size(), 4u);  // two shapes each of fp32 and bf16
+  EXPECT_GT(d.at("memory_bandwidth").get<double>(), 1e8);
+  EXPECT_GT(d.at("optimizer_elements_per_s").get<double>(), 1e6);
+  EXPECT_GT(d.at("transport_bandwidth").get<double>(), 1e6);
+  EXPECT_GT(d.at("transport_latency_s").get<double>(), 0);
+  EXPECT_EQ(d.at("collective_busbw").size(), 3u);
+  EXPECT_NE(d.at("source").get<std::string>().find("measured by troupe profile-device"), std::string::npos);
+  auto bad =
+      run_command(std::string(TROUPE_BINARY) + " profile-device --quick --nvme-dir /nonexistent/dir", 120);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("troupe bench nvme --dir /nonexistent/dir gave no figures"), std::string::npos)
+      << bad.output;
 }
 
 }  // namespace

@@ -6,11 +6,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "pipeline/schedule.hpp"
 #include "runtime/config/load.hpp"
+#include "sim/planner.hpp"
 #include "sim/simulation.hpp"
 
 namespace troupe::sim {
@@ -31,7 +33,7 @@ ClusterSpec free_links(int64_t ranks) {
   c.ranks_per_host = ranks;
   c.device = *device_preset("h100-sxm");
   c.device.optimizer_elements_per_s = 1e18;
-  c.host = LinkSpec{1e18, 0};
+  c.host = LinkSpec{1e18, 0, {}};
   c.network = c.host;
   return c;
 }
@@ -97,8 +99,8 @@ ClusterSpec jittery(uint64_t seed) {
   c.hosts = 2;
   c.ranks_per_host = 4;
   c.device = *device_preset("h100-sxm");
-  c.host = LinkSpec{100e9, 2e-6};
-  c.network = LinkSpec{10e9, 5e-6};
+  c.host = LinkSpec{100e9, 2e-6, {}};
+  c.network = LinkSpec{10e9, 5e-6, {}};
   c.rails = 4;
   c.seed = seed;
   c.jitter = 0.1;
@@ -177,6 +179,38 @@ TEST(Simulation, TheShippedSeventyBillionJobOnOneThousandRanks) {
   EXPECT_LT(r->mfu, 0.55);  // below the efficiency the products were given
   EXPECT_LT(r->peak_bytes, 141'000'000'000);
   EXPECT_GT(r->bubble, 0.05);  // 1F1B over 8 stages and 64 micro-batches: 7/71 at least
+}
+
+TEST(Plan, RanksEveryLayoutThatFitsAndRefusesWhatDoesNot) {
+  JobConfig job = job_of(
+      "[cluster]\nworld_size = 4\n[batch]\nglobal_batch_size = 16\nmicro_batch_size = 4\n"
+      "[model]\nseq_len = 64\nd_model = 128\nn_layers = 4\nn_heads = 4\n");
+  ClusterSpec cluster = jittery(1);
+  cluster.hosts = 1;
+  cluster.jitter = 0;
+  const auto candidates = plan_candidates(job, cluster);
+  // tp 1, 2, 4 (heads 4) × pp dividing 4/tp × micro dividing 16/dp × schedules × ZeRO stages.
+  EXPECT_GT(candidates.size(), 40u);
+  LayerCostSource flops = [&](const JobConfig& j) { return flops_layer_costs(j, cluster); };
+  auto plan = plan_job(job, cluster, flops);
+  ASSERT_TRUE(plan) << plan.error().message;
+  ASSERT_FALSE(plan->ranked.empty());
+  double fastest = plan->ranked.front().step_ms;
+  for (const PlannedJob& p : plan->ranked) fastest = std::min(fastest, p.step_ms);
+  EXPECT_LE(plan->ranked.front().step_ms, 1.01 * fastest);  // the chosen is within the tie of the fastest
+  const PlannedJob& best = plan->ranked.front();
+  EXPECT_EQ(best.job.parallel.dp * best.job.parallel.pp * best.job.parallel.tp, 4);
+  EXPECT_EQ(best.job.batch.global_batch_size, 16);
+  EXPECT_LE(best.peak_bytes, plan->memory_budget);
+  for (const PlannedJob& p : plan->refused) EXPECT_FALSE(p.refused.empty()) << p.candidate.describe();
+
+  cluster.device.memory_bytes = 1000;  // nothing fits
+  auto none = plan_job(job, cluster, flops);
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(none->ranked.empty());
+  ASSERT_FALSE(none->refused.empty());
+  EXPECT_NE(none->refused.front().refused.find("more than its 0.00 GB"), std::string::npos)
+      << none->refused.front().refused;
 }
 
 }  // namespace

@@ -488,8 +488,8 @@ TEST(Metrics, WriterAppendsOneJsonObjectPerStep) {
     ASSERT_TRUE(writer.ok());
     ASSERT_TRUE(writer->write({1, 2, 5.5, 100.0, 10.0, 1000}).ok());
     ASSERT_TRUE(writer
-                    ->write({2, 2, 5.0, 200.0, 5.0, 1000, 0.75, 123, 4000, 492, 492, 984, 64, 2048, 0.25,
-                             3e-4, 8192, 1024.0, false})
+                    ->write({2,   2,  5.0,  200.0, 5.0,  1000, 0.75,   123,   4000,  492,  492,
+                             984, 64, 2048, 0.25,  3e-4, 8192, 1024.0, false, 4.5e9, 0.375})
                     .ok());
     StepMetrics skipped{3, 3, 4.5, 100.0, 10.0, 1000};
     skipped.grad_norm = std::numeric_limits<double>::infinity();
@@ -521,7 +521,9 @@ TEST(Metrics, WriterAppendsOneJsonObjectPerStep) {
   EXPECT_EQ(lines[1]["sent_bytes"], 8192);
   EXPECT_DOUBLE_EQ(lines[1]["loss_scale"].get<double>(), 1024.0);
   EXPECT_EQ(lines[1]["skipped"], false);
-  EXPECT_EQ(lines[1].size(), 19u);  // every StepMetrics field, nothing else
+  EXPECT_DOUBLE_EQ(lines[1]["step_flops"].get<double>(), 4.5e9);
+  EXPECT_DOUBLE_EQ(lines[1]["mfu"].get<double>(), 0.375);
+  EXPECT_EQ(lines[1].size(), 21u);  // every StepMetrics field, nothing else
   // A step the loss scaler skipped: its norm is not a number JSON has, so it is null.
   EXPECT_TRUE(lines[2]["grad_norm"].is_null());
   EXPECT_EQ(lines[2]["skipped"], true);

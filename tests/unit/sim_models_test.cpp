@@ -61,8 +61,8 @@ ClusterSpec two_hosts_of_four() {
   ClusterSpec c;
   c.hosts = 2;
   c.ranks_per_host = 4;
-  c.host = LinkSpec{100e9, 1e-6};
-  c.network = LinkSpec{10e9, 5e-6};
+  c.host = LinkSpec{100e9, 1e-6, {}};
+  c.network = LinkSpec{10e9, 5e-6, {}};
   c.rails = 4;
   return c;
 }
@@ -78,13 +78,24 @@ TEST(LinkModel, RingsInsideAHostAndHierarchicallyAcross) {
   const int64_t bytes = 400'000'000;
   // Four ranks of one host: each pass 3 hops of a quarter.
   EXPECT_EQ(links.reduce_scatter(bytes, {0, 1, 2, 3}), seconds_to_nanos(3e-6 + 0.75 * bytes / 100e9));
-  EXPECT_EQ(links.all_reduce(bytes, {0, 1, 2, 3}), 2 * links.reduce_scatter(bytes, {0, 1, 2, 3}));
+  EXPECT_NEAR(links.all_reduce(bytes, {0, 1, 2, 3}), 2 * links.reduce_scatter(bytes, {0, 1, 2, 3}), 1);
   // One rank per host: the network ring.
   EXPECT_EQ(links.reduce_scatter(bytes, {0, 4}), seconds_to_nanos(5e-6 + 0.5 * bytes / 10e9));
   // Both hosts, four each: inside first, then a quarter of the buffer across, rails side by side.
   const double inside = 3e-6 + 0.75 * bytes / 100e9, across = 5e-6 + 0.5 * (bytes / 4.0) / 10e9;
   EXPECT_EQ(links.reduce_scatter(bytes, {0, 1, 2, 3, 4, 5, 6, 7}), seconds_to_nanos(inside + across));
   EXPECT_EQ(links.all_gather(bytes, {5}), 0);
+}
+
+TEST(LinkModel, AHostsMeasuredCollectivesTakeTheirBusBandwidth) {
+  ClusterSpec c = two_hosts_of_four();
+  c.host.collective_busbw = {{"all_reduce", 1e9}, {"all_gather", 4e9}};
+  LinkModel links(c);
+  const int64_t bytes = 100'000'000;
+  EXPECT_EQ(links.all_reduce(bytes, {0, 1}), seconds_to_nanos(1e-6 + 2 * 0.5 * bytes / 1e9));
+  EXPECT_EQ(links.all_gather(bytes, {0, 1, 2, 3}), seconds_to_nanos(3e-6 + 0.75 * bytes / 4e9));
+  EXPECT_EQ(links.reduce_scatter(bytes, {0, 1}),
+            seconds_to_nanos(1e-6 + 0.5 * bytes / 100e9));  // not measured
 }
 
 TEST(LinkModel, SmallBuffersTakeATree) {
@@ -182,7 +193,7 @@ ClusterSpec h100_host(int64_t ranks) {
   c.ranks_per_host = ranks;
   c.device = *device_preset("h100-sxm");
   c.efficiency = 0.5;
-  c.host = LinkSpec{450e9, 3e-6};
+  c.host = LinkSpec{450e9, 3e-6, {}};
   c.network = c.host;
   return c;
 }

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""How well `troupe simulate` predicts real runs on this machine.
+
+For each job below: the real run (`troupe run --metrics`, the median step time after the
+first two steps, the last step's bubble, rank 0's memory) and the simulation on this
+machine's cluster (one host; `troupe profile-device --json` measured once at the start;
+compute = "measured": the job's layers timed by as many processes at once as it has
+ranks), alternated `rounds` times, the medians of each compared. Prints a markdown table:
+predicted and measured step time, bubble and peak memory, and whether each is within the
+bounds (10% of the step time, 2 points of bubble, 5% of memory).
+
+usage: scripts/sim-accuracy.py [ROUNDS=2] [STEPS=6]
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TROUPE = os.path.join(ROOT, "build", "troupe")
+ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+STEPS = int(sys.argv[2]) if len(sys.argv) > 2 else 6
+
+MODEL = """
+[model]
+seq_len = 128
+d_model = 256
+n_layers = 4
+n_heads = 4
+[batch]
+micro_batch_size = 4
+gradient_accumulation_steps = {m}
+[train]
+steps = {steps}
+log_interval = 1000
+"""
+
+# name, ranks, micro-batches, the job's own sections
+JOBS = [
+    ("dp1", 1, 4, "[parallel]\ndp = 1\n"),
+    ("dp2 ZeRO-0", 2, 4, "[parallel]\ndp = 2\n"),
+    ("dp2 ZeRO-1", 2, 4, "[parallel]\ndp = 2\n[zero]\nstage = 1\n"),
+    ("dp2 ZeRO-2", 2, 4, "[parallel]\ndp = 2\n[zero]\nstage = 2\n"),
+    ("dp2 ZeRO-3", 2, 4, "[parallel]\ndp = 2\n[zero]\nstage = 3\n"),
+    ("dp4 ZeRO-1", 4, 2, "[parallel]\ndp = 4\n[zero]\nstage = 1\n"),
+    ("dp2 ZeRO-2 optimizer on nvme", 2, 4,
+     "[parallel]\ndp = 2\n[zero]\nstage = 2\n[offload]\noptimizer = \"nvme\"\nnvme_path = \"{nvme}\"\n"),
+    ("pp2 1f1b", 2, 8, "[parallel]\npp = 2\n[pipeline]\nschedule = \"1f1b\"\n"),
+    ("pp2 gpipe", 2, 8, "[parallel]\npp = 2\n[pipeline]\nschedule = \"gpipe\"\n"),
+    ("pp2 interleaved_1f1b", 2, 8, "[parallel]\npp = 2\n[pipeline]\nschedule = \"interleaved_1f1b\"\n"),
+    ("pp2 zb_h1", 2, 8, "[parallel]\npp = 2\n[pipeline]\nschedule = \"zb_h1\"\n"),
+    ("pp2 zbv", 2, 8, "[parallel]\npp = 2\n[pipeline]\nschedule = \"zbv\"\n"),
+    ("pp4 1f1b", 4, 8, "[parallel]\npp = 4\n[pipeline]\nschedule = \"1f1b\"\n"),
+    ("pp2 x dp2 1f1b ZeRO-1", 4, 8, "[parallel]\npp = 2\ndp = 2\n[zero]\nstage = 1\n"),
+]
+
+
+def run(args, **kw):
+    return subprocess.run(args, check=True, capture_output=True, text=True, **kw)
+
+
+def real(job, work):
+    metrics = os.path.join(work, "metrics.jsonl")
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    run([TROUPE, "run", job, "--metrics", metrics])
+    rows = [json.loads(line) for line in open(metrics)]
+    last = rows[-1]
+    return {
+        "step_ms": statistics.median(r["step_ms"] for r in rows[2:]),
+        "bubble": last["bubble"],
+        "bytes": last["model_state_bytes"] + last["communication_bytes"] + last["activation_bytes"],
+    }
+
+
+def simulated(job, cluster):
+    j = json.loads(run([TROUPE, "simulate", job, "--cluster", cluster, "--json", "--repeats", "5"]).stdout)
+    stage0 = j["stages"][0]
+    return {
+        "step_ms": j["step_ms"],
+        "bubble": j["bubble"],
+        "bytes": stage0["model_state_bytes"] + stage0["communication_bytes"] + stage0["activation_bytes"],
+    }
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="sim-accuracy.")
+    nvme = os.path.join(work, "nvme")
+    os.makedirs(nvme)
+    device = os.path.join(work, "device.json")
+    with open(device, "w") as f:
+        f.write(run([TROUPE, "profile-device", "--json", "--nvme-dir", nvme]).stdout)
+    print(f"device: {json.load(open(device))['source']}", file=sys.stderr)
+    rows, within = [], 0
+    for name, ranks, m, sections in JOBS:
+        job = os.path.join(work, "job.toml")
+        with open(job, "w") as f:
+            f.write(f"[cluster]\nworld_size = {ranks}\n" + sections.format(nvme=nvme) + MODEL.format(m=m, steps=STEPS))
+        cluster = os.path.join(work, "cluster.toml")
+        with open(cluster, "w") as f:
+            f.write(f"[cluster]\nhosts = 1\nranks_per_host = {ranks}\ndevice = \"{device}\"\ncompute = \"measured\"\n")
+        measured, predicted = [], []
+        for _ in range(ROUNDS):
+            measured.append(real(job, work))
+            predicted.append(simulated(job, cluster))
+        med = lambda runs, key: statistics.median(r[key] for r in runs)
+        r = {k: med(measured, k) for k in ("step_ms", "bubble", "bytes")}
+        p = {k: med(predicted, k) for k in ("step_ms", "bubble", "bytes")}
+        step_err = p["step_ms"] / r["step_ms"] - 1
+        bubble_err = 100 * (p["bubble"] - r["bubble"])
+        mem_err = p["bytes"] / r["bytes"] - 1
+        ok = abs(step_err) <= 0.10 and abs(bubble_err) <= 2 and abs(mem_err) <= 0.05
+        within += ok
+        rows.append(f"| {name} | {p['step_ms']:.0f} | {r['step_ms']:.0f} | {100 * step_err:+.1f}% | "
+                    f"{100 * p['bubble']:.1f}% | {100 * r['bubble']:.1f}% | {bubble_err:+.1f} | "
+                    f"{p['bytes'] / 1e6:.2f} | {r['bytes'] / 1e6:.2f} | {100 * mem_err:+.1f}% | {'yes' if ok else 'no'} |")
+        print(rows[-1], file=sys.stderr)
+    print("| job | predicted step ms | measured step ms | error | predicted bubble | measured bubble | "
+          "points | predicted MB | measured MB | error | within |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    print(f"\n{within} of {len(JOBS)} jobs within 10% step time, 2 points bubble and 5% memory "
+          f"(medians of {ROUNDS} alternated rounds, {STEPS} steps each)")
+
+
+if __name__ == "__main__":
+    main()
