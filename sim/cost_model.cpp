@@ -225,9 +225,17 @@ Result<JobCosts> job_costs(const JobConfig& job, const ClusterSpec& cluster,
       stage_parameters[static_cast<std::size_t>(stage)] += elements[static_cast<std::size_t>(l)];
     first += (*counts)[v];
   }
+  // A rank holds every chunk's model state and buffers: with virtual stages the estimate's
+  // entries are by virtual stage, summed here over the rank's.
+  std::vector<MemoryBytes> held(static_cast<std::size_t>(pp));
+  if (pp == 1) held[0] = estimate->bytes;
+  for (std::size_t v = 0; pp > 1 && v < estimate->stages.size(); ++v)
+    for (std::size_t k = 0; k < memory_kind_count; ++k)
+      held[static_cast<std::size_t>(costs.layout.rank_of(static_cast<int64_t>(v)))].bytes[k] +=
+          estimate->stages[v].bytes.bytes[k];
   for (int64_t s = 0; s < pp; ++s) {
-    const MemoryBytes& held = pp == 1 ? estimate->bytes : estimate->stages[static_cast<std::size_t>(s)].bytes;
-    auto stage = stage_cost(job, cluster, stage_parameters[static_cast<std::size_t>(s)], held);
+    auto stage = stage_cost(job, cluster, stage_parameters[static_cast<std::size_t>(s)],
+                            held[static_cast<std::size_t>(s)]);
     if (!stage) return stage.error();
     costs.stages.push_back(*stage);
   }
