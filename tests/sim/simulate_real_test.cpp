@@ -63,5 +63,38 @@ TEST(SimulatedAgainstReal, APipelineOfTwoStagesOnThisMachine) {
   EXPECT_EQ(s.at("error"), "");
 }
 
+// With virtual stages a rank holds two chunks: the simulated ledger charges both chunks'
+// model state and each chunk's activations as the stage actors do, to the byte.
+TEST(SimulatedAgainstReal, InterleavedChunksHoldWhatTheRuntimeHolds) {
+  const std::string dir = make_temp_dir();
+  // Memory does not depend on the device's speeds: a device file written here will do.
+  // Measured compute, as the runtime's ledger: no autograd tensors charged.
+  write(
+      dir + "/cpu.json",
+      R"({"name":"cpu","kind":"cpu","gemm_flops":{"fp32":1e11},"memory_bandwidth":1e10,"memory_bytes":1e10,)"
+      R"("optimizer_elements_per_s":1e9,"transport_bandwidth":1e9,"transport_latency_s":1e-5})");
+  const std::string cluster = write(dir + "/cluster.toml",
+                                    "[cluster]\nranks_per_host = 2\ndevice = \"cpu.json\"\n"
+                                    "compute = \"measured\"\n");
+  const std::string job = write(dir + "/job.toml",
+                                "[cluster]\nworld_size = 2\n[parallel]\npp = 2\n[pipeline]\n"
+                                "schedule = \"interleaved_1f1b\"\n[batch]\nmicro_batch_size = 2\n"
+                                "gradient_accumulation_steps = 4\n[model]\nseq_len = 32\nd_model = 64\n"
+                                "n_layers = 2\nn_heads = 2\n[train]\nsteps = 2\nlog_interval = 100\n");
+  auto simulated =
+      run_command(std::string(TROUPE_BINARY) + " simulate " + job + " --cluster " + cluster + " --json", 120);
+  ASSERT_EQ(simulated.exit_code, 0) << simulated.output;
+  auto s = nlohmann::json::parse(simulated.output.substr(simulated.output.find('{')));
+  auto real = run_command(std::string(TROUPE_BINARY) + " run " + job + " --metrics " + dir + "/m.jsonl", 300);
+  ASSERT_EQ(real.exit_code, 0) << real.output;
+  std::ifstream lines(dir + "/m.jsonl");
+  std::string line, last;
+  while (std::getline(lines, line)) last = line;
+  auto m = nlohmann::json::parse(last);
+  const auto& stage0 = s.at("stages")[0];
+  EXPECT_EQ(stage0.at("model_state_bytes"), m.at("model_state_bytes"));
+  EXPECT_EQ(stage0.at("activation_bytes"), m.at("activation_bytes"));
+}
+
 }  // namespace
 }  // namespace troupe::testing
