@@ -1,5 +1,7 @@
 #include "runtime/estimate.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <utility>
@@ -10,6 +12,7 @@
 
 #include "memory/offload_plan.hpp"
 #include "memory/zero_plan.hpp"
+#include "pipeline/schedule.hpp"
 #include "runtime/config/resolve.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/model/gpt_shape.hpp"
@@ -210,7 +213,85 @@ Result<ModelStateEstimate> estimate_layers(const JobConfig& job, const LayerSet&
   return e;
 }
 
+// "1.25 GB", "310.0 MB", for messages.
+std::string bytes_text(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  return b >= 1e9 ? fmt::format("{:.2f} GB", b / 1e9) : fmt::format("{:.1f} MB", b / 1e6);
+}
+
 }  // namespace
+
+double autograd_block_bytes(const JobConfig& job) {
+  const double s = static_cast<double>(job.model.seq_len),
+               b = static_cast<double>(job.batch.micro_batch_size);
+  const double h = static_cast<double>(job.model.d_model), a = static_cast<double>(job.model.n_heads);
+  const double t = static_cast<double>(job.parallel.tp);
+  const double width = job.precision.dtype == "fp32" ? 2.0 : 1.0;  // the count is for 16-bit values
+  const bool sp = job.parallel.sequence_parallel;
+  if (job.model.activation_checkpointing) return 2 * s * b * h * width / (sp ? t : 1);
+  const double linear = sp ? 34 / t : 10 + 24 / t;
+  return s * b * h * (linear + 5 * a * s / (h * t)) * width;
+}
+
+Result<int64_t> peak_rank_bytes(const JobConfig& job) {
+  auto e = estimate_job(job);
+  if (!e) return e.error();
+  const double block = autograd_block_bytes(job);
+  auto state = [](const MemoryBytes& m) { return m.model_state() + m[MemoryKind::communication]; };
+  if (job.parallel.pp == 1)  // one micro-batch at a time: its boundary tensors and its blocks'
+    return state(e->bytes) + stage_activation_bytes(job, 0) +
+           static_cast<int64_t>(block * static_cast<double>(job.model.n_layers));
+  int64_t most = 0;
+  const int64_t m = job.batch.gradient_accumulation_steps, pp = job.parallel.pp;
+  for (const StageEstimate& s : e->stages) {
+    const int64_t stage = s.stage % pp, held = job.pipeline.schedule == "gpipe" ? m : std::min(m, pp - stage);
+    const int64_t first_block = std::max<int64_t>(s.first_layer, 1);
+    const int64_t blocks =
+        std::max<int64_t>(0, std::min(s.first_layer + s.layers, job.model.n_layers + 1) - first_block);
+    most = std::max(most, state(s.bytes) + s.activation_bytes +
+                              static_cast<int64_t>(block * static_cast<double>(blocks * held)));
+  }
+  return most;
+}
+
+Status choose_micro_batch(JobConfig& job) {
+  const int64_t share = job.batch.global_batch_size / job.parallel.dp;
+  const int64_t ranks = job.parallel.dp * job.parallel.pp * job.parallel.tp;
+  const int64_t budget = job.batch.memory_budget_bytes > 0 ? job.batch.memory_budget_bytes
+                                                           : static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) *
+                                                                 ::sysconf(_SC_PAGE_SIZE) / ranks;
+  const std::string where = job.origins.where("batch", "micro_batch_size");
+  int64_t smallest_need = 0;
+  for (int64_t micro = share; micro >= 1; --micro) {
+    if (share % micro != 0) continue;
+    JobConfig trial = job;
+    trial.batch.micro_batch_size = micro;
+    trial.batch.gradient_accumulation_steps = share / micro;
+    if (trial.parallel.pp > 1 && trial.pipeline.schedule_file.empty() &&
+        !pipeline::check_shape(
+            trial.pipeline.schedule,
+            {trial.parallel.pp, trial.batch.gradient_accumulation_steps, pipeline_chunks(trial)}))
+      continue;  // too few micro-batches for the schedule
+    auto need = peak_rank_bytes(trial);
+    if (!need)
+      return make_error(
+          fmt::format("{}: [batch] micro_batch_size = \"auto\": {}", where, need.error().message));
+    smallest_need = *need;
+    if (*need > budget) continue;
+    job.batch.micro_batch_size = micro;
+    job.batch.gradient_accumulation_steps = share / micro;
+    job.warnings.push_back(
+        fmt::format("{}: [batch] micro_batch_size = \"auto\" chose {} (× {} accumulation steps): a rank "
+                    "holds about {} of "
+                    "its {} budget",
+                    where, micro, share / micro, bytes_text(*need), bytes_text(budget)));
+    return {};
+  }
+  return make_error(
+      fmt::format("{}: [batch] micro_batch_size = \"auto\": no micro-batch fits; the smallest the "
+                  "schedule runs needs {} per rank, more than memory_budget_bytes = {}",
+                  where, bytes_text(smallest_need), bytes_text(budget)));
+}
 
 Result<ModelStateEstimate> estimate_job(const JobConfig& job) {
   // Shapes only: no tensor of the model is made. With tp > 1 a rank holds its shard.

@@ -74,6 +74,22 @@ struct ModelStateEstimate {
   std::string partition_note;  ///< how the layers were cut, when it is not what the run does
 };
 
+/// Bytes autograd keeps inside one transformer block for one micro-batch until its backward
+/// (Korthikanti et al. 2022: s·b·h·(34 + 5·a·s/h) at 16 bits; tensor parallelism divides the
+/// attention and MLP parts, sequence parallelism all; recompute keeps the block's input).
+double autograd_block_bytes(const JobConfig& job);
+
+/// The most one rank holds at the peak of a step: model state, communication buffers, the
+/// activations its schedule keeps and, for each micro-batch it keeps, autograd's bytes.
+Result<int64_t> peak_rank_bytes(const JobConfig& job);
+
+/// [batch] micro_batch_size = "auto" (DeepSpeed's autotuning, without trial runs): the
+/// largest micro-batch that divides a replica's share of the global batch, runs the
+/// schedule, and keeps peak_rank_bytes within memory_budget_bytes (0: this machine's
+/// memory over the job's ranks); sets it and the accumulation and says so in warnings. An
+/// error names the key when even one sequence does not fit.
+Status choose_micro_batch(JobConfig& job);
+
 /// The estimate for a resolved job; fails with a sentence when the job cannot be planned.
 Result<ModelStateEstimate> estimate_job(const JobConfig& job);
 

@@ -25,21 +25,6 @@ int64_t communication_bytes(const JobConfig& job) {
   return element_bytes(c.empty() ? job.precision.dtype : c);
 }
 
-// Korthikanti et al. (2022), table 2: the bytes a transformer layer's autograd keeps for its
-// backward, s·b·h·(34 + 5·a·s/h) at 16 bits; tensor parallelism divides the attention and
-// MLP parts (10 + 24/t), sequence parallelism all of it; recompute keeps the layer's input.
-double saved_block_bytes(const JobConfig& job) {
-  const double s = static_cast<double>(job.model.seq_len),
-               b = static_cast<double>(job.batch.micro_batch_size);
-  const double h = static_cast<double>(job.model.d_model), a = static_cast<double>(job.model.n_heads);
-  const double t = static_cast<double>(job.parallel.tp);
-  const double width = static_cast<double>(element_bytes(job.precision.dtype)) / 2;
-  const bool sp = job.parallel.sequence_parallel;
-  if (job.model.activation_checkpointing) return 2 * s * b * h * width / (sp ? t : 1);
-  const double linear = sp ? 34 / t : 10 + 24 / t;
-  return s * b * h * (linear + 5 * a * s / (h * t)) * width;
-}
-
 struct Groups {
   std::vector<int64_t> tensor;  // a tensor-parallel group
   std::vector<int64_t> data;    // stage s's data-parallel group, at shard 0
@@ -104,7 +89,7 @@ ChunkCost chunk_cost(const JobConfig& job, const ClusterSpec& cluster, const std
   const int64_t output = job.model.activation_checkpointing ? 0 : last ? 4 : hidden;
   c.held_bytes = input + output;
   if (cluster.compute == "flops")
-    c.saved_bytes = static_cast<int64_t>(static_cast<double>(blocks) * saved_block_bytes(job));
+    c.saved_bytes = static_cast<int64_t>(static_cast<double>(blocks) * autograd_block_bytes(job));
   return c;
 }
 

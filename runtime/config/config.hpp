@@ -109,6 +109,11 @@ struct OffloadConfig {
 /// [batch]: DeepSpeed's rule global = micro × accumulation × dp; 0 = derive.
 struct BatchConfig {
   int64_t micro_batch_size = 0;
+  /// micro_batch_size = "auto": the largest that divides a replica's share of the global
+  /// batch and fits memory_budget_bytes, chosen when the job is loaded (estimate.hpp).
+  bool micro_batch_auto = false;
+  /// "auto" only: what one rank may hold; 0 = this machine's memory over the job's ranks.
+  int64_t memory_budget_bytes = 0;
   int64_t gradient_accumulation_steps = 0;
   int64_t global_batch_size = 0;
 };

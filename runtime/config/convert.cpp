@@ -123,6 +123,16 @@ class ValueReader {
   Status operator()(OptimizerType* out) const;
   Status operator()(BetasRef out) const;
   Status operator()(PipelinePartition* out) const;
+  Status operator()(MicroBatchRef out) const {
+    if (const auto* text = node_.as_string()) {
+      if (text->get() != "auto") return type_error();
+      *out.automatic = true;
+      *out.size = 0;
+      return {};
+    }
+    *out.automatic = false;
+    return (*this)(out.size);
+  }
 
  private:
   Error type_error() const {

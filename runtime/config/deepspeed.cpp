@@ -277,7 +277,7 @@ class Converter {
                                          expected, shown(value), kind_of(value), section, key));
     };
     toml::table& into = *table_.emplace(section, toml::table{}).first->second.as_table();
-    if (std::holds_alternative<int64_t*>(field)) {
+    if (std::holds_alternative<int64_t*>(field) || std::holds_alternative<MicroBatchRef>(field)) {
       // 5e8 is how DeepSpeed configs write bucket sizes: a whole number is an integer.
       if (!value.is_number() || std::floor(value.get<double>()) != value.get<double>())
         return wrong("an integer");

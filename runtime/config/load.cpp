@@ -44,7 +44,7 @@ Result<JobConfig> load_config_string(std::string_view toml_text, const std::stri
   Result<JobConfig> raw = table_to_config(*root, origins);
   if (!raw.ok()) return raw.error();
   auto resolved = resolve_config(std::move(raw).value(), origins);
-  if (resolved) resolved->warnings = std::move(warnings);
+  if (resolved) resolved->warnings.insert(resolved->warnings.begin(), warnings.begin(), warnings.end());
   return resolved;
 }
 

@@ -23,6 +23,8 @@ struct ValueText {
     if (partition->counts.empty()) return toml_string(partition->method);
     return fmt::format("[{}]", fmt::join(partition->counts, ", "));
   }
+  // "auto" has been replaced by the size it chose when the job was loaded.
+  std::string operator()(MicroBatchRef micro) const { return fmt::format("{}", *micro.size); }
   std::string operator()(BetasRef betas) const {
     return fmt::format("[{}, {}]", toml_float(*betas.beta1), toml_float(*betas.beta2));
   }
@@ -35,6 +37,8 @@ std::optional<std::string> derived_note(const JobConfig& config, const KeySpec& 
     return fmt::format("world_size = dp {} × pp {} × tp {}", config.parallel.dp, config.parallel.pp,
                        config.parallel.tp);
   }
+  if (name == "batch.micro_batch_size" && config.batch.micro_batch_auto)
+    return "chosen by micro_batch_size = \"auto\": the largest that fits memory_budget_bytes";
   if (name == "batch.global_batch_size") {
     return fmt::format("global = micro {} × accumulation {} × dp {}", config.batch.micro_batch_size,
                        config.batch.gradient_accumulation_steps, config.parallel.dp);

@@ -1,4 +1,5 @@
 #include "runtime/config/resolve.hpp"
+#include "runtime/estimate.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -253,9 +254,36 @@ Error batch_unset_error(const BatchConfig& batch, const ConfigOrigins& origins) 
 }
 
 // DeepSpeed's rule global = micro × accumulation × dp: any two determine the third.
+// micro_batch_size = "auto": the largest micro-batch for now, with no accumulation; the
+// end of resolve_config chooses among the divisors once the whole job is known.
+Status resolve_auto_batch(JobConfig& config, const ConfigOrigins& origins) {
+  BatchConfig& batch = config.batch;
+  const int64_t dp = config.parallel.dp;
+  TROUPE_TRY(require(in_range(batch.memory_budget_bytes, 0, int64_t{1} << 50), origins, "batch",
+                     "memory_budget_bytes", batch.memory_budget_bytes));
+  if (batch.micro_batch_size > 0 && batch.gradient_accumulation_steps > 0 &&
+      batch.micro_batch_size * batch.gradient_accumulation_steps * dp == batch.global_batch_size)
+    return {};  // chosen already: a resolved job resolved again (the engine does)
+  if (batch.global_batch_size <= 0 || batch.global_batch_size > (int64_t{1} << 40))
+    return key_error(
+        origins, "batch", "micro_batch_size",
+        "micro_batch_size = \"auto\" chooses within the global batch: set global_batch_size (1 to 2^40)");
+  if (batch.gradient_accumulation_steps != 0)
+    return key_error(origins, "batch", "gradient_accumulation_steps",
+                     "micro_batch_size = \"auto\" chooses gradient_accumulation_steps too: leave it out");
+  if (batch.global_batch_size % dp != 0)
+    return key_error(origins, "batch", "global_batch_size",
+                     fmt::format("global_batch_size = {} does not divide among dp = {} replicas",
+                                 batch.global_batch_size, dp));
+  batch.micro_batch_size = batch.global_batch_size / dp;
+  batch.gradient_accumulation_steps = 1;
+  return {};
+}
+
 Status resolve_batch(JobConfig& config, const ConfigOrigins& origins) {
   BatchConfig& batch = config.batch;
   const int64_t dp = config.parallel.dp;
+  if (batch.micro_batch_auto) return resolve_auto_batch(config, origins);
   const std::tuple<const char*, int64_t, int> given[] = {
       {"micro_batch_size", batch.micro_batch_size, 20},
       {"gradient_accumulation_steps", batch.gradient_accumulation_steps, 20},
@@ -682,6 +710,7 @@ Status resolve_checkpoint(const JobConfig& raw, const ConfigOrigins& origins) {
 }
 
 Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins) {
+  const bool choose_micro = raw.batch.micro_batch_auto && raw.batch.micro_batch_size == 0;
   TROUPE_TRY(resolve_cluster(raw.cluster, origins));
   TROUPE_TRY(resolve_parallel(raw, origins));
   TROUPE_TRY(resolve_zero(raw.zero, origins));
@@ -698,6 +727,7 @@ Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins) {
   TROUPE_TRY(resolve_pipeline(raw, origins));
   TROUPE_TRY(resolve_checkpoint(raw, origins));
   raw.origins = origins;
+  if (choose_micro) TROUPE_TRY(choose_micro_batch(raw));
   return raw;
 }
 

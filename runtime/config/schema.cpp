@@ -87,12 +87,16 @@ std::vector<KeySpec> make_key_specs() {
       {"offload", "direct_io", R"(one of "prefer", "require" or "off")",
        [](C& c) -> FieldRef { return &c.offload.direct_io; }},
 
-      {"batch", "micro_batch_size", "a positive integer up to 2^20",
-       [](C& c) -> FieldRef { return &c.batch.micro_batch_size; }},
+      {"batch", "micro_batch_size", "a positive integer up to 2^20, or \"auto\"",
+       [](C& c) -> FieldRef {
+         return MicroBatchRef{&c.batch.micro_batch_size, &c.batch.micro_batch_auto};
+       }},
       {"batch", "gradient_accumulation_steps", "a positive integer up to 2^20",
        [](C& c) -> FieldRef { return &c.batch.gradient_accumulation_steps; }},
       {"batch", "global_batch_size", "a positive integer up to 2^40",
        [](C& c) -> FieldRef { return &c.batch.global_batch_size; }},
+      {"batch", "memory_budget_bytes", "an integer from 0 to 2^50 (bytes; 0 = this machine's memory / ranks)",
+       [](C& c) -> FieldRef { return &c.batch.memory_budget_bytes; }},
 
       {"optimizer", "type", R"(one of "adamw", "adam" or "sgd")",
        [](C& c) -> FieldRef { return &c.optimizer.type; }},

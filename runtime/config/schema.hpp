@@ -23,9 +23,15 @@ struct BetasRef {
   double* beta2;
 };
 
+/// [batch] micro_batch_size: an integer, or "auto".
+struct MicroBatchRef {
+  int64_t* size;
+  bool* automatic;
+};
+
 /// A pointer to the field one key fills; the alternative says the key's TOML type.
-using FieldRef =
-    std::variant<int64_t*, double*, bool*, std::string*, OptimizerType*, BetasRef, PipelinePartition*>;
+using FieldRef = std::variant<int64_t*, double*, bool*, std::string*, OptimizerType*, BetasRef,
+                              PipelinePartition*, MicroBatchRef>;
 
 /// One key of one section.
 struct KeySpec {

@@ -18,6 +18,7 @@
 #include "runtime/config/suggest.hpp"
 #include "runtime/config/token.hpp"
 #include "runtime/devices.hpp"
+#include "runtime/estimate.hpp"
 
 namespace troupe {
 namespace {
@@ -200,14 +201,16 @@ TEST(ConfigLoad, SyntaxErrorAtEndOfFileNamesItsPosition) {
 
 TEST(ConfigLoad, StringWhereIntegerExpectedNamesPositionKeyValueAndAllowed) {
   EXPECT_EQ(error_of(load("[batch]\nmicro_batch_size = \"four\"\n")),
-            "job.toml:2:20: [batch] micro_batch_size must be a positive integer up to 2^20, got \"four\" "
+            "job.toml:2:20: [batch] micro_batch_size must be a positive integer up to 2^20, or \"auto\", got "
+            "\"four\" "
             "(a string)");
 }
 
 TEST(ConfigLoad, FloatWhereIntegerExpectedIsAnError) {
-  EXPECT_EQ(error_of(load("[batch]\nmicro_batch_size = 4.0\n")),
-            "job.toml:2:20: [batch] micro_batch_size must be a positive integer up to 2^20, got 4.0 "
-            "(a float)");
+  EXPECT_EQ(
+      error_of(load("[batch]\nmicro_batch_size = 4.0\n")),
+      "job.toml:2:20: [batch] micro_batch_size must be a positive integer up to 2^20, or \"auto\", got 4.0 "
+      "(a float)");
 }
 
 TEST(ConfigLoad, IntegerWhereFloatExpectedIsPromoted) {
@@ -234,7 +237,7 @@ TEST(ConfigLoad, UnknownKeyOfAnotherSectionNamesThatSection) {
 TEST(ConfigLoad, UnknownKeyWithNothingCloseListsTheAllowedKeys) {
   EXPECT_EQ(error_of(load("[batch]\nsize = 4\n")),
             "job.toml:2:1: unknown key [batch] size; the keys of [batch] are micro_batch_size, "
-            "gradient_accumulation_steps, global_batch_size");
+            "gradient_accumulation_steps, global_batch_size, memory_budget_bytes");
 }
 
 TEST(ConfigLoad, UnknownSectionSuggestsTheClosestSection) {
@@ -329,8 +332,9 @@ TEST(ConfigLoad, MissingFileIsAnErrorNamingThePath) {
 
 TEST(ConfigLoad, ErrorsInAFileNameThatFile) {
   const std::string path = write_temp_file("bad.toml", "[batch]\nmicro_batch_size = -1\n");
-  EXPECT_EQ(error_of(load_config_file(path, {})),
-            path + ":2:20: [batch] micro_batch_size must be a positive integer up to 2^20, got -1");
+  EXPECT_EQ(
+      error_of(load_config_file(path, {})),
+      path + ":2:20: [batch] micro_batch_size must be a positive integer up to 2^20, or \"auto\", got -1");
 }
 
 // ---- Overrides ----
@@ -374,7 +378,7 @@ TEST(ConfigOverride, ValueThatIsNotTomlIsABareString) {
 TEST(ConfigOverride, WrongTypeNamesTheOverrideText) {
   EXPECT_EQ(error_of(load(kMinimal, {"batch.micro_batch_size=four"})),
             "--set batch.micro_batch_size=four: [batch] micro_batch_size must be a positive "
-            "integer up to 2^20, got \"four\" (a string)");
+            "integer up to 2^20, or \"auto\", got \"four\" (a string)");
 }
 
 TEST(ConfigOverride, UnknownKeyNamesTheOverrideAndSuggests) {
@@ -575,7 +579,8 @@ TEST(ConfigResolve, BatchFactorsBeyondTheirBoundsAreRefusedBeforeTheyAreMultipli
   raw.batch.micro_batch_size = int64_t{1} << 40;
   raw.batch.gradient_accumulation_steps = int64_t{1} << 30;
   EXPECT_EQ(error_of(resolve_config(raw)),
-            "<struct>: [batch] micro_batch_size must be a positive integer up to 2^20, got 1099511627776");
+            "<struct>: [batch] micro_batch_size must be a positive integer up to 2^20, or \"auto\", got "
+            "1099511627776");
   raw.batch.micro_batch_size = int64_t{1} << 20;
   raw.batch.gradient_accumulation_steps = (int64_t{1} << 20) + 1;
   EXPECT_EQ(
@@ -1220,6 +1225,58 @@ TEST(ConfigResolve, PipelineTakesEveryZeroStageAndCheckpointingButNotAGpu) {
       "job.toml", {}));
   EXPECT_NE(error.find("job.toml:5:6: [parallel] pp = 2 with [cluster] device = \"cuda\""), std::string::npos)
       << error;
+}
+
+// micro_batch_size = "auto": the largest micro-batch of a replica's share that fits the
+// budget (DeepSpeed's autotuning without trial runs), the accumulation to match.
+TEST(Config, AutoMicroBatchIsTheLargestThatFits) {
+  const std::string job =
+      "[cluster]\nworld_size = 2\n[parallel]\ndp = 2\n[batch]\nglobal_batch_size = 32\n"
+      "micro_batch_size = \"auto\"\n[model]\nseq_len = 128\nd_model = 256\nn_layers = 4\nn_heads = 4\n";
+  auto roomy = load(job, {"batch.memory_budget_bytes=100000000000"});
+  ASSERT_TRUE(roomy) << roomy.error().message;
+  EXPECT_EQ(roomy->batch.micro_batch_size, 16);
+  EXPECT_EQ(roomy->batch.gradient_accumulation_steps, 1);
+  ASSERT_FALSE(roomy->warnings.empty());
+  EXPECT_NE(roomy->warnings.back().find("micro_batch_size = \"auto\" chose 16"), std::string::npos);
+  // A budget between what 8 and 16 sequences need: 8, twice.
+  JobConfig eight = *roomy;
+  eight.batch.micro_batch_size = 8;
+  eight.batch.gradient_accumulation_steps = 2;
+  auto need8 = peak_rank_bytes(eight), need16 = peak_rank_bytes(*roomy);
+  ASSERT_TRUE(need8 && need16);
+  ASSERT_LT(*need8, *need16);
+  auto tight = load(job, {"batch.memory_budget_bytes=" + std::to_string((*need8 + *need16) / 2)});
+  ASSERT_TRUE(tight) << tight.error().message;
+  EXPECT_EQ(tight->batch.micro_batch_size, 8);
+  EXPECT_EQ(tight->batch.gradient_accumulation_steps, 2);
+  // Resolving it again (the engine does) keeps the choice.
+  auto again = resolve_config(*tight);
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(again->batch.micro_batch_size, 8);
+  // Rendered, it loads back as the number chosen.
+  auto reloaded = load_config_string(render_config(*tight), "job.toml", {});
+  ASSERT_TRUE(reloaded) << reloaded.error().message;
+  EXPECT_EQ(reloaded->batch.micro_batch_size, 8);
+
+  auto none = load(job, {"batch.memory_budget_bytes=1000"});
+  ASSERT_FALSE(none);
+  EXPECT_NE(
+      none.error().message.find("job.toml:7:20: [batch] micro_batch_size = \"auto\": no micro-batch fits"),
+      std::string::npos)
+      << none.error().message;
+  auto no_global = load("[batch]\nmicro_batch_size = \"auto\"\n");
+  ASSERT_FALSE(no_global);
+  EXPECT_NE(no_global.error().message.find("set global_batch_size"), std::string::npos)
+      << no_global.error().message;
+  auto both = load(job, {"batch.gradient_accumulation_steps=2"});
+  ASSERT_FALSE(both);
+  EXPECT_NE(both.error().message.find("chooses gradient_accumulation_steps too"), std::string::npos);
+  auto typo = load("[batch]\nmicro_batch_size = \"autoo\"\n");
+  ASSERT_FALSE(typo);
+  EXPECT_NE(typo.error().message.find("must be a positive integer up to 2^20, or \"auto\", got \"autoo\""),
+            std::string::npos)
+      << typo.error().message;
 }
 
 }  // namespace
