@@ -16,6 +16,7 @@
 
 #include "kernels/cpu/optimizer.hpp"
 #include "memory/host_buffer.hpp"
+#include "runtime/child_json.hpp"
 
 namespace troupe {
 namespace {
@@ -86,40 +87,21 @@ void measure_adam(sim::DeviceSpec& d, bool quick, int threads) {
   d.optimizer_elements_per_s = static_cast<double>(n) / s;
 }
 
-// Each JSON line a child benchmark printed.
-std::vector<nlohmann::json> run_child(const std::string& command) {
-  std::vector<nlohmann::json> lines;
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(command.c_str(), "r"), ::pclose);
-  if (!pipe) return lines;
-  char buffer[4096];
-  while (std::fgets(buffer, sizeof buffer, pipe.get())) {
-    auto j = nlohmann::json::parse(buffer, nullptr, false);
-    if (!j.is_discarded() && j.is_object()) lines.push_back(std::move(j));
-  }
-  return lines;
-}
-
-std::string quoted(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 Status measure_transport(sim::DeviceSpec& d, const DeviceProfileOptions& o) {
   const std::string bytes = o.quick ? "4194304" : "67108864";
-  for (const auto& line :
-       run_child(fmt::format("{} bench transport --json --bytes {} 2>/dev/null", quoted(o.program), bytes)))
+  for (const auto& line : json_lines_of(
+           fmt::format("{} bench transport --json --bytes {} 2>/dev/null", shell_quoted(o.program), bytes)))
     if (line.contains("MBps")) d.transport_bandwidth = line["MBps"].get<double>() * (1 << 20);
   for (const auto& line :
-       run_child(fmt::format("{} bench rtt --json --bytes 64 2>/dev/null", quoted(o.program))))
+       json_lines_of(fmt::format("{} bench rtt --json --bytes 64 2>/dev/null", shell_quoted(o.program))))
     if (line.contains("median_us")) d.transport_latency_s = line["median_us"].get<double>() / 2 * 1e-6;
   // troupe's own collectives between two ranks of this host, on a gradient-sized buffer.
   const std::string buffer = o.quick ? "4194304" : "16777216";
   for (const auto& [kind, name] : {std::pair<const char*, const char*>{"allreduce", "all_reduce"},
                                    {"reduce_scatter", "reduce_scatter"},
                                    {"allgather", "all_gather"}})
-    for (const auto& line : run_child(fmt::format("{} bench {} --ranks 2 --json --bytes {} 2>/dev/null",
-                                                  quoted(o.program), kind, buffer)))
+    for (const auto& line : json_lines_of(fmt::format("{} bench {} --ranks 2 --json --bytes {} 2>/dev/null",
+                                                      shell_quoted(o.program), kind, buffer)))
       if (line.contains("busbw_GBps")) d.collective_busbw[name] = line["busbw_GBps"].get<double>() * 1e9;
   if (d.transport_bandwidth <= 0 || d.transport_latency_s <= 0 || d.collective_busbw.size() < 3)
     return make_error(
@@ -131,12 +113,12 @@ Status measure_transport(sim::DeviceSpec& d, const DeviceProfileOptions& o) {
 Status measure_nvme(sim::DeviceSpec& d, const DeviceProfileOptions& o) {
   const std::string bytes = o.quick ? "67108864" : "1073741824";
   std::string how = "O_DIRECT";
-  auto lines = run_child(fmt::format("{} bench nvme --json --dir {} --bytes {} 2>/dev/null",
-                                     quoted(o.program), quoted(o.nvme_dir), bytes));
+  auto lines = json_lines_of(fmt::format("{} bench nvme --json --dir {} --bytes {} 2>/dev/null",
+                                         shell_quoted(o.program), shell_quoted(o.nvme_dir), bytes));
   if (lines.empty()) {  // a file system that refuses O_DIRECT (tmpfs): buffered, and said so
     how = "buffered (the page cache; O_DIRECT refused)";
-    lines = run_child(fmt::format("{} bench nvme --json --buffered --dir {} --bytes {} 2>/dev/null",
-                                  quoted(o.program), quoted(o.nvme_dir), bytes));
+    lines = json_lines_of(fmt::format("{} bench nvme --json --buffered --dir {} --bytes {} 2>/dev/null",
+                                      shell_quoted(o.program), shell_quoted(o.nvme_dir), bytes));
   }
   for (const auto& line : lines) {
     const double rate = line.value("MBps", 0.0) * (1 << 20);

@@ -8,17 +8,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/child_json.hpp"
 #include "runtime/cli/job_arguments.hpp"
 #include "sim/simulation.hpp"
 
 namespace troupe {
 namespace {
-
-std::string quoted(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 Result<std::vector<sim::LayerCost>> measure(const JobConfig& job, const sim::ClusterSpec& cluster,
                                             const SimulateArguments& args) {
@@ -32,19 +27,16 @@ Result<std::vector<sim::LayerCost>> measure(const JobConfig& job, const sim::Clu
   const int64_t threads =
       job.train.threads > 0 ? job.train.threads : std::max<int64_t>(1, cores / cluster.ranks_per_host);
   const int64_t copies = std::max<int64_t>(1, std::min(cluster.ranks_per_host, cores / threads));
-  std::string command = fmt::format("{} profile {} --json --median --repeats {} --set train.threads={}",
-                                    quoted(args.program), quoted(args.file), args.repeats, threads);
-  for (const std::string& o : args.overrides) command += " --set " + quoted(o);
-  std::vector<std::unique_ptr<FILE, int (*)(FILE*)>> children;
-  for (int64_t c = 0; c < copies; ++c) children.emplace_back(::popen(command.c_str(), "r"), ::pclose);
+  std::string command =
+      fmt::format("{} profile {} --json --median --repeats {} --set train.threads={}",
+                  shell_quoted(args.program), shell_quoted(args.file), args.repeats, threads);
+  for (const std::string& o : args.overrides) command += " --set " + shell_quoted(o);
   std::vector<sim::LayerCost> costs;
-  for (auto& child : children) {
-    std::string text;
-    char buffer[4096];
-    while (child && std::fgets(buffer, sizeof buffer, child.get())) text += buffer;
-    auto j = nlohmann::json::parse(text, nullptr, false);
-    if (j.is_discarded() || !j.contains("layers"))
+  for (const auto& printed :
+       json_lines_of_all(std::vector<std::string>(static_cast<std::size_t>(copies), command))) {
+    if (printed.empty() || !printed.front().contains("layers"))
       return make_error(fmt::format("timing the layers failed: {} printed no profile", command));
+    const nlohmann::json& j = printed.front();
     costs.resize(j["layers"].size());
     for (std::size_t i = 0; i < costs.size(); ++i) {
       costs[i].forward_s += j["layers"][i]["forward_ms"].get<double>() / 1e3 / static_cast<double>(copies);
