@@ -6,11 +6,13 @@
 #include <chrono>
 #include <cstdio>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "actors/deferred_weights.hpp"
 #include "runtime/data/corpus.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/model/gpt.hpp"
@@ -26,11 +28,14 @@ double seconds_since(Clock::time_point start) {
 }
 
 // One pass: every layer forward on the previous one's detached output, then backward
-// from the loss, layer by layer, each timed on its own.
+// from the loss, layer by layer, each timed on its own. `split`: each layer's backward as
+// a split schedule runs it, its input half (the weights' gradients deferred) and then its
+// weight half, timed apart into backward_input and backward_weight.
 LayerTimes one_pass(std::vector<torch::nn::AnyModule*>& modules, const MicroBatch& batch,
-                    const LossFunction& loss) {
+                    const LossFunction& loss, bool split) {
   const std::size_t count = modules.size();
-  LayerTimes took{std::vector<double>(count), std::vector<double>(count)};
+  LayerTimes took{std::vector<double>(count), std::vector<double>(count), {}, {}};
+  if (split) took.backward_input = took.backward_weight = std::vector<double>(count);
   std::vector<torch::Tensor> inputs, outputs;
   torch::Tensor x = batch.input;
   for (std::size_t i = 0; i < count; ++i) {
@@ -44,12 +49,24 @@ LayerTimes one_pass(std::vector<torch::nn::AnyModule*>& modules, const MicroBatc
   }
   torch::Tensor gradient;
   for (std::size_t k = count; k-- > 0;) {
+    DeferredWeights deferred;
     auto start = Clock::now();
-    if (k + 1 == count)
-      loss(outputs[k], batch.target).backward();
-    else
-      outputs[k].backward(gradient);
+    {
+      std::optional<DeferredWeights::Scope> scope;
+      if (split) scope.emplace(deferred);
+      if (k + 1 == count)
+        loss(outputs[k], batch.target).backward();
+      else
+        outputs[k].backward(gradient);
+    }
     took.backward[k] = seconds_since(start);
+    if (split) {
+      took.backward_input[k] = took.backward[k];
+      start = Clock::now();
+      deferred.run();
+      took.backward_weight[k] = seconds_since(start);
+      took.backward[k] += took.backward_weight[k];
+    }
     if (inputs[k].requires_grad()) gradient = inputs[k].grad();
   }
   return took;
@@ -77,24 +94,33 @@ double gemm_peak_flops(int64_t n, const std::string& dtype) {
 }
 
 LayerTimes time_layers(torch::nn::Sequential layers, const MicroBatch& batch, const LossFunction& loss,
-                       int repeats, bool typical) {
+                       int repeats, bool typical, bool split) {
   std::vector<torch::nn::AnyModule*> modules;
   for (auto& module : *layers) modules.push_back(&module);
-  std::vector<LayerTimes> passes;
+  std::vector<LayerTimes> passes, split_passes;
   for (int r = 0; r <= repeats; ++r) {
-    LayerTimes took = one_pass(modules, batch, loss);
+    LayerTimes took = one_pass(modules, batch, loss, false);
     if (r > 0) passes.push_back(std::move(took));  // the first warms up
+    if (!split) continue;
+    took = one_pass(modules, batch, loss, true);
+    if (r > 0) split_passes.push_back(std::move(took));
   }
-  auto pick = [&](std::vector<double> LayerTimes::*times, std::size_t i) {
+  auto pick = [&](const std::vector<LayerTimes>& from, std::vector<double> LayerTimes::*times,
+                  std::size_t i) {
     std::vector<double> each;
-    for (const LayerTimes& p : passes) each.push_back((p.*times)[i]);
+    for (const LayerTimes& p : from) each.push_back((p.*times)[i]);
     std::sort(each.begin(), each.end());
     return typical ? each[each.size() / 2] : each.front();
   };
-  LayerTimes chosen{std::vector<double>(modules.size()), std::vector<double>(modules.size())};
-  for (std::size_t i = 0; i < modules.size(); ++i) {
-    chosen.forward[i] = pick(&LayerTimes::forward, i);
-    chosen.backward[i] = pick(&LayerTimes::backward, i);
+  const std::size_t count = modules.size();
+  LayerTimes chosen{std::vector<double>(count), std::vector<double>(count), {}, {}};
+  if (split) chosen.backward_input = chosen.backward_weight = std::vector<double>(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    chosen.forward[i] = pick(passes, &LayerTimes::forward, i);
+    chosen.backward[i] = pick(passes, &LayerTimes::backward, i);
+    if (!split) continue;
+    chosen.backward_input[i] = pick(split_passes, &LayerTimes::backward_input, i);
+    chosen.backward_weight[i] = pick(split_passes, &LayerTimes::backward_weight, i);
   }
   for (auto& p : layers->parameters()) p.mutable_grad() = torch::Tensor();
   return chosen;
@@ -120,7 +146,7 @@ int run_flops_profile(const JobConfig& job, int repeats, bool json, bool typical
   torch::manual_seed(static_cast<uint64_t>(job.train.seed));
   auto layers = make_gpt(job.model);
   TokenBatch b = sample_sequences(*corpus, seq, static_cast<uint64_t>(job.train.seed), 0, micro);
-  LayerTimes times = time_layers(layers, MicroBatch{b.input, b.target}, lm_loss, repeats, typical);
+  LayerTimes times = time_layers(layers, MicroBatch{b.input, b.target}, lm_loss, repeats, typical, json);
   std::vector<LayerFlops> flops = gpt_layer_flops(job.model, micro, seq);
   const double peak = gemm_peak_flops(1024, "fp32");
 
@@ -150,7 +176,9 @@ int run_flops_profile(const JobConfig& job, int repeats, bool json, bool typical
                              {"forward_flops", flops[i].forward},
                              {"backward_flops", flops[i].backward},
                              {"forward_ms", 1e3 * times.forward[i]},
-                             {"backward_ms", 1e3 * times.backward[i]}});
+                             {"backward_ms", 1e3 * times.backward[i]},
+                             {"backward_input_ms", 1e3 * times.backward_input[i]},
+                             {"backward_weight_ms", 1e3 * times.backward_weight[i]}});
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }

@@ -20,10 +20,14 @@ namespace troupe {
 struct LayerTimes {
   std::vector<double> forward;
   std::vector<double> backward;
+  std::vector<double> backward_input;   ///< with `split`: the backward's input half (weights deferred)
+  std::vector<double> backward_weight;  ///< with `split`: the deferred weight half
 };
 /// `typical`: each layer's median pass instead of its best (what a training step meets).
+/// `split`: also as many passes of the split backward that zero-bubble schedules run (the
+/// halves cost more than a whole backward on a CPU: two autograd traversals, smaller products).
 LayerTimes time_layers(torch::nn::Sequential layers, const MicroBatch& batch, const LossFunction& loss,
-                       int repeats, bool typical = false);
+                       int repeats, bool typical = false, bool split = false);
 
 /// What this process's matrix products reach with its threads: a square product of `n`
 /// in `dtype` ("fp32", "bf16", "fp16"), FLOP/s, the best of a few. MFU's denominator.

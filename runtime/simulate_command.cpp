@@ -40,7 +40,11 @@ Result<std::vector<sim::LayerCost>> measure(const JobConfig& job, const sim::Clu
     costs.resize(j["layers"].size());
     for (std::size_t i = 0; i < costs.size(); ++i) {
       costs[i].forward_s += j["layers"][i]["forward_ms"].get<double>() / 1e3 / static_cast<double>(copies);
-      costs[i].backward_s += j["layers"][i]["backward_ms"].get<double>() / 1e3 / static_cast<double>(copies);
+      const nlohmann::json& layer = j["layers"][i];
+      const double each = 1e3 * static_cast<double>(copies);
+      costs[i].backward_s += layer["backward_ms"].get<double>() / each;
+      costs[i].backward_input_s += layer.value("backward_input_ms", 0.0) / each;
+      costs[i].backward_weight_s += layer.value("backward_weight_ms", 0.0) / each;
     }
   }
   return costs;

@@ -50,11 +50,15 @@ ChunkCost chunk_cost(const JobConfig& job, const ClusterSpec& cluster, const std
   ChunkCost c;
   c.first_layer = first;
   c.layers = count;
-  double forward = 0, backward = 0;
+  double forward = 0, backward = 0, input_half = 0, weight_half = 0;
   int64_t blocks = 0, elements = 0;
   for (int64_t l = first; l < first + count; ++l) {
-    forward += layers[static_cast<std::size_t>(l)].forward_s;
-    backward += layers[static_cast<std::size_t>(l)].backward_s;
+    const LayerCost& layer = layers[static_cast<std::size_t>(l)];
+    forward += layer.forward_s;
+    backward += layer.backward_s;
+    const bool halves = layer.backward_input_s > 0 || layer.backward_weight_s > 0;
+    input_half += halves ? layer.backward_input_s : layer.backward_s / 2;
+    weight_half += halves ? layer.backward_weight_s : layer.backward_s / 2;
     elements += layer_elements[static_cast<std::size_t>(l)];
     if (l >= 1 && l <= job.model.n_layers) ++blocks;
   }
@@ -80,8 +84,9 @@ ChunkCost chunk_cost(const JobConfig& job, const ClusterSpec& cluster, const std
   c.exposed_forward = tensor + gather_f;
   c.exposed_backward = tensor + gather_b;
   c.forward = seconds_to_nanos(forward) + c.exposed_forward;
-  c.backward_input = seconds_to_nanos(backward / 2) + c.exposed_backward;
-  c.backward_weight = seconds_to_nanos(backward / 2);
+  c.backward = seconds_to_nanos(backward) + c.exposed_backward;
+  c.backward_input = seconds_to_nanos(input_half) + c.exposed_backward;
+  c.backward_weight = seconds_to_nanos(weight_half);
   const int64_t shard = job.parallel.sequence_parallel ? tp : 1;
   c.boundary_bytes = last ? 0 : hidden / shard;
   // What the runtime's ledger counts (runtime/estimate.cpp): the chunk's input and output.
@@ -139,12 +144,15 @@ Result<StageCost> stage_cost(const JobConfig& job, const ClusterSpec& cluster, i
   return s;
 }
 
+int64_t compute_threads(const JobConfig& job, const ClusterSpec& cluster) {
+  return job.train.threads > 0 ? job.train.threads
+                               : std::max<int64_t>(1, cluster.device.cores / cluster.ranks_per_host);
+}
+
 double host_capacity(const JobConfig& job, const ClusterSpec& cluster) {
   const DeviceSpec& d = cluster.device;
   if (d.kind != "cpu" || d.cores <= 0) return 0;
-  const int64_t threads =
-      job.train.threads > 0 ? job.train.threads : std::max<int64_t>(1, d.cores / cluster.ranks_per_host);
-  return static_cast<double>(d.cores) / static_cast<double>(threads);
+  return static_cast<double>(d.cores) / static_cast<double>(compute_threads(job, cluster));
 }
 
 }  // namespace
@@ -157,7 +165,7 @@ Result<std::vector<LayerCost>> flops_layer_costs(const JobConfig& job, const Clu
   std::vector<LayerCost> costs;
   for (const LayerFlops& layer :
        gpt_layer_flops(job.model, job.batch.micro_batch_size, job.model.seq_len, job.parallel.tp)) {
-    LayerCost c{layer.forward / achieved, layer.backward / achieved};
+    LayerCost c{layer.forward / achieved, layer.backward / achieved, 0, 0};
     if (layer.forward == 0 && cluster.device.memory_bandwidth > 0)  // a lookup: its rows read and written
       c.forward_s = c.backward_s =
           static_cast<double>(2 * tokens * job.model.d_model * element_bytes(job.precision.dtype)) /
@@ -196,6 +204,8 @@ Result<JobCosts> job_costs(const JobConfig& job, const ClusterSpec& cluster,
   const int64_t pp = job.parallel.pp;
   costs.micro_tokens = job.batch.micro_batch_size * job.model.seq_len;
   costs.host_capacity = host_capacity(job, cluster);
+  if (costs.host_capacity > 0)
+    costs.collective_demand = 1 / static_cast<double>(compute_threads(job, cluster));
   costs.compute = cluster.compute;
   std::vector<int64_t> stage_parameters(static_cast<std::size_t>(pp), 0);
   int64_t first = 0;

@@ -30,6 +30,10 @@ namespace troupe::sim {
 struct LayerCost {
   double forward_s = 0;
   double backward_s = 0;  ///< the whole backward: input and weight gradients
+  /// The backward split as zero-bubble schedules run it, when measured (0: half of backward_s
+  /// each). On a CPU the halves cost more than the whole: two traversals, smaller products.
+  double backward_input_s = 0;
+  double backward_weight_s = 0;
 };
 
 /// One virtual stage, per micro-batch, on one rank.
@@ -38,6 +42,7 @@ struct ChunkCost {
   int64_t layers = 0;
   int64_t parameters = 0;      ///< its elements on one rank
   Nanos forward = 0;           ///< on the compute stream, its exposed communication included
+  Nanos backward = 0;          ///< a whole backward, its exposed communication included
   Nanos backward_input = 0;    ///< the input gradient's half of the backward
   Nanos backward_weight = 0;   ///< the weight gradients' half
   Nanos exposed_forward = 0;   ///< of the forward: communication the layers wait on
@@ -64,6 +69,9 @@ struct JobCosts {
   std::vector<StageCost> stages;  ///< by pipeline stage
   int64_t micro_tokens = 0;       ///< target tokens of one micro-batch
   double host_capacity = 0;       ///< computes a host runs at full speed at once (0: no limit)
+  /// On a CPU host, the part of a compute's processors a collective's progress thread uses
+  /// (1 / the rank's compute threads): a host's collectives take cores from its computes.
+  double collective_demand = 0;
   double step_flops = 0;          ///< the model's matrix-product FLOPs per step, forward and backward
   std::string compute;            ///< how layer times were found, for the report
 };

@@ -9,8 +9,9 @@ SharedProcessors::SharedProcessors(VirtualClock& clock, double capacity)
     : clock_(&clock), capacity_(capacity) {}
 
 double SharedProcessors::rate() const {
-  const double n = static_cast<double>(jobs_.size());
-  return capacity_ <= 0 || n <= capacity_ ? 1.0 : capacity_ / n;
+  double demand = 0;
+  for (const Job& job : jobs_) demand += job.demand;
+  return capacity_ <= 0 || demand <= capacity_ ? 1.0 : capacity_ / demand;
 }
 
 void SharedProcessors::settle() {
@@ -19,10 +20,10 @@ void SharedProcessors::settle() {
   since_ = clock_->now();
 }
 
-void SharedProcessors::start(Nanos cost, std::function<void()> done) {
+void SharedProcessors::start(Nanos cost, std::function<void()> done, double demand) {
   if (capacity_ <= 0) return clock_->after(cost, std::move(done));
   settle();
-  jobs_.push_back(Job{static_cast<double>(cost), std::move(done)});
+  jobs_.push_back(Job{static_cast<double>(cost), demand, std::move(done)});
   plan();
 }
 

@@ -2,8 +2,11 @@
 // takes its cost. The ranks of a CPU host share its cores: when more computes run at once
 // than the cores hold (cores / threads per rank), each runs at capacity / running of full
 // speed (processor sharing), so a stage that computes alone in a pipeline's warm-up runs
-// faster than when every stage computes. The rate changes whenever a compute starts or
-// ends, and each one's end is found again.
+// faster than when every stage computes. Other work takes its part too: a collective's
+// progress thread is one core's worth of work, a fraction of a compute's threads (its
+// `demand`); when the demands add up to more than the capacity every piece of work runs at
+// capacity / demand. The rate changes whenever work starts or ends, and each one's end is
+// found again.
 // Thread safety: none; driven by the simulator's one thread.
 #pragma once
 
@@ -19,14 +22,16 @@ class SharedProcessors {
  public:
   /// `capacity`: computes that run at full speed at once; 0 for no limit (a device per rank).
   SharedProcessors(VirtualClock& clock, double capacity);
-  /// Starts work that alone takes `cost`; `done` fires when it ends.
-  void start(Nanos cost, std::function<void()> done);
+  /// Starts work that alone takes `cost` and uses `demand` of a compute's processors (1: a
+  /// compute); `done` fires when it ends.
+  void start(Nanos cost, std::function<void()> done, double demand = 1);
   /// Computes running now.
   std::size_t running() const { return jobs_.size(); }
 
  private:
   struct Job {
     double remaining = 0;  // nanoseconds of work at full speed
+    double demand = 1;
     std::function<void()> done;
   };
   double rate() const;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -39,6 +40,22 @@ Nanos group_time(const World& w, const group_join& j) {
   return 0;
 }
 
+// Once every member's progress thread has done its part: the figures, the timeline and
+// each member's answer.
+void finish(World& w, const std::vector<group_join>& joined, const std::vector<Nanos>& joined_at, Nanos start,
+            Nanos end) {
+  for (std::size_t i = 0; i < joined.size(); ++i) {
+    const group_join& j = joined[i];
+    w.figures[static_cast<std::size_t>(j.rank)].exposed += end - joined_at[i];
+    w.record(j.rank, Track::collective, j.name, start, end);
+    w.clock.at(end, [to = j.reply_to, key = j.key] { caf::anon_send(to, group_done{key}); });
+  }
+}
+
+// A collective begins once its last member joins, as early as its data allowed (an
+// overlapped reduction's buckets went while the backward ran); what is left of it takes
+// link time on a device, or on a CPU host each member's progress thread a share of its
+// host's cores beside the computes there, ending when the slowest member's does.
 void complete(World& w, Pending& p) {
   const Nanos now = w.clock.now();
   Nanos ready = 0;
@@ -47,12 +64,17 @@ void complete(World& w, Pending& p) {
   const Nanos took = group_time(w, any);
   const Nanos start = std::max(ready, now - took);  // begun as early as the data allowed, not before
   const Nanos end = std::max(start + took, now + static_cast<Nanos>(static_cast<double>(took) * any.tail));
-  for (std::size_t i = 0; i < p.joined.size(); ++i) {
-    const group_join& j = p.joined[i];
-    w.figures[static_cast<std::size_t>(j.rank)].exposed += end - p.joined_at[i];
-    w.record(j.rank, Track::collective, j.name, std::max(start, ready), end);
-    w.clock.at(end, [to = j.reply_to, key = j.key] { caf::anon_send(to, group_done{key}); });
-  }
+  const Nanos shown = std::max(start, ready);
+  if (w.costs.collective_demand <= 0) return finish(w, p.joined, p.joined_at, shown, end);
+  auto members = std::make_shared<Pending>(std::move(p));
+  auto left = std::make_shared<std::size_t>(members->joined.size());
+  for (const group_join& j : members->joined)
+    w.hosts[static_cast<std::size_t>(w.cluster.host_of(j.rank))]->start(
+        end - now,
+        [&w, members, left, shown] {
+          if (--*left == 0) finish(w, members->joined, members->joined_at, shown, w.clock.now());
+        },
+        w.costs.collective_demand);
 }
 
 caf::behavior collectives(Collectives* self, World* w) {
@@ -64,12 +86,13 @@ caf::behavior collectives(Collectives* self, World* w) {
                                               fmt::join(j.members, ", "), *why));
             return;
           }
-        Pending& p = self->state.pending[j.key];
+        const uint64_t key = j.key;
+        Pending& p = self->state.pending[key];
         p.joined.push_back(std::move(j));
         p.joined_at.push_back(w->clock.now());
         if (p.joined.size() < p.joined.front().members.size()) return;
         complete(*w, p);
-        self->state.pending.erase(p.joined.front().key);
+        self->state.pending.erase(key);
       },
   };
 }

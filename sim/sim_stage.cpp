@@ -161,7 +161,7 @@ bool start_backward(SimStage* self, const stage_action& a) {
   s.grads_posted.erase(m);
   const ChunkCost& c = s.cost();
   compute(self, a,
-          op == Op::backward         ? c.backward_input + c.backward_weight
+          op == Op::backward         ? c.backward
           : op == Op::backward_input ? c.backward_input
                                      : c.backward_weight);
   return true;

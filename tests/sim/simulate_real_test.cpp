@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,28 @@ namespace {
 std::string write(const std::string& path, const std::string& text) {
   std::ofstream(path) << text;
   return path;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// `--trace` wrote a Chrome-trace timeline: both ranks' forwards and backwards on it.
+void expect_timeline_of_both_ranks(const std::string& path) {
+  const auto timeline = nlohmann::json::parse(read_file(path));
+  int computes[2] = {0, 0};
+  for (const auto& e : timeline.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    const int pid = e.at("pid").get<int>();
+    ASSERT_TRUE(pid == 0 || pid == 1) << e.dump();
+    EXPECT_GE(e.at("dur").get<double>(), 0) << e.dump();
+    const std::string name = e.at("name").get<std::string>();  // F3.1: micro-batch 3's forward of chunk 1
+    if (e.at("cat") == "compute" && (name[0] == 'F' || name[0] == 'B')) ++computes[pid];
+  }
+  // Two chunks per rank, 4 micro-batches, 2 steps: a forward and a backward of each.
+  EXPECT_EQ(computes[0], 2 * 4 * 2 * 2) << path;
+  EXPECT_EQ(computes[1], 2 * 4 * 2 * 2) << path;
 }
 
 TEST(SimulatedAgainstReal, APipelineOfTwoStagesOnThisMachine) {
@@ -87,10 +110,20 @@ TEST(SimulatedAgainstReal, InterleavedChunksHoldWhatTheRuntimeHolds) {
                                 "schedule = \"interleaved_1f1b\"\n[batch]\nmicro_batch_size = 2\n"
                                 "gradient_accumulation_steps = 4\n[model]\nseq_len = 32\nd_model = 64\n"
                                 "n_layers = 2\nn_heads = 2\n[train]\nsteps = 2\nlog_interval = 100\n");
-  auto simulated =
-      run_command(std::string(TROUPE_BINARY) + " simulate " + job + " --cluster " + cluster + " --json", 120);
+  const std::string simulate =
+      std::string(TROUPE_BINARY) + " simulate " + job + " --cluster " + cluster + " --json --trace ";
+  auto simulated = run_command(simulate + dir + "/timeline.json", 120);
   ASSERT_EQ(simulated.exit_code, 0) << simulated.output;
   auto s = nlohmann::json::parse(simulated.output.substr(simulated.output.find('{')));
+  expect_timeline_of_both_ranks(dir + "/timeline.json");
+  // The command line end to end: the same job, cluster and seed write the same timeline.
+  // (Measured layer times differ between runs: a device file's FLOP rate fixes them.)
+  write(dir + "/flops.toml", "[cluster]\nranks_per_host = 2\ndevice = \"cpu.json\"\n");
+  const std::string by_flops =
+      std::string(TROUPE_BINARY) + " simulate " + job + " --cluster " + dir + "/flops.toml --trace ";
+  ASSERT_EQ(run_command(by_flops + dir + "/a.json", 120).exit_code, 0);
+  ASSERT_EQ(run_command(by_flops + dir + "/b.json", 120).exit_code, 0);
+  EXPECT_EQ(read_file(dir + "/a.json"), read_file(dir + "/b.json"));
   auto real = run_command(std::string(TROUPE_BINARY) + " run " + job + " --metrics " + dir + "/m.jsonl", 300);
   ASSERT_EQ(real.exit_code, 0) << real.output;
   std::ifstream lines(dir + "/m.jsonl");

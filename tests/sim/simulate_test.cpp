@@ -40,9 +40,9 @@ ClusterSpec free_links(int64_t ranks) {
 
 // Blocks cost kForward and 2 kForward; the embedding and the head nothing.
 std::vector<LayerCost> equal_blocks(int64_t blocks) {
-  std::vector<LayerCost> layers{{0, 0}};
-  for (int64_t b = 0; b < blocks; ++b) layers.push_back({kForward, 2 * kForward});
-  layers.push_back({0, 0});
+  std::vector<LayerCost> layers{{0, 0, 0, 0}};
+  for (int64_t b = 0; b < blocks; ++b) layers.push_back({kForward, 2 * kForward, 0, 0});
+  layers.push_back({0, 0, 0, 0});
   return layers;
 }
 

@@ -47,6 +47,31 @@ TEST(SharedProcessors, ShareCapacityAndSpeedUpWhenOthersEnd) {
   EXPECT_EQ(ends, (std::vector<Nanos>{200, 400}));
 }
 
+TEST(SharedProcessors, LighterWorkTakesItsShareOfTheCapacity) {
+  VirtualClock clock;
+  SharedProcessors two_computes(clock, 2);  // e.g. 2 cores, computes of 1 thread
+  std::vector<Nanos> ends;
+  two_computes.start(300, [&] { ends.push_back(clock.now()); });
+  two_computes.start(300, [&] { ends.push_back(clock.now()); });
+  two_computes.start(
+      60, [&] { ends.push_back(clock.now()); }, 1);  // a collective's thread
+  while (clock.advance()) {
+  }
+  // Demand 3 on capacity 2: all at 2/3 speed until the collective ends at 90 (60 of work),
+  // then the computes' last 240 at full speed.
+  EXPECT_EQ(ends, (std::vector<Nanos>{90, 330, 330}));
+  SharedProcessors quarter(clock, 1);
+  ends.clear();
+  const Nanos t0 = clock.now();
+  quarter.start(100, [&] { ends.push_back(clock.now() - t0); });
+  quarter.start(
+      100, [&] { ends.push_back(clock.now() - t0); }, 0.25);
+  while (clock.advance()) {
+  }
+  // Demand 1.25 on 1: both at 0.8 until the second ends at 125; the first's last 0 then.
+  EXPECT_EQ(ends, (std::vector<Nanos>{125, 125}));
+}
+
 TEST(SharedProcessors, WithoutALimitEachTakesItsCost) {
   VirtualClock clock;
   SharedProcessors devices(clock, 0);
@@ -242,6 +267,32 @@ TEST(CostModel, ZeroStagesChooseTheirCollectivesAndTensorParallelismAddsItsOwn) 
       mismatch.error().message.find("has 8 ranks (1 hosts of 8) but job.toml runs dp 4 x pp 1 x tp 1 = 4"),
       std::string::npos)
       << mismatch.error().message;
+}
+
+TEST(CostModel, MeasuredBackwardHalvesAndACpuHostsCollectives) {
+  JobConfig job = job_of(
+      "[cluster]\nworld_size = 2\n[parallel]\ndp = 2\n[train]\nthreads = 1\n[model]\nseq_len = 16\n"
+      "d_model = 32\nn_layers = 1\nn_heads = 2\n[batch]\nmicro_batch_size = 2\n");
+  ClusterSpec cpu = h100_host(2);
+  cpu.device.kind = "cpu";
+  cpu.device.cores = 2;
+  cpu.device.optimizer_elements_per_s = 1e9;
+  // Embedding, one block, head: the block's backward measured whole and in halves that
+  // cost more than it together; the others' halves not measured (half each).
+  const std::vector<LayerCost> layers{{1e-3, 2e-3, 0, 0}, {4e-3, 8e-3, 6e-3, 3e-3}, {1e-3, 2e-3, 0, 0}};
+  auto costs = job_costs(job, cpu, layers);
+  ASSERT_TRUE(costs) << costs.error().message;
+  const ChunkCost& c = costs->chunks[0];
+  EXPECT_EQ(c.backward, seconds_to_nanos(12e-3));
+  EXPECT_EQ(c.backward_input, seconds_to_nanos(1e-3 + 6e-3 + 1e-3));
+  EXPECT_EQ(c.backward_weight, seconds_to_nanos(1e-3 + 3e-3 + 1e-3));
+  // A CPU host of 2 cores and ranks of one thread: two computes at once, and a collective's
+  // progress thread takes as much of the cores as one of them.
+  EXPECT_DOUBLE_EQ(costs->host_capacity, 2);
+  EXPECT_DOUBLE_EQ(costs->collective_demand, 1);
+  auto gpu = job_costs(job, h100_host(2), layers);
+  ASSERT_TRUE(gpu);
+  EXPECT_DOUBLE_EQ(gpu->collective_demand, 0) << "a GPU's collectives leave its compute alone";
 }
 
 }  // namespace
