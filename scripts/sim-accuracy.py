@@ -7,7 +7,8 @@ machine's cluster (one host; `troupe profile-device --json` measured once at the
 compute = "measured": the job's layers timed by as many processes at once as it has
 ranks), alternated `rounds` times, the medians of each compared. Prints a markdown table:
 predicted and measured step time, bubble and peak memory, and whether each is within the
-bounds (10% of the step time, 2 points of bubble, 5% of memory).
+bounds (10% of the step time, 2 points of bubble, 5% of memory), and how far the real
+run's step time moved between rounds (max - min over the median: this machine's noise).
 
 usage: scripts/sim-accuracy.py [ROUNDS=2] [STEPS=6]
 """
@@ -113,13 +114,16 @@ def main():
         mem_err = p["bytes"] / r["bytes"] - 1
         ok = abs(step_err) <= 0.10 and abs(bubble_err) <= 2 and abs(mem_err) <= 0.05
         within += ok
+        rounds = [r["step_ms"] for r in measured]
+        spread = (max(rounds) - min(rounds)) / r["step_ms"]
         rows.append(f"| {name} | {p['step_ms']:.0f} | {r['step_ms']:.0f} | {100 * step_err:+.1f}% | "
                     f"{100 * p['bubble']:.1f}% | {100 * r['bubble']:.1f}% | {bubble_err:+.1f} | "
-                    f"{p['bytes'] / 1e6:.2f} | {r['bytes'] / 1e6:.2f} | {100 * mem_err:+.1f}% | {'yes' if ok else 'no'} |")
+                    f"{p['bytes'] / 1e6:.2f} | {r['bytes'] / 1e6:.2f} | {100 * mem_err:+.1f}% | {'yes' if ok else 'no'} | "
+                    f"{100 * spread:.0f}% |")
         print(rows[-1], file=sys.stderr)
     print("| job | predicted step ms | measured step ms | error | predicted bubble | measured bubble | "
-          "points | predicted MB | measured MB | error | within |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "points | predicted MB | measured MB | error | within | real spread |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     print(f"\n{within} of {len(JOBS)} jobs within 10% step time, 2 points bubble and 5% memory "
           f"(medians of {ROUNDS} alternated rounds, {STEPS} steps each)")
