@@ -98,6 +98,13 @@ ChunkCost chunk_cost(const JobConfig& job, const ClusterSpec& cluster, const std
   return c;
 }
 
+int64_t compute_threads(const JobConfig& job, const ClusterSpec& cluster) {
+  return job.train.threads > 0 ? job.train.threads
+                               : std::max<int64_t>(1, cluster.device.cores / cluster.ranks_per_host);
+}
+
+// Elements a rank updates per second. A CPU's rate was measured with the device's compute
+// threads; a rank with fewer (ranks sharing the host) updates proportionally slower.
 Result<double> optimizer_rate(const JobConfig& job, const ClusterSpec& cluster) {
   const DeviceSpec& d = cluster.device;
   const bool host = d.kind == "gpu" && job.offload.optimizer != "none";
@@ -107,6 +114,9 @@ Result<double> optimizer_rate(const JobConfig& job, const ClusterSpec& cluster) 
         fmt::format("device {} has no {} optimizer rate (optimizer_elements_per_s); profile it with "
                     "troupe profile-device",
                     d.name, host ? "host" : "device"));
+  if (d.kind == "cpu" && d.compute_threads > 0)
+    return rate * std::min(1.0, static_cast<double>(compute_threads(job, cluster)) /
+                                    static_cast<double>(d.compute_threads));
   return rate;
 }
 
@@ -142,11 +152,6 @@ Result<StageCost> stage_cost(const JobConfig& job, const ClusterSpec& cluster, i
     s.swap = seconds_to_nanos(state * share / d.nvme_read + state * share / d.nvme_write);
   }
   return s;
-}
-
-int64_t compute_threads(const JobConfig& job, const ClusterSpec& cluster) {
-  return job.train.threads > 0 ? job.train.threads
-                               : std::max<int64_t>(1, cluster.device.cores / cluster.ranks_per_host);
 }
 
 double host_capacity(const JobConfig& job, const ClusterSpec& cluster) {

@@ -276,7 +276,8 @@ TEST(CostModel, MeasuredBackwardHalvesAndACpuHostsCollectives) {
   ClusterSpec cpu = h100_host(2);
   cpu.device.kind = "cpu";
   cpu.device.cores = 2;
-  cpu.device.optimizer_elements_per_s = 1e9;
+  cpu.device.optimizer_elements_per_s = 1e9;  // measured with both cores' threads
+  cpu.device.compute_threads = 2;
   // Embedding, one block, head: the block's backward measured whole and in halves that
   // cost more than it together; the others' halves not measured (half each).
   const std::vector<LayerCost> layers{{1e-3, 2e-3, 0, 0}, {4e-3, 8e-3, 6e-3, 3e-3}, {1e-3, 2e-3, 0, 0}};
@@ -290,6 +291,9 @@ TEST(CostModel, MeasuredBackwardHalvesAndACpuHostsCollectives) {
   // progress thread takes as much of the cores as one of them.
   EXPECT_DOUBLE_EQ(costs->host_capacity, 2);
   EXPECT_DOUBLE_EQ(costs->collective_demand, 1);
+  // A rank of one thread updates at half the rate measured with two.
+  const StageCost& stage = costs->stages[0];
+  EXPECT_EQ(stage.optimizer, seconds_to_nanos(static_cast<double>(stage.parameters) / 0.5e9));
   auto gpu = job_costs(job, h100_host(2), layers);
   ASSERT_TRUE(gpu);
   EXPECT_DOUBLE_EQ(gpu->collective_demand, 0) << "a GPU's collectives leave its compute alone";
