@@ -54,8 +54,9 @@ void finish(World& w, const std::vector<group_join>& joined, const std::vector<N
 
 // A collective begins once its last member joins, as early as its data allowed (an
 // overlapped reduction's buckets went while the backward ran); what is left of it takes
-// link time on a device, or on a CPU host each member's progress thread a share of its
-// host's cores beside the computes there, ending when the slowest member's does.
+// link time across hosts or devices, or inside one CPU host each member's progress thread
+// a share of the host's cores beside the computes there (the reduction and the copies are
+// CPU work), ending when the slowest member's does.
 void complete(World& w, Pending& p) {
   const Nanos now = w.clock.now();
   Nanos ready = 0;
@@ -65,11 +66,16 @@ void complete(World& w, Pending& p) {
   const Nanos start = std::max(ready, now - took);  // begun as early as the data allowed, not before
   const Nanos end = std::max(start + took, now + static_cast<Nanos>(static_cast<double>(took) * any.tail));
   const Nanos shown = std::max(start, ready);
-  if (w.costs.collective_demand <= 0) return finish(w, p.joined, p.joined_at, shown, end);
+  const int64_t host = w.cluster.host_of(any.rank);
+  const bool inside_a_cpu_host = w.costs.collective_demand > 0 &&
+                                 std::all_of(any.members.begin(), any.members.end(), [&](int64_t member) {
+                                   return w.cluster.host_of(member) == host;
+                                 });
+  if (!inside_a_cpu_host) return finish(w, p.joined, p.joined_at, shown, end);  // links' time
   auto members = std::make_shared<Pending>(std::move(p));
   auto left = std::make_shared<std::size_t>(members->joined.size());
-  for (const group_join& j : members->joined)
-    w.hosts[static_cast<std::size_t>(w.cluster.host_of(j.rank))]->start(
+  for (std::size_t i = 0; i < members->joined.size(); ++i)
+    w.hosts[static_cast<std::size_t>(host)]->start(
         end - now,
         [&w, members, left, shown] {
           if (--*left == 0) finish(w, members->joined, members->joined_at, shown, w.clock.now());
