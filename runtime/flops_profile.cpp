@@ -146,6 +146,7 @@ int run_flops_profile(const JobConfig& job, int repeats, bool json, bool typical
   torch::manual_seed(static_cast<uint64_t>(job.train.seed));
   auto layers = make_gpt(job.model);
   TokenBatch b = sample_sequences(*corpus, seq, static_cast<uint64_t>(job.train.seed), 0, micro);
+  // The split halves only in JSON: what `troupe simulate` reads; the table has no column for them.
   LayerTimes times = time_layers(layers, MicroBatch{b.input, b.target}, lm_loss, repeats, typical, json);
   std::vector<LayerFlops> flops = gpt_layer_flops(job.model, micro, seq);
   const double peak = gemm_peak_flops(1024, "fp32");

@@ -38,10 +38,10 @@ Result<std::vector<sim::LayerCost>> measure(const JobConfig& job, const sim::Clu
       return make_error(fmt::format("timing the layers failed: {} printed no profile", command));
     const nlohmann::json& j = printed.front();
     costs.resize(j["layers"].size());
+    const double each = 1e3 * static_cast<double>(copies);  // ms of one copy, averaged, in s
     for (std::size_t i = 0; i < costs.size(); ++i) {
-      costs[i].forward_s += j["layers"][i]["forward_ms"].get<double>() / 1e3 / static_cast<double>(copies);
       const nlohmann::json& layer = j["layers"][i];
-      const double each = 1e3 * static_cast<double>(copies);
+      costs[i].forward_s += layer["forward_ms"].get<double>() / each;
       costs[i].backward_s += layer["backward_ms"].get<double>() / each;
       costs[i].backward_input_s += layer.value("backward_input_ms", 0.0) / each;
       costs[i].backward_weight_s += layer.value("backward_weight_ms", 0.0) / each;

@@ -98,11 +98,6 @@ ChunkCost chunk_cost(const JobConfig& job, const ClusterSpec& cluster, const std
   return c;
 }
 
-int64_t compute_threads(const JobConfig& job, const ClusterSpec& cluster) {
-  return job.train.threads > 0 ? job.train.threads
-                               : std::max<int64_t>(1, cluster.device.cores / cluster.ranks_per_host);
-}
-
 // Elements a rank updates per second. A CPU's rate was measured with the device's compute
 // threads; a rank with fewer (ranks sharing the host) updates proportionally slower.
 Result<double> optimizer_rate(const JobConfig& job, const ClusterSpec& cluster) {
@@ -115,7 +110,7 @@ Result<double> optimizer_rate(const JobConfig& job, const ClusterSpec& cluster) 
                     "troupe profile-device",
                     d.name, host ? "host" : "device"));
   if (d.kind == "cpu" && d.compute_threads > 0)
-    return rate * std::min(1.0, static_cast<double>(compute_threads(job, cluster)) /
+    return rate * std::min(1.0, static_cast<double>(rank_threads(job, cluster)) /
                                     static_cast<double>(d.compute_threads));
   return rate;
 }
@@ -157,10 +152,15 @@ Result<StageCost> stage_cost(const JobConfig& job, const ClusterSpec& cluster, i
 double host_capacity(const JobConfig& job, const ClusterSpec& cluster) {
   const DeviceSpec& d = cluster.device;
   if (d.kind != "cpu" || d.cores <= 0) return 0;
-  return static_cast<double>(d.cores) / static_cast<double>(compute_threads(job, cluster));
+  return static_cast<double>(d.cores) / static_cast<double>(rank_threads(job, cluster));
 }
 
 }  // namespace
+
+int64_t rank_threads(const JobConfig& job, const ClusterSpec& cluster) {
+  return job.train.threads > 0 ? job.train.threads
+                               : std::max<int64_t>(1, cluster.device.cores / cluster.ranks_per_host);
+}
 
 Result<std::vector<LayerCost>> flops_layer_costs(const JobConfig& job, const ClusterSpec& cluster) {
   auto rate = cluster.device.gemm_rate(job.precision.dtype);
@@ -209,8 +209,7 @@ Result<JobCosts> job_costs(const JobConfig& job, const ClusterSpec& cluster,
   const int64_t pp = job.parallel.pp;
   costs.micro_tokens = job.batch.micro_batch_size * job.model.seq_len;
   costs.host_capacity = host_capacity(job, cluster);
-  if (costs.host_capacity > 0)
-    costs.collective_demand = 1 / static_cast<double>(compute_threads(job, cluster));
+  if (costs.host_capacity > 0) costs.collective_demand = 1 / static_cast<double>(rank_threads(job, cluster));
   costs.compute = cluster.compute;
   std::vector<int64_t> stage_parameters(static_cast<std::size_t>(pp), 0);
   int64_t first = 0;

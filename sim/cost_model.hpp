@@ -76,6 +76,9 @@ struct JobCosts {
   std::string compute;            ///< how layer times were found, for the report
 };
 
+/// A rank's compute threads: [train] threads, or the host's cores shared by its ranks.
+int64_t rank_threads(const JobConfig& job, const ClusterSpec& cluster);
+
 /// Layer times from the layers' FLOPs and the device's GEMM rate for the job's dtype,
 /// scaled by the cluster's efficiency. One rank's shard with tp > 1.
 Result<std::vector<LayerCost>> flops_layer_costs(const JobConfig& job, const ClusterSpec& cluster);

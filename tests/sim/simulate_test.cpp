@@ -137,6 +137,27 @@ TEST(Simulation, ASlowRankSlowsEveryone) {
   EXPECT_GT(slowed->step_ms_median(), 1.5 * fast->step_ms_median());
 }
 
+// Four ranks of one thread on a 2-core CPU host: each collective member's progress thread
+// is a core's worth of work, so with no compute running the group's collectives take twice
+// their link time; on devices of their own they take just that.
+TEST(Simulation, ACpuHostsCollectivesShareItsCores) {
+  JobConfig job = job_of(
+      "[cluster]\nworld_size = 4\n[parallel]\ndp = 4\n[zero]\nstage = 1\n[train]\nthreads = 1\n"
+      "[batch]\nmicro_batch_size = 2\ngradient_accumulation_steps = 2\n"
+      "[model]\nseq_len = 16\nd_model = 32\nn_layers = 2\nn_heads = 2\n");
+  ClusterSpec devices = free_links(4);
+  devices.host = LinkSpec{1e6, 0, {}};  // slow enough that the collectives dominate
+  ClusterSpec cpu = devices;
+  cpu.device.kind = "cpu";
+  cpu.device.cores = 2;
+  auto apart = simulate_job(job, devices, equal_blocks(2), {1, false});
+  auto shared = simulate_job(job, cpu, equal_blocks(2), {1, false});
+  ASSERT_TRUE(apart && shared);
+  ASSERT_GT(apart->exposed_comm_ms, 10 * kForward * 1e3);
+  EXPECT_GT(shared->exposed_comm_ms, 1.8 * apart->exposed_comm_ms);
+  EXPECT_LT(shared->exposed_comm_ms, 2.2 * apart->exposed_comm_ms);
+}
+
 TEST(Simulation, ADeadRankOrALostLinkStopsTheJobNamingIt) {
   JobConfig job = job_of(dp_pipeline_job());
   ClusterSpec dead = jittery(1), lost = jittery(1);
