@@ -34,7 +34,7 @@ double seconds_since(Clock::time_point start) {
 LayerTimes one_pass(std::vector<torch::nn::AnyModule*>& modules, const MicroBatch& batch,
                     const LossFunction& loss, bool split) {
   const std::size_t count = modules.size();
-  LayerTimes took{std::vector<double>(count), std::vector<double>(count), {}, {}};
+  LayerTimes took{std::vector<double>(count), std::vector<double>(count), {}, {}, {}, {}};
   if (split) took.backward_input = took.backward_weight = std::vector<double>(count);
   std::vector<torch::Tensor> inputs, outputs;
   torch::Tensor x = batch.input;
@@ -113,7 +113,7 @@ LayerTimes time_layers(torch::nn::Sequential layers, const MicroBatch& batch, co
     return typical ? each[each.size() / 2] : each.front();
   };
   const std::size_t count = modules.size();
-  LayerTimes chosen{std::vector<double>(count), std::vector<double>(count), {}, {}};
+  LayerTimes chosen{std::vector<double>(count), std::vector<double>(count), {}, {}, {}, {}};
   if (split) chosen.backward_input = chosen.backward_weight = std::vector<double>(count);
   for (std::size_t i = 0; i < count; ++i) {
     chosen.forward[i] = pick(passes, &LayerTimes::forward, i);
@@ -121,6 +121,10 @@ LayerTimes time_layers(torch::nn::Sequential layers, const MicroBatch& batch, co
     if (!split) continue;
     chosen.backward_input[i] = pick(split_passes, &LayerTimes::backward_input, i);
     chosen.backward_weight[i] = pick(split_passes, &LayerTimes::backward_weight, i);
+  }
+  for (const LayerTimes& p : passes) {
+    chosen.pass_forward.push_back(std::accumulate(p.forward.begin(), p.forward.end(), 0.0));
+    chosen.pass_backward.push_back(std::accumulate(p.backward.begin(), p.backward.end(), 0.0));
   }
   for (auto& p : layers->parameters()) p.mutable_grad() = torch::Tensor();
   return chosen;
@@ -171,6 +175,9 @@ int run_flops_profile(const JobConfig& job, int repeats, bool json, bool typical
                      {"step_flops", (forward + backward) * static_cast<double>(accumulation)},
                      {"gemm_peak_flops", peak},
                      {"mfu", rate(forward + backward, forward_s + backward_s) / peak}};
+    for (std::size_t i = 0; i < times.pass_forward.size(); ++i)
+      j["passes"].push_back(
+          {{"forward_ms", 1e3 * times.pass_forward[i]}, {"backward_ms", 1e3 * times.pass_backward[i]}});
     for (std::size_t i = 0; i < flops.size(); ++i)
       j["layers"].push_back({{"name", flops[i].name},
                              {"parameters", flops[i].parameters},

@@ -22,6 +22,10 @@ struct LayerTimes {
   std::vector<double> backward;
   std::vector<double> backward_input;   ///< with `split`: the backward's input half (weights deferred)
   std::vector<double> backward_weight;  ///< with `split`: the deferred weight half
+  /// Every timed pass's whole forward and whole backward (all layers; not the split passes),
+  /// in the order run: how much one pass varies from the next here, which the chosen times hide.
+  std::vector<double> pass_forward;
+  std::vector<double> pass_backward;
 };
 /// `typical`: each layer's median pass instead of its best (what a training step meets).
 /// `split`: also as many passes of the split backward that zero-bubble schedules run (the

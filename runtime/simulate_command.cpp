@@ -1,5 +1,6 @@
 #include "runtime/simulate_command.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -15,8 +16,30 @@
 namespace troupe {
 namespace {
 
+double median_of(const nlohmann::json& passes, const char* key) {
+  std::vector<double> times;
+  for (const nlohmann::json& pass : passes) times.push_back(pass[key].get<double>());
+  std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
+  return times[times.size() / 2];
+}
+
+// One process's passes in the order they ran: each forward, then its backward, over the
+// median of its kind.
+std::vector<double> pass_noise(const nlohmann::json& passes) {
+  std::vector<double> noise;
+  if (passes.empty()) return noise;
+  const double forward = median_of(passes, "forward_ms"), backward = median_of(passes, "backward_ms");
+  if (forward <= 0 || backward <= 0) return noise;
+  for (const nlohmann::json& pass : passes) {
+    noise.push_back(pass["forward_ms"].get<double>() / forward);
+    noise.push_back(pass["backward_ms"].get<double>() / backward);
+  }
+  return noise;
+}
+
 Result<std::vector<sim::LayerCost>> measure(const JobConfig& job, const sim::ClusterSpec& cluster,
-                                            const SimulateArguments& args) {
+                                            const SimulateArguments& args,
+                                            std::vector<std::vector<double>>* noise) {
   if (job.parallel.tp > 1)
     return make_error(
         fmt::format("{}: compute = \"measured\" times the whole layers of a tp = 1 job; with tp = {} "
@@ -46,6 +69,7 @@ Result<std::vector<sim::LayerCost>> measure(const JobConfig& job, const sim::Clu
       costs[i].backward_input_s += layer.value("backward_input_ms", 0.0) / each;
       costs[i].backward_weight_s += layer.value("backward_weight_ms", 0.0) / each;
     }
+    if (noise && j.contains("passes")) noise->push_back(pass_noise(j["passes"]));
   }
   return costs;
 }
@@ -53,8 +77,9 @@ Result<std::vector<sim::LayerCost>> measure(const JobConfig& job, const sim::Clu
 }  // namespace
 
 Result<std::vector<sim::LayerCost>> layer_costs(const JobConfig& job, const sim::ClusterSpec& cluster,
-                                                const SimulateArguments& args) {
-  if (cluster.compute == "measured") return measure(job, cluster, args);
+                                                const SimulateArguments& args,
+                                                std::vector<std::vector<double>>* noise) {
+  if (cluster.compute == "measured") return measure(job, cluster, args, noise);
   return sim::flops_layer_costs(job, cluster);
 }
 
@@ -64,7 +89,7 @@ int run_simulate(const JobConfig& job, const SimulateArguments& args) {
     std::fprintf(stderr, "troupe: %s\n", cluster.error().message.c_str());
     return kUsageExitCode;
   }
-  auto layers = layer_costs(job, *cluster, args);
+  auto layers = layer_costs(job, *cluster, args, &cluster->noise);
   if (!layers) {
     std::fprintf(stderr, "troupe: %s\n", layers.error().message.c_str());
     return kUsageExitCode;

@@ -31,8 +31,11 @@ struct SimulateArguments {
 /// layers timed by as many `troupe profile --median` processes at once as the host runs
 /// ranks, each with a rank's threads, so that they contend for the cores, caches and memory
 /// bandwidth as the ranks will; their times averaged. `args`: the job's file and overrides.
+/// `noise`, when given and measured: by process, its timed passes over its median pass
+/// (ClusterSpec::noise).
 Result<std::vector<sim::LayerCost>> layer_costs(const JobConfig& job, const sim::ClusterSpec& cluster,
-                                                const SimulateArguments& args);
+                                                const SimulateArguments& args,
+                                                std::vector<std::vector<double>>* noise = nullptr);
 
 /// Runs the command; returns the exit code (2 for a bad job or cluster, 1 when the
 /// simulated job fails).

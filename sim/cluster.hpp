@@ -11,6 +11,7 @@
 //   efficiency = 0.55       # flops only: the share of the GEMM rate the layers reach
 //   seed = 1                # for jitter and the random faults
 //   jitter = 0.0            # each compute takes (1 ± jitter) × its cost, seeded
+//                           # (compute = "measured" replays the measured passes instead)
 //   peer_timeout_s = 10     # how long a lost peer is waited for before the job stops
 //
 //   [links.host]            # within a host (NVLink; shared memory on a CPU host)
@@ -68,6 +69,12 @@ struct ClusterSpec {
   double efficiency = 0.5;
   uint64_t seed = 1;
   double jitter = 0;
+  /// compute = "measured": by measuring process (they ran at once, as the host's ranks
+  /// will), its timed passes in the order they ran, each forward and backward over its
+  /// median. Rank r replays process r mod n's, each compute the next pass, in place of
+  /// `jitter`: bursts of a slow machine stay bursts, and ranks drift apart as the processes
+  /// did. Not read from the file: `troupe simulate` measures it with the layers.
+  std::vector<std::vector<double>> noise;
   double peer_timeout_s = 10;
   LinkSpec host;
   LinkSpec network;

@@ -68,6 +68,8 @@ std::string result_json(const SimulationResult& r, const std::string& job, const
   j["mfu"] = r.mfu;
   const double step_s = r.step_ms_median() / 1e3;
   j["tokens_per_s"] = step_s > 0 ? static_cast<double>(r.tokens) / step_s : 0.0;
+  if (r.noise_passes > 0)
+    j["compute_noise"] = {{"passes", r.noise_passes}, {"mean", r.noise_mean}, {"p90", r.noise_p90}};
   j["events"] = r.events;
   j["wall_s"] = r.wall_s;
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
@@ -77,6 +79,7 @@ std::string result_json(const SimulationResult& r, const std::string& job, const
                       {"model_state_bytes", s.model_state_bytes},
                       {"communication_bytes", s.communication_bytes},
                       {"activation_bytes", s.activation_bytes},
+                      {"bubble", s.bubble},
                       {"busy_ms", s.busy_ms},
                       {"exposed_comm_ms", s.exposed_comm_ms}});
   j["stages"] = stages;
@@ -92,15 +95,21 @@ std::string render_result(const SimulationResult& r, const std::string& job, con
     out += fmt::format("  step time       {:.3f} ms\n", r.step_ms_median());
     out += fmt::format("  bubble          {:.1f}%\n", 100 * r.bubble);
     out += fmt::format("  exposed comm    {:.3f} ms per step (mean over ranks)\n", r.exposed_comm_ms);
+    if (r.noise_passes > 0)
+      out += fmt::format(
+          "  compute noise   the measured passes replayed: {} ratios to the median, mean {:.3f}, "
+          "p90 {:.3f}\n",
+          r.noise_passes, r.noise_mean, r.noise_p90);
     out += fmt::format("  peak memory     {:.3f} GB (rank {})\n", static_cast<double>(r.peak_bytes) / 1e9,
                        r.peak_rank);
     out += fmt::format("  throughput      {:.0f} tokens/s, {:.3g} FLOPs per step, MFU {:.1f}%\n",
                        static_cast<double>(r.tokens) / step_s, r.step_flops, 100 * r.mfu);
-    out +=
-        fmt::format("  {:>5}  {:>14}  {:>12}  {:>16}\n", "stage", "peak GB", "compute ms", "exposed comm ms");
+    out += fmt::format("  {:>5}  {:>14}  {:>12}  {:>16}  {:>7}\n", "stage", "peak GB", "compute ms",
+                       "exposed comm ms", "bubble");
     for (const StageFigures& s : r.stages)
-      out += fmt::format("  {:>5}  {:>14.3f}  {:>12.3f}  {:>16.3f}\n", s.stage,
-                         static_cast<double>(s.peak_bytes) / 1e9, s.busy_ms, s.exposed_comm_ms);
+      out +=
+          fmt::format("  {:>5}  {:>14.3f}  {:>12.3f}  {:>16.3f}  {:>6.1f}%\n", s.stage,
+                      static_cast<double>(s.peak_bytes) / 1e9, s.busy_ms, s.exposed_comm_ms, 100 * s.bubble);
   }
   if (!r.error.empty()) out += fmt::format("  the job failed: {}\n", r.error);
   return out;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -142,7 +143,10 @@ void summarize(const World& w, const Reports& reports, int64_t steps, Simulation
       stage.communication_bytes = std::max(stage.communication_bytes, st.communication_bytes);
       stage.activation_bytes = std::max(stage.activation_bytes, st.activation_bytes);
     }
-    if (!mine.empty()) bubble += mine.back().stats.bubble;
+    double idle = 0;  // this rank's, averaged over its steps: one step's is one draw of the noise
+    for (const step_report& report : mine) idle += report.stats.bubble / static_cast<double>(mine.size());
+    bubble += idle;
+    stage.bubble += idle / static_cast<double>(w.ranks() / w.job.parallel.pp);
     const RankFigures& f = w.figures[static_cast<std::size_t>(r)];
     exposed += nanos_to_ms(f.exposed) / static_cast<double>(counted);
     stage.peak_bytes = std::max(stage.peak_bytes, peak);
@@ -155,6 +159,15 @@ void summarize(const World& w, const Reports& reports, int64_t steps, Simulation
     }
   }
   out.bubble = bubble / static_cast<double>(w.ranks());
+  std::vector<double> noise;
+  for (const std::vector<double>& passes : w.cluster.noise)
+    noise.insert(noise.end(), passes.begin(), passes.end());
+  if (!noise.empty()) {
+    std::sort(noise.begin(), noise.end());
+    out.noise_passes = static_cast<int64_t>(noise.size());
+    out.noise_mean = std::accumulate(noise.begin(), noise.end(), 0.0) / static_cast<double>(noise.size());
+    out.noise_p90 = noise[noise.size() * 9 / 10];
+  }
   out.exposed_comm_ms = exposed / static_cast<double>(w.ranks());
   out.step_flops = w.costs.step_flops;
   out.tokens = w.costs.micro_tokens * w.job.batch.gradient_accumulation_steps * w.job.parallel.dp;

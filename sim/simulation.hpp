@@ -33,13 +33,14 @@ struct StageFigures {
   int64_t model_state_bytes = 0;
   int64_t communication_bytes = 0;
   int64_t activation_bytes = 0;
+  double bubble = 0;           ///< its ranks' idle fraction, averaged over them and the steps
   double busy_ms = 0;          ///< compute per step, its busiest rank
   double exposed_comm_ms = 0;  ///< communication waited on per step, its most exposed rank
 };
 
 struct SimulationResult {
   std::vector<double> step_ms;  ///< each step: from the previous step's end on every rank to this one's
-  double bubble = 0;            ///< the pipeline's idle fraction, as the scheduler reports it (last step)
+  double bubble = 0;            ///< the idle fraction the schedulers report, averaged over ranks and steps
   double exposed_comm_ms = 0;   ///< per step, averaged over ranks
   int64_t peak_bytes = 0;       ///< the most any rank held
   int64_t peak_rank = 0;
@@ -49,6 +50,11 @@ struct SimulationResult {
   int64_t ranks = 0;
   int64_t events = 0;  ///< clock events fired
   double wall_s = 0;   ///< how long the simulation took here
+  /// ClusterSpec::noise, in short: how many ratios (a pass's forward or backward over its
+  /// median) it holds, their mean and 90th percentile.
+  int64_t noise_passes = 0;
+  double noise_mean = 1;
+  double noise_p90 = 1;
   std::vector<StageFigures> stages;
   std::vector<TimelineEvent> timeline;  ///< with SimulationOptions::trace
   std::vector<pipeline::RankPlace> places;

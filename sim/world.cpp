@@ -56,9 +56,19 @@ World::World(JobConfig job_, ClusterSpec cluster_, JobCosts costs_, bool tracing
 
 Nanos World::compute_cost(int64_t rank, Nanos base) {
   double factor = slow_[static_cast<std::size_t>(rank)];
-  if (cluster.jitter > 0) {
-    const uint64_t draw = splitmix_at(cluster.seed ^ (static_cast<uint64_t>(rank) << 20),
-                                      draws_[static_cast<std::size_t>(rank)]++);
+  const uint64_t nth = draws_[static_cast<std::size_t>(rank)]++;
+  if (!cluster.noise.empty()) {
+    // Ranks that replay different processes start at the same pass, as the processes ran
+    // side by side; the seed picks where each group of them starts.
+    const std::size_t copies = cluster.noise.size();
+    const std::vector<double>& passes = cluster.noise[static_cast<std::size_t>(rank) % copies];
+    if (!passes.empty()) {
+      const uint64_t group = static_cast<uint64_t>(rank) / copies;
+      const uint64_t start = splitmix_at(cluster.seed, group) % passes.size();
+      factor *= passes[static_cast<std::size_t>((start + nth) % passes.size())];
+    }
+  } else if (cluster.jitter > 0) {
+    const uint64_t draw = splitmix_at(cluster.seed ^ (static_cast<uint64_t>(rank) << 20), nth);
     const double unit = static_cast<double>(draw >> 11) / 9007199254740992.0;  // [0, 1)
     factor *= 1 + cluster.jitter * (2 * unit - 1);
   }

@@ -91,7 +91,7 @@ struct World {
   std::optional<std::string> failure;  // the first error; the simulation stops at it
 
   int64_t ranks() const { return grid.world_size(); }
-  /// `base` on `rank`: a slow rank's factor and the seeded jitter applied.
+  /// `base` on `rank`: a slow rank's factor and the seeded jitter (or measured noise) applied.
   Nanos compute_cost(int64_t rank, Nanos base);
   bool dead(int64_t rank) const;
   /// Whether the link from `a` to `b` is lost at this moment (a lost_link fault, or either end dead).
@@ -102,7 +102,7 @@ struct World {
 
  private:
   std::vector<double> slow_;     // by rank
-  std::vector<uint64_t> draws_;  // by rank: jitter draws so far
+  std::vector<uint64_t> draws_;  // by rank: jitter or noise draws so far
 };
 
 }  // namespace troupe::sim

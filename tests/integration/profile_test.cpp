@@ -39,6 +39,13 @@ TEST(Profile, PrintsEveryLayerWithItsFlopsAndTimes) {
   EXPECT_LT(j.at("mfu").get<double>(), 1.5) << "a model's rate is a share of the GEMM's, give or take noise";
   // tiny-gpt with 3 blocks of d 64, MLP 256, untied head: its parameters.
   EXPECT_EQ(parameters, 256 * 64 + 64 * 64 + 3 * 49984 + 2 * 64 + 256 * 64);
+  // Every timed pass, whole, in order (what `troupe simulate` replays as the machine's noise):
+  // each is all layers' times of that pass.
+  ASSERT_EQ(j.at("passes").size(), 2u);
+  for (const auto& pass : j.at("passes")) {
+    EXPECT_GT(pass.at("forward_ms").get<double>(), 0);
+    EXPECT_GT(pass.at("backward_ms").get<double>(), 0);
+  }
   auto table = run_command(
       std::string(TROUPE_BINARY) + " profile " + TROUPE_SOURCE_DIR + "/configs/tiny-gpt.toml --repeats 1",
       120);

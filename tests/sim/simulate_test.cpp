@@ -137,6 +137,36 @@ TEST(Simulation, ASlowRankSlowsEveryone) {
   EXPECT_GT(slowed->step_ms_median(), 1.5 * fast->step_ms_median());
 }
 
+// Measured noise: rank r replays process (r mod n)'s passes. Processes that were slow at
+// the same moments keep their ranks together; one slower than the other makes the other
+// rank wait at the reduction, which uniform jitter cannot.
+TEST(Simulation, ReplaysEachMeasuredProcesssPassesOnItsRanks) {
+  JobConfig job = job_of(
+      "[cluster]\nworld_size = 2\n[parallel]\ndp = 2\n[batch]\nmicro_batch_size = 2\n"
+      "gradient_accumulation_steps = 4\n[model]\nseq_len = 16\nd_model = 32\nn_layers = 2\nn_heads = 2\n");
+  const std::vector<double> bursty{2, 1, 2, 1, 1, 1, 3, 1}, slow(8, 2.0), steady(8, 1.0);
+  ClusterSpec together = free_links(2), apart = free_links(2), quiet = free_links(2);
+  together.noise = {bursty, bursty};
+  apart.noise = {slow, steady};
+  quiet.noise = {steady, steady};
+  const std::vector<LayerCost> layers = equal_blocks(2);
+  auto t = simulate_job(job, together, layers, {6, false});
+  auto a = simulate_job(job, apart, layers, {6, false});
+  auto a2 = simulate_job(job, apart, layers, {6, false});
+  auto q = simulate_job(job, quiet, layers, {6, false});
+  ASSERT_TRUE(t && a && a2 && q);
+  // Bursts both processes saw: nobody waits, but the step is longer than at the medians.
+  EXPECT_LT(t->bubble, 0.02);
+  EXPECT_GT(t->step_ms_median(), 1.2 * q->step_ms_median());
+  // Rank 0 computes twice as long as rank 1: rank 1 idles half of each step, rank 0 none.
+  EXPECT_NEAR(a->bubble, 0.25, 0.03);
+  EXPECT_NEAR(a->stages[0].bubble, a->bubble, 1e-12);  // dp: the one stage holds both ranks
+  EXPECT_NEAR(a->step_ms_median(), 2 * q->step_ms_median(), 0.05 * q->step_ms_median());
+  EXPECT_EQ(a->step_ms, a2->step_ms);
+  EXPECT_EQ(a->noise_passes, 16);
+  EXPECT_DOUBLE_EQ(a->noise_mean, 1.5);
+}
+
 // Four ranks of one thread on a 2-core CPU host: each collective member's progress thread
 // is a core's worth of work, so with no compute running the group's collectives take twice
 // their link time; on devices of their own they take just that.
