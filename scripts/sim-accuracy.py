@@ -5,12 +5,13 @@ For each job below: the real run (`troupe run --metrics`, the median step time a
 first two steps, rank 0's bubble averaged over those steps, rank 0's memory) and the
 simulation on this machine's cluster (one host; `troupe profile-device --json` measured
 once at the start; compute = "measured": the job's layers timed by as many processes at
-once as it has ranks, each compute drawn from their passes' spread; stage 0's bubble over
-SIM_STEPS steps, the ranks of rank 0's stage), alternated `rounds` times, the medians of
-each compared. Prints a markdown table:
-predicted and measured step time, bubble and peak memory, and whether each is within the
-bounds (10% of the step time, 2 points of bubble, 5% of memory), and how far the real
-run's step time moved between rounds (max - min over the median: this machine's noise).
+once as it has ranks, their passes replayed on the ranks as the machine's noise; stage
+0's bubble over SIM_STEPS steps, the ranks of rank 0's stage), alternated `rounds` times
+(the real run first in every other round), the medians of each compared. Prints a
+markdown table: predicted and measured step time, bubble and peak memory, whether each is
+within the bounds (10% of the step time, 2 points of bubble, 5% of memory), and how far
+the real run's step time moved between rounds (max - min over the median: this machine's
+noise).
 
 This machine is a virtual one whose CPU comes and goes: at times a thread spinning alone
 gets half a core while `top` shows no steal. Each real run and each simulation (whose
@@ -143,9 +144,12 @@ def main():
         with open(cluster, "w") as f:
             f.write(f"[cluster]\nhosts = 1\nranks_per_host = {ranks}\ndevice = \"{device}\"\ncompute = \"measured\"\n")
         measured, predicted, shares = [], [], []
-        for _ in range(ROUNDS):
-            measured.append(steady(lambda: real(job, work), shares))
+        for k in range(ROUNDS):  # which goes first alternates: this machine drifts within a minute
+            if k % 2 == 0:
+                measured.append(steady(lambda: real(job, work), shares))
             predicted.append(steady(lambda: simulated(job, cluster), shares))
+            if k % 2 == 1:
+                measured.append(steady(lambda: real(job, work), shares))
         med = lambda runs, key: statistics.median(r[key] for r in runs)
         r = {k: med(measured, k) for k in ("step_ms", "bubble", "bytes")}
         p = {k: med(predicted, k) for k in ("step_ms", "bubble", "bytes")}

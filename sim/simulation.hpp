@@ -33,7 +33,10 @@ struct StageFigures {
   int64_t model_state_bytes = 0;
   int64_t communication_bytes = 0;
   int64_t activation_bytes = 0;
-  double bubble = 0;           ///< its ranks' idle fraction, averaged over them and the steps
+  /// Its ranks' idle fraction, averaged over them and the steps. As on a real rank, a rank
+  /// of a pipeline reports the world's (busy time summed over the world), a rank without
+  /// one its own.
+  double bubble = 0;
   double busy_ms = 0;          ///< compute per step, its busiest rank
   double exposed_comm_ms = 0;  ///< communication waited on per step, its most exposed rank
 };
