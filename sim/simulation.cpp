@@ -112,6 +112,18 @@ std::string stuck_ranks(const World& w) {
   return fmt::format("the simulated job stopped with nothing left to happen: {}", fmt::join(stuck, "; "));
 }
 
+// The measured noise the ranks replayed, in three numbers for the report.
+void summarize_noise(const ClusterSpec& cluster, SimulationResult& out) {
+  std::vector<double> noise;
+  for (const std::vector<double>& passes : cluster.noise)
+    noise.insert(noise.end(), passes.begin(), passes.end());
+  if (noise.empty()) return;
+  std::sort(noise.begin(), noise.end());
+  out.noise_passes = static_cast<int64_t>(noise.size());
+  out.noise_mean = std::accumulate(noise.begin(), noise.end(), 0.0) / static_cast<double>(noise.size());
+  out.noise_p90 = noise[noise.size() * 9 / 10];
+}
+
 void summarize(const World& w, const Reports& reports, int64_t steps, SimulationResult& out) {
   const int64_t done_steps = steps;
   Nanos previous = 0;
@@ -159,15 +171,7 @@ void summarize(const World& w, const Reports& reports, int64_t steps, Simulation
     }
   }
   out.bubble = bubble / static_cast<double>(w.ranks());
-  std::vector<double> noise;
-  for (const std::vector<double>& passes : w.cluster.noise)
-    noise.insert(noise.end(), passes.begin(), passes.end());
-  if (!noise.empty()) {
-    std::sort(noise.begin(), noise.end());
-    out.noise_passes = static_cast<int64_t>(noise.size());
-    out.noise_mean = std::accumulate(noise.begin(), noise.end(), 0.0) / static_cast<double>(noise.size());
-    out.noise_p90 = noise[noise.size() * 9 / 10];
-  }
+  summarize_noise(w.cluster, out);
   out.exposed_comm_ms = exposed / static_cast<double>(w.ranks());
   out.step_flops = w.costs.step_flops;
   out.tokens = w.costs.micro_tokens * w.job.batch.gradient_accumulation_steps * w.job.parallel.dp;

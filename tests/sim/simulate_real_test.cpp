@@ -90,6 +90,11 @@ TEST(SimulatedAgainstReal, APipelineOfTwoStagesOnThisMachine) {
   EXPECT_NEAR(s.at("bubble").get<double>(), last.at("bubble").get<double>(), 0.3);
   EXPECT_EQ(s.at("ranks"), 2);
   EXPECT_EQ(s.at("error"), "");
+  // The measuring processes' passes reach the simulation as its noise: a forward and a
+  // backward ratio for each of --repeats (3) passes of every process.
+  ASSERT_TRUE(s.contains("compute_noise")) << simulated.output;
+  const int64_t ratios = s.at("compute_noise").at("passes").get<int64_t>();
+  EXPECT_TRUE(ratios == 6 || ratios == 12) << ratios;
 }
 
 // With virtual stages a rank holds two chunks: the simulated ledger charges both chunks'
