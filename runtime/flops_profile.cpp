@@ -94,16 +94,19 @@ double gemm_peak_flops(int64_t n, const std::string& dtype) {
 }
 
 LayerTimes time_layers(torch::nn::Sequential layers, const MicroBatch& batch, const LossFunction& loss,
-                       int repeats, bool typical, bool split) {
+                       int repeats, bool typical, bool split, double warmup_s) {
   std::vector<torch::nn::AnyModule*> modules;
   for (auto& module : *layers) modules.push_back(&module);
+  const auto warm_until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(std::max(0.0, warmup_s)));
+  do {  // at least one untimed pass of each kind: the allocator and the kernels warm up
+    one_pass(modules, batch, loss, false);
+    if (split) one_pass(modules, batch, loss, true);
+  } while (Clock::now() < warm_until);
   std::vector<LayerTimes> passes, split_passes;
-  for (int r = 0; r <= repeats; ++r) {
-    LayerTimes took = one_pass(modules, batch, loss, false);
-    if (r > 0) passes.push_back(std::move(took));  // the first warms up
-    if (!split) continue;
-    took = one_pass(modules, batch, loss, true);
-    if (r > 0) split_passes.push_back(std::move(took));
+  for (int r = 1; r <= repeats; ++r) {
+    passes.push_back(one_pass(modules, batch, loss, false));
+    if (split) split_passes.push_back(one_pass(modules, batch, loss, true));
   }
   auto pick = [&](const std::vector<LayerTimes>& from, std::vector<double> LayerTimes::*times,
                   std::size_t i) {
@@ -137,7 +140,7 @@ double gpt_step_flops(const JobConfig& job) {
   return flops * static_cast<double>(job.batch.gradient_accumulation_steps * job.parallel.dp);
 }
 
-int run_flops_profile(const JobConfig& job, int repeats, bool json, bool typical) {
+int run_flops_profile(const JobConfig& job, int repeats, bool json, bool typical, double warmup_s) {
   const int64_t micro = job.batch.micro_batch_size, seq = job.model.seq_len;
   auto corpus = TextCorpus::make(job.data, job.train.seed, seq);
   if (!corpus) {
@@ -151,7 +154,8 @@ int run_flops_profile(const JobConfig& job, int repeats, bool json, bool typical
   auto layers = make_gpt(job.model);
   TokenBatch b = sample_sequences(*corpus, seq, static_cast<uint64_t>(job.train.seed), 0, micro);
   // The split halves only in JSON: what `troupe simulate` reads; the table has no column for them.
-  LayerTimes times = time_layers(layers, MicroBatch{b.input, b.target}, lm_loss, repeats, typical, json);
+  LayerTimes times =
+      time_layers(layers, MicroBatch{b.input, b.target}, lm_loss, repeats, typical, json, warmup_s);
   std::vector<LayerFlops> flops = gpt_layer_flops(job.model, micro, seq);
   const double peak = gemm_peak_flops(1024, "fp32");
 
@@ -167,6 +171,7 @@ int run_flops_profile(const JobConfig& job, int repeats, bool json, bool typical
                      {"seq", seq},
                      {"threads", threads},
                      {"repeats", repeats},
+                     {"warmup_s", warmup_s},
                      {"typical", typical},
                      {"forward_flops", forward},
                      {"backward_flops", backward},

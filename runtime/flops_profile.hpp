@@ -30,8 +30,11 @@ struct LayerTimes {
 /// `typical`: each layer's median pass instead of its best (what a training step meets).
 /// `split`: also as many passes of the split backward that zero-bubble schedules run (the
 /// halves cost more than a whole backward on a CPU: two autograd traversals, smaller products).
+/// `warmup_s`: untimed passes for this long first, so that the timed ones meet the machine
+/// as a run does after its first steps (a virtual machine's cores can slow down under
+/// sustained load; a quick measurement from idle misses that).
 LayerTimes time_layers(torch::nn::Sequential layers, const MicroBatch& batch, const LossFunction& loss,
-                       int repeats, bool typical = false, bool split = false);
+                       int repeats, bool typical = false, bool split = false, double warmup_s = 0);
 
 /// What this process's matrix products reach with its threads: a square product of `n`
 /// in `dtype` ("fp32", "bf16", "fp16"), FLOP/s, the best of a few. MFU's denominator.
@@ -41,7 +44,8 @@ double gemm_peak_flops(int64_t n, const std::string& dtype);
 double gpt_step_flops(const JobConfig& job);
 
 /// Prints the table (or one JSON object) for `job`; returns the exit code. `typical`: each
-/// layer's median pass rather than its best.
-int run_flops_profile(const JobConfig& job, int repeats, bool json, bool typical = false);
+/// layer's median pass rather than its best; `warmup_s` as time_layers'.
+int run_flops_profile(const JobConfig& job, int repeats, bool json, bool typical = false,
+                      double warmup_s = 0);
 
 }  // namespace troupe

@@ -51,8 +51,8 @@ Result<std::vector<sim::LayerCost>> measure(const JobConfig& job, const sim::Clu
       job.train.threads > 0 ? job.train.threads : std::max<int64_t>(1, cores / cluster.ranks_per_host);
   const int64_t copies = std::max<int64_t>(1, std::min(cluster.ranks_per_host, cores / threads));
   std::string command =
-      fmt::format("{} profile {} --json --median --repeats {} --set train.threads={}",
-                  shell_quoted(args.program), shell_quoted(args.file), args.repeats, threads);
+      fmt::format("{} profile {} --json --median --repeats {} --warmup-seconds {} --set train.threads={}",
+                  shell_quoted(args.program), shell_quoted(args.file), args.repeats, args.warmup_s, threads);
   for (const std::string& o : args.overrides) command += " --set " + shell_quoted(o);
   std::vector<sim::LayerCost> costs;
   for (const auto& printed :

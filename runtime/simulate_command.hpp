@@ -25,6 +25,7 @@ struct SimulateArguments {
   bool json = false;
   int64_t steps = 2;
   int repeats = 3;  ///< measured compute: timed passes per layer
+  double warmup_s = 0;  ///< measured compute: untimed passes for this long first
 };
 
 /// The layer times `cluster` asks for: from FLOPs, or (compute = "measured") the job's

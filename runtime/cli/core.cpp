@@ -93,6 +93,11 @@ int main(int argc, char** argv) {
   profiler->add_flag("--median", profile_median, "each layer's median pass, not its best");
   profiler->add_option("--repeats", profile_repeats, "timed passes after one warm-up; the best is kept")
       ->check(CLI::Range(1, 1000));
+  double profile_warmup_s = 0;
+  profiler
+      ->add_option("--warmup-seconds", profile_warmup_s,
+                   "untimed passes for this long first: the machine under sustained load, as a run meets it")
+      ->check(CLI::Range(0.0, 600.0));
 
   JobArguments simulate_job_args;
   SimulateArguments simulate_args;
@@ -107,6 +112,10 @@ int main(int argc, char** argv) {
   simulate->add_option("--steps", simulate_args.steps, "steps to simulate")->check(CLI::Range(1, 1000));
   simulate->add_option("--repeats", simulate_args.repeats, "compute = \"measured\": timed passes per layer")
       ->check(CLI::Range(1, 1000));
+  simulate
+      ->add_option("--warmup-seconds", simulate_args.warmup_s,
+                   "compute = \"measured\": untimed passes for this long before the timed ones")
+      ->check(CLI::Range(0.0, 600.0));
 
   JobArguments plan_job_args;
   PlanArguments plan_args;
@@ -121,6 +130,10 @@ int main(int argc, char** argv) {
   planner
       ->add_option("--repeats", plan_args.simulate.repeats, "compute = \"measured\": timed passes per layer")
       ->check(CLI::Range(1, 1000));
+  planner
+      ->add_option("--warmup-seconds", plan_args.simulate.warmup_s,
+                   "compute = \"measured\": untimed passes for this long before the timed ones")
+      ->check(CLI::Range(0.0, 600.0));
 
   DeviceProfileOptions device_options;
   auto* profile_device = app.add_subcommand(
@@ -243,7 +256,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "troupe: %s\n", job.error().message.c_str());
       return kUsageExitCode;
     }
-    return run_flops_profile(*job, profile_repeats, profile_json, profile_median);
+    return run_flops_profile(*job, profile_repeats, profile_json, profile_median, profile_warmup_s);
   }
   if (*planner) {
     auto job = load_config_file(plan_job_args.file, overrides_of(plan_job_args));

@@ -3,6 +3,7 @@
 // metrics carry its FLOPs and MFU; `troupe profile-device` measures this machine.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
 #include <string>
 
@@ -53,6 +54,24 @@ TEST(Profile, PrintsEveryLayerWithItsFlopsAndTimes) {
   EXPECT_NE(table.output.find("fwd GFLOP/s"), std::string::npos) << table.output;
   EXPECT_NE(table.output.find("total"), std::string::npos) << table.output;
   EXPECT_NE(table.output.find("(MFU)"), std::string::npos) << table.output;
+}
+
+// --warmup-seconds: untimed passes for that long before the timed ones (what `troupe
+// simulate --warmup-seconds` asks of its measuring processes); outside 0-600 it is refused.
+TEST(Profile, WarmsUpForTheSecondsAskedBeforeTiming) {
+  const std::string profile = std::string(TROUPE_BINARY) + " profile " + TROUPE_SOURCE_DIR +
+                              "/configs/tiny-gpt.toml --set model.n_layers=1 --repeats 1 --json";
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run_command(profile + " --warmup-seconds 1.5", 120);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  EXPECT_DOUBLE_EQ(j.at("warmup_s").get<double>(), 1.5);
+  EXPECT_EQ(j.at("passes").size(), 1u);
+  EXPECT_GE(took, 1.5) << "the warm-up passes ran before the timed one";
+  auto bad = run_command(profile + " --warmup-seconds -1", 120);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--warmup-seconds"), std::string::npos) << bad.output;
 }
 
 TEST(Profile, EveryStepsMetricsCarryItsFlopsAndMfu) {
