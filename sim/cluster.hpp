@@ -47,6 +47,9 @@ struct LinkSpec {
   /// Measured bus bandwidths of the collectives over this link by name ("all_reduce",
   /// "reduce_scatter", "all_gather"); empty: rings at `bandwidth`.
   std::map<std::string, double> collective_busbw;
+  /// Measured with more ranks of the host than two, by their number (DeviceSpec's).
+  std::map<int64_t, std::map<std::string, double>> collective_busbw_by_ranks;
+  int64_t cores = 0;  ///< the host's cores, which those ranks shared; 0: a device each
 };
 
 enum class FaultKind { slow_rank, lost_link, dead_rank };

@@ -107,6 +107,9 @@ std::string device_json(const DeviceSpec& d) {
   j["transport_bandwidth"] = d.transport_bandwidth;
   j["transport_latency_s"] = d.transport_latency_s;
   j["collective_busbw"] = d.collective_busbw;
+  nlohmann::ordered_json by_ranks = nlohmann::ordered_json::object();
+  for (const auto& [ranks, busbw] : d.collective_busbw_by_ranks) by_ranks[std::to_string(ranks)] = busbw;
+  j["collective_busbw_by_ranks"] = by_ranks;
   j["nvme_read"] = d.nvme_read;
   j["nvme_write"] = d.nvme_write;
   return j.dump();
@@ -149,6 +152,16 @@ Result<DeviceSpec> load_device_file(const std::string& path) {
   d.transport_bandwidth = j.value("transport_bandwidth", 0.0);
   d.transport_latency_s = j.value("transport_latency_s", 0.0);
   d.collective_busbw = j.value("collective_busbw", std::map<std::string, double>{});
+  for (const auto& [ranks, busbw] :
+       j.value("collective_busbw_by_ranks", std::map<std::string, std::map<std::string, double>>{})) {
+    const int64_t n = std::atoll(ranks.c_str());
+    if (n < 2)
+      return make_error(
+          fmt::format("{}: collective_busbw_by_ranks has the key \"{}\"; its keys are rank "
+                      "counts of 2 or more",
+                      path, ranks));
+    d.collective_busbw_by_ranks[n] = busbw;
+  }
   d.nvme_read = j.value("nvme_read", 0.0);
   d.nvme_write = j.value("nvme_write", 0.0);
   for (const auto& s : j.value("gemm_samples", nlohmann::json::array()))

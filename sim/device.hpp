@@ -46,6 +46,9 @@ struct DeviceSpec {
   /// the ranks of one host, by "all_reduce", "reduce_scatter", "all_gather"; where a
   /// collective's reduction and copies run on the CPU they are well below the transport's.
   std::map<std::string, double> collective_busbw;
+  /// The same with more ranks on the host, by their number (twice its cores when measured):
+  /// ranks that time-slice the cores wait for them at every hop of a ring.
+  std::map<int64_t, std::map<std::string, double>> collective_busbw_by_ranks;
   double nvme_read = 0;                      ///< bytes/s per host
   double nvme_write = 0;
 

@@ -46,16 +46,47 @@ Nanos LinkModel::point_to_point(int64_t bytes, int64_t from, int64_t to) const {
 
 // A reduce-scatter or an all-gather moves (n − 1)/n of the buffer per member, an all-reduce
 // twice that (nccl-tests' busbw conventions).
+// The host's measured bus bandwidth of `op` among `members`, at full speed; 0 when none was
+// measured. A figure taken with more ranks than cores ran each member at cores / ranks of a
+// core, which the simulated host applies itself (its collectives share its processors), so
+// that part is taken out. Between the rank counts measured the cost of a byte is
+// interpolated; beyond the last, the last's.
+double LinkModel::measured_busbw(const char* op, int64_t members) const {
+  std::map<int64_t, double> per_byte;  // seconds per byte of bus traffic, by rank count
+  auto take = [&](int64_t ranks, const std::map<std::string, double>& figures) {
+    auto f = figures.find(op);
+    if (f == figures.end() || f->second <= 0) return;
+    const double shared = cluster_.host.cores > 0 && ranks > cluster_.host.cores
+                              ? static_cast<double>(cluster_.host.cores) / static_cast<double>(ranks)
+                              : 1.0;
+    per_byte[ranks] = shared / f->second;
+  };
+  take(2, cluster_.host.collective_busbw);
+  for (const auto& [ranks, figures] : cluster_.host.collective_busbw_by_ranks) take(ranks, figures);
+  if (per_byte.empty()) return 0;
+  auto above = per_byte.lower_bound(members);
+  if (above == per_byte.end()) return 1 / std::prev(above)->second;
+  if (above->first == members || above == per_byte.begin()) return 1 / above->second;
+  const auto below = std::prev(above);
+  const double t =
+      static_cast<double>(members - below->first) / static_cast<double>(above->first - below->first);
+  return 1 / (below->second + t * (above->second - below->second));
+}
+
 double LinkModel::inside_seconds(const char* op, double bytes, int64_t members) const {
   if (members <= 1) return 0;
-  auto measured = cluster_.host.collective_busbw.find(op);
-  if (measured == cluster_.host.collective_busbw.end() || measured->second <= 0) {
+  // On a host whose ranks outnumber its cores every collective is a crowded one, whatever
+  // its group: its members wait for cores the host's other ranks hold, and the runtime
+  // stops polling there (engine.cpp), so each hop waits for a wake-up.
+  const bool crowded = cluster_.host.cores > 0 && cluster_.ranks_per_host > cluster_.host.cores;
+  const double busbw = measured_busbw(op, crowded ? std::max(members, cluster_.ranks_per_host) : members);
+  if (busbw <= 0) {
     const double pass = ring_seconds(bytes, members, cluster_.host);
     return std::string_view(op) == "all_reduce" ? 2 * pass : pass;
   }
   const double n = static_cast<double>(members);
   const double moved = (std::string_view(op) == "all_reduce" ? 2 : 1) * (n - 1) / n * bytes;
-  return (n - 1) * cluster_.host.latency_s + moved / measured->second;
+  return (n - 1) * cluster_.host.latency_s + moved / busbw;
 }
 
 Nanos LinkModel::collective(const char* op, int64_t bytes, const std::vector<int64_t>& group) const {

@@ -109,6 +109,12 @@ TEST(ProfileDevice, MeasuresThisMachineIntoADeviceFile) {
   EXPECT_GT(d.at("transport_bandwidth").get<double>(), 1e6);
   EXPECT_GT(d.at("transport_latency_s").get<double>(), 0);
   EXPECT_EQ(d.at("collective_busbw").size(), 3u);
+  // And among twice as many ranks as cores, where this machine has more than one.
+  const int64_t cores = d.at("cores").get<int64_t>();
+  if (cores > 1) {
+    const std::string crowded = std::to_string(std::min<int64_t>(2 * cores, 16));
+    EXPECT_EQ(d.at("collective_busbw_by_ranks").at(crowded).size(), 3u);
+  }
   EXPECT_NE(d.at("source").get<std::string>().find("measured by troupe profile-device"), std::string::npos);
   auto bad =
       run_command(std::string(TROUPE_BINARY) + " profile-device --quick --nvme-dir /nonexistent/dir", 120);

@@ -86,8 +86,8 @@ ClusterSpec two_hosts_of_four() {
   ClusterSpec c;
   c.hosts = 2;
   c.ranks_per_host = 4;
-  c.host = LinkSpec{100e9, 1e-6, {}};
-  c.network = LinkSpec{10e9, 5e-6, {}};
+  c.host = LinkSpec{100e9, 1e-6, {}, {}, 0};
+  c.network = LinkSpec{10e9, 5e-6, {}, {}, 0};
   c.rails = 4;
   return c;
 }
@@ -121,6 +121,28 @@ TEST(LinkModel, AHostsMeasuredCollectivesTakeTheirBusBandwidth) {
   EXPECT_EQ(links.all_gather(bytes, {0, 1, 2, 3}), seconds_to_nanos(3e-6 + 0.75 * bytes / 4e9));
   EXPECT_EQ(links.reduce_scatter(bytes, {0, 1}),
             seconds_to_nanos(1e-6 + 0.5 * bytes / 100e9));  // not measured
+}
+
+TEST(LinkModel, ACrowdedHostsCollectivesTakeTheFigureOfTheirRankCountAtFullSpeed) {
+  ClusterSpec c = two_hosts_of_four();
+  c.host.collective_busbw = {{"all_gather", 4e9}};
+  c.host.collective_busbw_by_ranks = {{4, {{"all_gather", 0.5e9}}}};
+  c.host.cores = 2;
+  LinkModel links(c);
+  const int64_t bytes = 100'000'000;
+  // Four ranks on two cores ran at half a core each: the host's sharing is simulated apart,
+  // so the figure is taken at 0.5 × 4 / 2 = 1 GB/s. The host's four ranks crowd its two
+  // cores, so a pair of them takes that figure too.
+  EXPECT_EQ(links.all_gather(bytes, {0, 1, 2, 3}), seconds_to_nanos(3e-6 + 0.75 * bytes / 1e9));
+  EXPECT_EQ(links.all_gather(bytes, {0, 1}), seconds_to_nanos(1e-6 + 0.5 * bytes / 1e9));
+  // Four cores, the figure at 8 ranks (at 0.5 × 8 / 4 = 1 GB/s): four ranks fit, a pair
+  // takes the two-rank figure and four the cost of a byte a third of the way from 2 to 8
+  // ranks, 1 / (0.25 + (1 - 0.25) / 3) = 2 GB/s.
+  c.host.cores = 4;
+  c.host.collective_busbw_by_ranks = {{8, {{"all_gather", 0.5e9}}}};
+  LinkModel roomy(c);
+  EXPECT_EQ(roomy.all_gather(bytes, {0, 1}), seconds_to_nanos(1e-6 + 0.5 * bytes / 4e9));
+  EXPECT_NEAR(roomy.all_gather(bytes, {0, 1, 2, 3}), seconds_to_nanos(3e-6 + 0.75 * bytes / 2e9), 2);
 }
 
 TEST(LinkModel, SmallBuffersTakeATree) {
@@ -218,7 +240,7 @@ ClusterSpec h100_host(int64_t ranks) {
   c.ranks_per_host = ranks;
   c.device = *device_preset("h100-sxm");
   c.efficiency = 0.5;
-  c.host = LinkSpec{450e9, 3e-6, {}};
+  c.host = LinkSpec{450e9, 3e-6, {}, {}, 0};
   c.network = c.host;
   return c;
 }
