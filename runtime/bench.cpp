@@ -175,7 +175,7 @@ int round_trips(std::shared_ptr<Transport> transport, const BenchOptions& o) {
     }
     if (transport->rank() != 0) continue;
     nlohmann::ordered_json line{{"bench", "rtt"},
-                                {"ranks", 2},
+                                {"ranks", transport->world_size()},
                                 {"bytes", bytes},
                                 {"samples", r->samples},
                                 {"median_us", r->median_us},
@@ -218,7 +218,7 @@ const std::vector<std::string>& bench_kinds() {
 }
 
 int run_bench(const BenchOptions& o, const std::string& troupe_program) {
-  int64_t ranks = o.kind == "transport" || o.kind == "rtt" ? 2 : o.ranks;
+  int64_t ranks = o.kind == "transport" ? 2 : o.ranks;
   int port = free_port();
   if (port == 0) {
     std::fprintf(stderr, "troupe: bench: no free port on 127.0.0.1 for the coordinator\n");

@@ -1,7 +1,9 @@
 // `troupe bench rtt`: the round trip of an actor message between two ranks — rank 0's
 // pinger sends through its comm agent to rank 1's echo actor, which answers the same
 // way — reported as median and 99th percentile over many round trips, beside the
-// machine's cost of waking sleeping threads, measured in the same run.
+// machine's cost of waking sleeping threads, measured in the same run. With more ranks
+// than two the others compute (spin) meanwhile, and where the ranks outnumber the cores
+// the transport does not poll, as in a real job on such a host.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +28,9 @@ struct RoundTrips {
 /// The median of `count` condition-variable round trips between two threads, in µs.
 double measure_wake_pair(int64_t count);
 
-/// Runs on both ranks; rank 0 returns the figures, rank 1 an empty RoundTrips.
+/// Runs on every rank; rank 0 returns the figures, the others an empty RoundTrips. Ranks 0
+/// and 1 take turns; any further rank keeps a core busy meanwhile (a crowded host: its
+/// ranks compute while two of them exchange activations).
 Result<RoundTrips> measure_round_trips(std::shared_ptr<Transport> transport, int64_t payload_bytes,
                                        double seconds);
 

@@ -196,8 +196,12 @@ Result<ClusterSpec> parse_cluster(const std::string& text, const std::string& so
   std::string device;
   TROUPE_TRY(read_cluster_table(TableReader(*cluster, source, "cluster"), c, device, folder));
   // A measured CPU host's transport and collectives: the defaults of its links.
-  c.host = LinkSpec{c.device.transport_bandwidth, c.device.transport_latency_s, c.device.collective_busbw,
-                    c.device.collective_busbw_by_ranks, c.device.kind == "cpu" ? c.device.cores : 0};
+  c.host = LinkSpec{c.device.transport_bandwidth,
+                    c.device.transport_latency_s,
+                    c.device.collective_busbw,
+                    c.device.collective_busbw_by_ranks,
+                    c.device.kind == "cpu" ? c.device.cores : 0,
+                    c.device.transport_latency_by_ranks};
   c.network = c.host;
   if (const toml::table* links = root["links"].as_table()) {
     TROUPE_TRY(TableReader(*links, source, "links").only({"host", "network"}));

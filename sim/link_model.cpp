@@ -38,10 +38,21 @@ double LinkModel::ring_seconds(double bytes, int64_t members, const LinkSpec& li
   return std::min(ring, tree);
 }
 
+bool LinkModel::crowded() const {
+  return cluster_.host.cores > 0 && cluster_.ranks_per_host > cluster_.host.cores;
+}
+
 Nanos LinkModel::point_to_point(int64_t bytes, int64_t from, int64_t to) const {
   const bool same_host = cluster_.host_of(from) == cluster_.host_of(to);
   const LinkSpec link = same_host ? cluster_.host : network_per_rank();
-  return seconds_to_nanos(link.latency_s + static_cast<double>(bytes) / link.bandwidth);
+  double latency = link.latency_s;
+  // A crowded host's receiver sleeps until woken and then waits for a core: the latency
+  // measured with as many ranks (or the nearest count above, else the most measured).
+  if (same_host && crowded() && !link.latency_by_ranks.empty()) {
+    auto at = link.latency_by_ranks.lower_bound(cluster_.ranks_per_host);
+    latency = at == link.latency_by_ranks.end() ? link.latency_by_ranks.rbegin()->second : at->second;
+  }
+  return seconds_to_nanos(latency + static_cast<double>(bytes) / link.bandwidth);
 }
 
 // A reduce-scatter or an all-gather moves (n − 1)/n of the buffer per member, an all-reduce
@@ -78,8 +89,7 @@ double LinkModel::inside_seconds(const char* op, double bytes, int64_t members) 
   // On a host whose ranks outnumber its cores every collective is a crowded one, whatever
   // its group: its members wait for cores the host's other ranks hold, and the runtime
   // stops polling there (engine.cpp), so each hop waits for a wake-up.
-  const bool crowded = cluster_.host.cores > 0 && cluster_.ranks_per_host > cluster_.host.cores;
-  const double busbw = measured_busbw(op, crowded ? std::max(members, cluster_.ranks_per_host) : members);
+  const double busbw = measured_busbw(op, crowded() ? std::max(members, cluster_.ranks_per_host) : members);
   if (busbw <= 0) {
     const double pass = ring_seconds(bytes, members, cluster_.host);
     return std::string_view(op) == "all_reduce" ? 2 * pass : pass;

@@ -47,6 +47,8 @@ class LinkModel {
   /// One pass of `op` over `members` of one host: at its measured bus bandwidth when known.
   double inside_seconds(const char* op, double bytes, int64_t members) const;
   double measured_busbw(const char* op, int64_t members) const;
+  /// Whether the host's ranks outnumber its cores (a measured CPU host's).
+  bool crowded() const;
   Nanos collective(const char* op, int64_t bytes, const std::vector<int64_t>& group) const;
   LinkSpec network_per_rank() const;
 

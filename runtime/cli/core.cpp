@@ -171,7 +171,9 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(1, 1024));
   };
   add_bench_options(bench);
-  bench->add_option("--ranks", bench_options.ranks, "processes (transport always uses 2)")
+  bench
+      ->add_option("--ranks", bench_options.ranks,
+                   "processes (transport always uses 2; rtt: 2 take turns, the others compute)")
       ->check(CLI::Range(2, 64));
   auto* bench_rank = app.add_subcommand("bench-rank", "");  // one rank of `troupe bench` (hidden)
   bench_rank->group("");

@@ -62,6 +62,15 @@ TEST(Bench, ActorRoundTripReportsMedianAndTailOverManySamples) {
   EXPECT_GT(lines[0].at("wake_pair_us").get<double>(), 0) << "the machine's floor, measured beside it";
 }
 
+// Four ranks: two take turns while the other two keep a core busy each.
+TEST(Bench, ActorRoundTripAmongComputingRanks) {
+  auto lines = bench("rtt --ranks 4 --bytes 64 --seconds 0.5");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].at("ranks"), 4);
+  EXPECT_GE(lines[0].at("samples").get<int64_t>(), 50);
+  EXPECT_GT(lines[0].at("median_us").get<double>(), 0);
+}
+
 // Two stages, four micro-batches of 20 ms layers: the formula's idle fraction is 1/5, and
 // the measured one is near it (a bubble of 0, or of a whole step, would be a broken measure).
 TEST(Bench, PipelinePrintsTheMeasuredBubbleBesideTheFormula) {

@@ -33,7 +33,7 @@ ClusterSpec free_links(int64_t ranks) {
   c.ranks_per_host = ranks;
   c.device = *device_preset("h100-sxm");
   c.device.optimizer_elements_per_s = 1e18;
-  c.host = LinkSpec{1e18, 0, {}, {}, 0};
+  c.host = LinkSpec{1e18, 0, {}, {}, 0, {}};
   c.network = c.host;
   return c;
 }
@@ -99,8 +99,8 @@ ClusterSpec jittery(uint64_t seed) {
   c.hosts = 2;
   c.ranks_per_host = 4;
   c.device = *device_preset("h100-sxm");
-  c.host = LinkSpec{100e9, 2e-6, {}, {}, 0};
-  c.network = LinkSpec{10e9, 5e-6, {}, {}, 0};
+  c.host = LinkSpec{100e9, 2e-6, {}, {}, 0, {}};
+  c.network = LinkSpec{10e9, 5e-6, {}, {}, 0, {}};
   c.rails = 4;
   c.seed = seed;
   c.jitter = 0.1;
@@ -176,7 +176,7 @@ TEST(Simulation, ACpuHostsCollectivesShareItsCores) {
       "[batch]\nmicro_batch_size = 2\ngradient_accumulation_steps = 2\n"
       "[model]\nseq_len = 16\nd_model = 32\nn_layers = 2\nn_heads = 2\n");
   ClusterSpec devices = free_links(4);
-  devices.host = LinkSpec{1e6, 0, {}, {}, 0};  // slow enough that the collectives dominate
+  devices.host = LinkSpec{1e6, 0, {}, {}, 0, {}};  // slow enough that the collectives dominate
   ClusterSpec cpu = devices;
   cpu.device.kind = "cpu";
   cpu.device.cores = 2;

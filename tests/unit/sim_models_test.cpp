@@ -86,8 +86,8 @@ ClusterSpec two_hosts_of_four() {
   ClusterSpec c;
   c.hosts = 2;
   c.ranks_per_host = 4;
-  c.host = LinkSpec{100e9, 1e-6, {}, {}, 0};
-  c.network = LinkSpec{10e9, 5e-6, {}, {}, 0};
+  c.host = LinkSpec{100e9, 1e-6, {}, {}, 0, {}};
+  c.network = LinkSpec{10e9, 5e-6, {}, {}, 0, {}};
   c.rails = 4;
   return c;
 }
@@ -143,6 +143,18 @@ TEST(LinkModel, ACrowdedHostsCollectivesTakeTheFigureOfTheirRankCountAtFullSpeed
   LinkModel roomy(c);
   EXPECT_EQ(roomy.all_gather(bytes, {0, 1}), seconds_to_nanos(1e-6 + 0.5 * bytes / 4e9));
   EXPECT_NEAR(roomy.all_gather(bytes, {0, 1, 2, 3}), seconds_to_nanos(3e-6 + 0.75 * bytes / 2e9), 2);
+}
+
+TEST(LinkModel, ACrowdedHostsMessagesWaitTheLatencyMeasuredThere) {
+  ClusterSpec c = two_hosts_of_four();
+  c.host.latency_by_ranks = {{8, 3e-3}};
+  c.host.cores = 2;  // four ranks on two cores: the figure of the nearest count above
+  LinkModel crowded(c);
+  EXPECT_EQ(crowded.point_to_point(100'000'000, 0, 3), seconds_to_nanos(3e-3 + 1e-3));
+  EXPECT_EQ(crowded.point_to_point(100'000'000, 3, 4),
+            seconds_to_nanos(5e-6 + 1e-2));  // across hosts: the rail's
+  c.host.cores = 4;                          // room for all four: the link's own latency
+  EXPECT_EQ(LinkModel(c).point_to_point(100'000'000, 0, 3), seconds_to_nanos(1e-6 + 1e-3));
 }
 
 TEST(LinkModel, SmallBuffersTakeATree) {
@@ -240,7 +252,7 @@ ClusterSpec h100_host(int64_t ranks) {
   c.ranks_per_host = ranks;
   c.device = *device_preset("h100-sxm");
   c.efficiency = 0.5;
-  c.host = LinkSpec{450e9, 3e-6, {}, {}, 0};
+  c.host = LinkSpec{450e9, 3e-6, {}, {}, 0, {}};
   c.network = c.host;
   return c;
 }
