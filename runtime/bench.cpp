@@ -194,6 +194,30 @@ int round_trips(std::shared_ptr<Transport> transport, const BenchOptions& o) {
   return 0;
 }
 
+// One pipeline hop: half a tensor's round trip between two ranks (bench_rtt.hpp).
+int tensor_hops(Transport& transport, const BenchOptions& o) {
+  for (int64_t bytes : o.bytes.empty() ? std::vector<int64_t>{524288} : o.bytes) {
+    auto r = measure_tensor_hops(transport, bytes, 100, 10);
+    if (!r) {
+      std::fprintf(stderr, "troupe: bench hop of %lld bytes: %s\n", static_cast<long long>(bytes),
+                   r.error().message.c_str());
+      return 1;
+    }
+    if (transport.rank() != 0) continue;
+    nlohmann::ordered_json line{
+        {"bench", "hop"},        {"ranks", transport.world_size()}, {"bytes", bytes},
+        {"samples", r->samples}, {"one_way_us", r->median_us / 2},  {"p99_round_trip_us", r->p99_us}};
+    if (o.json)
+      std::printf("%s\n", line.dump().c_str());
+    else
+      std::printf("hop  %8lld B  one way %8.2f us (median of %lld round trips), %lld ranks\n",
+                  static_cast<long long>(bytes), r->median_us / 2, static_cast<long long>(r->samples),
+                  static_cast<long long>(transport.world_size()));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 // A port nobody listens on now, for the benchmark's own coordinator.
@@ -212,8 +236,8 @@ int free_port() {
 }
 
 const std::vector<std::string>& bench_kinds() {
-  static const std::vector<std::string> kinds = {"transport", "allreduce", "reduce_scatter", "allgather",
-                                                 "rtt"};
+  static const std::vector<std::string> kinds = {"transport", "allreduce", "reduce_scatter",
+                                                 "allgather", "rtt",       "hop"};
   return kinds;
 }
 
@@ -263,6 +287,7 @@ int run_bench_rank(const BenchOptions& o) {
     return 1;
   }
   if (o.kind == "rtt") return round_trips(std::move(*transport), o);
+  if (o.kind == "hop") return tensor_hops(**transport, o);
   for (int64_t bytes : o.bytes.empty() ? default_sizes() : o.bytes) {
     auto done = bench_size(**transport, o, bytes);
     if (!done) {

@@ -103,6 +103,34 @@ double measure_wake_pair(int64_t count) {
 
 namespace {
 
+// A transfer's completion, waited for by the thread that reacts to it.
+class Arrival {
+ public:
+  Completion done() {
+    return [this](Status s) {
+      {
+        std::lock_guard lock(mutex_);
+        status_ = std::move(s);
+        arrived_ = true;
+      }
+      changed_.notify_one();
+    };
+  }
+  Status await() {
+    std::unique_lock lock(mutex_);
+    if (!changed_.wait_for(lock, answer_timeout, [&] { return arrived_; }))
+      return make_error("the peer's tensor did not arrive within 10 s");
+    arrived_ = false;
+    return status_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool arrived_ = false;
+  Status status_;
+};
+
 // A rank beyond the pair: keeps a core busy, as a computing rank of a crowded host does,
 // until the pair is done. Its thread spins apart from the barriers the rank waits in.
 Result<RoundTrips> keep_a_core_busy(Transport& transport) {
@@ -119,7 +147,48 @@ Result<RoundTrips> keep_a_core_busy(Transport& transport) {
   return RoundTrips{};
 }
 
+// Holds a core for `ms`, as a stage's compute does between the tensors it passes on.
+void compute_for(double ms) {
+  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double, std::milli>(ms));
+  volatile uint64_t work = 0;
+  while (Clock::now() < until) work = work + 1;
+}
+
 }  // namespace
+
+Result<RoundTrips> measure_tensor_hops(Transport& transport, int64_t bytes, int64_t round_trips,
+                                       double compute_ms) {
+  if (transport.rank() >= 2) return keep_a_core_busy(transport);
+  std::vector<uint8_t> out(static_cast<std::size_t>(bytes), 1), in(static_cast<std::size_t>(bytes));
+  const int64_t peer = 1 - transport.rank();
+  Arrival arrival;
+  TROUPE_TRY(transport.barrier_sync());
+  std::vector<double> samples;
+  const int64_t warm = 5;
+  for (int64_t i = 0; i < warm + round_trips; ++i) {
+    // Each side computes before it answers, so the other's transport has gone to sleep
+    // by the time the tensor comes, as between a pipeline's stages.
+    const auto start = Clock::now();
+    transport.recv(in.data(), in.size(), peer, arrival.done());  // posted ahead, as a stage's
+    if (transport.rank() == 0) {
+      compute_for(compute_ms);
+      transport.send(out.data(), out.size(), peer, [](Status) {});
+    }
+    TROUPE_TRY(arrival.await());
+    if (transport.rank() == 1) {
+      compute_for(compute_ms);
+      transport.send(out.data(), out.size(), peer, [](Status) {});
+    }
+    const double took = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+    if (i >= warm) samples.push_back(took - 2e3 * compute_ms);
+  }
+  TROUPE_TRY(transport.barrier_sync());
+  if (transport.rank() != 0) return RoundTrips{};
+  std::sort(samples.begin(), samples.end());
+  return RoundTrips{static_cast<int64_t>(samples.size()), samples[samples.size() / 2],
+                    samples[std::min(samples.size() - 1, samples.size() * 99 / 100)]};
+}
 
 Result<RoundTrips> measure_round_trips(std::shared_ptr<Transport> transport, int64_t payload_bytes,
                                        double seconds) {

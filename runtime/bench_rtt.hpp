@@ -28,6 +28,14 @@ struct RoundTrips {
 /// The median of `count` condition-variable round trips between two threads, in µs.
 double measure_wake_pair(int64_t count);
 
+/// A tensor's round trips between ranks 0 and 1 through the transport, as pipeline stages
+/// pass activations and gradients: each side's receive posted ahead, its completion waking
+/// a thread that computes (holds a core) for `compute_ms` and then sends the answer; the
+/// samples are the round trips less the two computes. Any further rank keeps a core busy
+/// meanwhile. Rank 0 returns the figures (no wake_pair_us), the others an empty RoundTrips.
+Result<RoundTrips> measure_tensor_hops(Transport& transport, int64_t bytes, int64_t round_trips,
+                                       double compute_ms);
+
 /// Runs on every rank; rank 0 returns the figures, the others an empty RoundTrips. Ranks 0
 /// and 1 take turns; any further rank keeps a core busy meanwhile (a crowded host: its
 /// ranks compute while two of them exchange activations).

@@ -95,20 +95,25 @@ Status measure_transport(sim::DeviceSpec& d, const DeviceProfileOptions& o) {
   for (const auto& line :
        json_lines_of(fmt::format("{} bench rtt --json --bytes 64 2>/dev/null", shell_quoted(o.program))))
     if (line.contains("median_us")) d.transport_latency_s = line["median_us"].get<double>() / 2 * 1e-6;
-  // And while the host's other ranks compute, with twice as many ranks as cores: the
-  // transport does not poll there, so a message waits for its receiver to wake and get a
-  // core (a few ms on 2 cores), which point-to-point transfers take on such a host.
-  if (2 * d.cores > 2) {
-    const int64_t crowded = std::min<int64_t>(2 * d.cores, 16);
+  // A pipeline hop's fixed cost: a 512 KB tensor's one-way time between two ranks (an
+  // activation's size here), less its bytes over the bandwidth, with two ranks and with
+  // twice as many as cores (the others computing, the transport not polling there). Median
+  // of three: a missed wake-up costs up to receive_wait_ms, and some runs miss more.
+  std::vector<int64_t> hop_ranks{2};
+  if (2 * d.cores > 2) hop_ranks.push_back(std::min<int64_t>(2 * d.cores, 16));
+  const int64_t hop_bytes = 524288;
+  for (const int64_t ranks : hop_ranks) {
     std::vector<double> runs;
     for (int k = 0; k < (o.quick ? 1 : 3); ++k)
-      for (const auto& line : json_lines_of(fmt::format(
-               "{} bench rtt --ranks {} --json --bytes 64 2>/dev/null", shell_quoted(o.program), crowded)))
-        if (line.contains("median_us")) runs.push_back(line["median_us"].get<double>() / 2 * 1e-6);
-    if (!runs.empty()) {
-      std::nth_element(runs.begin(), runs.begin() + static_cast<std::ptrdiff_t>(runs.size() / 2), runs.end());
-      d.transport_latency_by_ranks[crowded] = runs[runs.size() / 2];
-    }
+      for (const auto& line :
+           json_lines_of(fmt::format("{} bench hop --ranks {} --json --bytes {} 2>/dev/null",
+                                     shell_quoted(o.program), ranks, hop_bytes)))
+        if (line.contains("one_way_us")) runs.push_back(line["one_way_us"].get<double>() * 1e-6);
+    if (runs.empty() || d.transport_bandwidth <= 0) continue;
+    std::nth_element(runs.begin(), runs.begin() + static_cast<std::ptrdiff_t>(runs.size() / 2), runs.end());
+    d.transport_hop_latency_by_ranks[ranks] =
+        std::max(d.transport_latency_s,
+                 runs[runs.size() / 2] - static_cast<double>(hop_bytes) / d.transport_bandwidth);
   }
   // troupe's own collectives between two ranks of this host, on a gradient-sized buffer, and
   // among twice as many ranks as cores, the most a host is given here: they time-slice the
@@ -217,9 +222,9 @@ int run_device_profile(const DeviceProfileOptions& options) {
   std::printf("  fused Adam            %.3f G elements/s\n", d->optimizer_elements_per_s / 1e9);
   std::printf("  transport             %.2f GB/s, %.1f us one way\n", d->transport_bandwidth / 1e9,
               d->transport_latency_s * 1e6);
-  for (const auto& [ranks, seconds] : d->transport_latency_by_ranks)
-    std::printf("  crowded transport     %.1f us one way, %lld ranks (the others computing)\n", seconds * 1e6,
-                static_cast<long long>(ranks));
+  for (const auto& [ranks, seconds] : d->transport_hop_latency_by_ranks)
+    std::printf("  tensor hop            %.1f us fixed cost, %lld ranks (the others computing)\n",
+                seconds * 1e6, static_cast<long long>(ranks));
   for (const auto& [name, busbw] : d->collective_busbw)
     std::printf("  %-21s %.2f GB/s bus bandwidth, 2 ranks\n", name.c_str(), busbw / 1e9);
   for (const auto& [ranks, figures] : d->collective_busbw_by_ranks)

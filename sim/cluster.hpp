@@ -50,8 +50,9 @@ struct LinkSpec {
   /// Measured with more ranks of the host than two, by their number (DeviceSpec's).
   std::map<int64_t, std::map<std::string, double>> collective_busbw_by_ranks;
   int64_t cores = 0;  ///< the host's cores, which those ranks shared; 0: a device each
-  /// A message's latency while the host's ranks outnumber its cores, by the rank count measured.
-  std::map<int64_t, double> latency_by_ranks;
+  /// A tensor transfer's fixed cost between two ranks of the host, by the host's rank count
+  /// measured (DeviceSpec's); empty: latency_s.
+  std::map<int64_t, double> hop_latency_by_ranks;
 };
 
 enum class FaultKind { slow_rank, lost_link, dead_rank };

@@ -106,10 +106,10 @@ std::string device_json(const DeviceSpec& d) {
   j["host_link_bandwidth"] = d.host_link_bandwidth;
   j["transport_bandwidth"] = d.transport_bandwidth;
   j["transport_latency_s"] = d.transport_latency_s;
-  nlohmann::ordered_json latency_by_ranks = nlohmann::ordered_json::object();
-  for (const auto& [ranks, seconds] : d.transport_latency_by_ranks)
-    latency_by_ranks[std::to_string(ranks)] = seconds;
-  j["transport_latency_by_ranks"] = latency_by_ranks;
+  nlohmann::ordered_json hop_latency_by_ranks = nlohmann::ordered_json::object();
+  for (const auto& [ranks, seconds] : d.transport_hop_latency_by_ranks)
+    hop_latency_by_ranks[std::to_string(ranks)] = seconds;
+  j["transport_hop_latency_by_ranks"] = hop_latency_by_ranks;
   j["collective_busbw"] = d.collective_busbw;
   nlohmann::ordered_json by_ranks = nlohmann::ordered_json::object();
   for (const auto& [ranks, busbw] : d.collective_busbw_by_ranks) by_ranks[std::to_string(ranks)] = busbw;
@@ -156,14 +156,14 @@ Result<DeviceSpec> load_device_file(const std::string& path) {
   d.transport_bandwidth = j.value("transport_bandwidth", 0.0);
   d.transport_latency_s = j.value("transport_latency_s", 0.0);
   for (const auto& [ranks, seconds] :
-       j.value("transport_latency_by_ranks", std::map<std::string, double>{})) {
+       j.value("transport_hop_latency_by_ranks", std::map<std::string, double>{})) {
     const int64_t n = std::atoll(ranks.c_str());
     if (n < 2)
       return make_error(
-          fmt::format("{}: transport_latency_by_ranks has the key \"{}\"; its keys are rank "
+          fmt::format("{}: transport_hop_latency_by_ranks has the key \"{}\"; its keys are rank "
                       "counts of 2 or more",
                       path, ranks));
-    d.transport_latency_by_ranks[n] = seconds;
+    d.transport_hop_latency_by_ranks[n] = seconds;
   }
   d.collective_busbw = j.value("collective_busbw", std::map<std::string, double>{});
   for (const auto& [ranks, busbw] :

@@ -42,10 +42,11 @@ struct DeviceSpec {
   double host_link_bandwidth = 0;            ///< gpu: device ↔ host bytes/s per direction (PCIe)
   double transport_bandwidth = 0;            ///< host-to-host transport bytes/s (measured) or 0
   double transport_latency_s = 0;            ///< its one-way latency
-  /// Half an actor message's round trip between two ranks while the host's other ranks
-  /// compute, by the host's rank count (twice its cores when measured): a crowded host's
-  /// transport does not poll, so a message waits for its receiver to wake and get a core.
-  std::map<int64_t, double> transport_latency_by_ranks;
+  /// A tensor's transfer between two ranks of the host as pipeline stages make it (the
+  /// receive posted ahead, its completion waking the thread that answers), less its bytes
+  /// over transport_bandwidth: the wake-ups of UCX's large-message handshake, by the host's
+  /// rank count (2, and twice its cores: the others computing, the transport not polling).
+  std::map<int64_t, double> transport_hop_latency_by_ranks;
   /// Measured: the bus bandwidth (nccl-tests' busbw) of troupe's own collectives between
   /// the ranks of one host, by "all_reduce", "reduce_scatter", "all_gather"; where a
   /// collective's reduction and copies run on the CPU they are well below the transport's.

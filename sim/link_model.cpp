@@ -46,11 +46,12 @@ Nanos LinkModel::point_to_point(int64_t bytes, int64_t from, int64_t to) const {
   const bool same_host = cluster_.host_of(from) == cluster_.host_of(to);
   const LinkSpec link = same_host ? cluster_.host : network_per_rank();
   double latency = link.latency_s;
-  // A crowded host's receiver sleeps until woken and then waits for a core: the latency
-  // measured with as many ranks (or the nearest count above, else the most measured).
-  if (same_host && crowded() && !link.latency_by_ranks.empty()) {
-    auto at = link.latency_by_ranks.lower_bound(cluster_.ranks_per_host);
-    latency = at == link.latency_by_ranks.end() ? link.latency_by_ranks.rbegin()->second : at->second;
+  // A stage's tensor crosses the host as a handshake of wake-ups (a crowded host's receiver
+  // also waits for a core): the fixed cost measured with as many ranks on the host, or the
+  // nearest count above, else the most measured.
+  if (same_host && !link.hop_latency_by_ranks.empty()) {
+    auto at = link.hop_latency_by_ranks.lower_bound(cluster_.ranks_per_host);
+    latency = at == link.hop_latency_by_ranks.end() ? link.hop_latency_by_ranks.rbegin()->second : at->second;
   }
   return seconds_to_nanos(latency + static_cast<double>(bytes) / link.bandwidth);
 }

@@ -157,7 +157,8 @@ int main(int argc, char** argv) {
       app.add_subcommand("bench", "measure the transport or a collective across processes of this machine");
   auto add_bench_options = [&](CLI::App* command) {
     command
-        ->add_option("KIND", bench_options.kind, "transport | allreduce | reduce_scatter | allgather | rtt")
+        ->add_option("KIND", bench_options.kind,
+                     "transport | allreduce | reduce_scatter | allgather | rtt | hop")
         ->required()
         ->check(CLI::IsMember(bench_kinds()));
     command
@@ -173,7 +174,7 @@ int main(int argc, char** argv) {
   add_bench_options(bench);
   bench
       ->add_option("--ranks", bench_options.ranks,
-                   "processes (transport always uses 2; rtt: 2 take turns, the others compute)")
+                   "processes (transport always uses 2; rtt and hop: 2 take turns, the others compute)")
       ->check(CLI::Range(2, 64));
   auto* bench_rank = app.add_subcommand("bench-rank", "");  // one rank of `troupe bench` (hidden)
   bench_rank->group("");
@@ -292,9 +293,10 @@ int main(int argc, char** argv) {
   if (*bench_pipeline) return run_pipeline_bench(pipeline_bench, self_program_path());
   if (*bench_pipeline_rank) return run_pipeline_bench_rank(pipeline_bench);
   if (*bench && bench_options.kind.empty()) {
-    std::fprintf(stderr,
-                 "troupe: bench needs a KIND (transport, allreduce, reduce_scatter, allgather, rtt) or one "
-                 "of adam, nvme, offload, pipeline (see troupe bench --help)\n");
+    std::fprintf(
+        stderr,
+        "troupe: bench needs a KIND (transport, allreduce, reduce_scatter, allgather, rtt, hop) or one "
+        "of adam, nvme, offload, pipeline (see troupe bench --help)\n");
     return kUsageExitCode;
   }
   if (*bench) return run_bench(bench_options, self_program_path());

@@ -64,11 +64,21 @@ TEST(Bench, ActorRoundTripReportsMedianAndTailOverManySamples) {
 
 // Four ranks: two take turns while the other two keep a core busy each.
 TEST(Bench, ActorRoundTripAmongComputingRanks) {
-  auto lines = bench("rtt --ranks 4 --bytes 64 --seconds 0.5");
+  auto lines = bench("rtt --ranks 4 --bytes 64");
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(lines[0].at("ranks"), 4);
   EXPECT_GE(lines[0].at("samples").get<int64_t>(), 50);
   EXPECT_GT(lines[0].at("median_us").get<double>(), 0);
+}
+
+// A pipeline hop: a tensor each way, between two of three ranks (the third computing).
+TEST(Bench, TensorHopBetweenTwoOfThreeRanks) {
+  auto lines = bench("hop --ranks 3 --bytes 65536");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].at("bench"), "hop");
+  EXPECT_EQ(lines[0].at("ranks"), 3);
+  EXPECT_EQ(lines[0].at("samples"), 100);
+  EXPECT_GT(lines[0].at("one_way_us").get<double>(), 0.5);
 }
 
 // Two stages, four micro-batches of 20 ms layers: the formula's idle fraction is 1/5, and

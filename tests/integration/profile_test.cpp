@@ -114,8 +114,9 @@ TEST(ProfileDevice, MeasuresThisMachineIntoADeviceFile) {
   if (cores > 1) {
     const std::string crowded = std::to_string(std::min<int64_t>(2 * cores, 16));
     EXPECT_EQ(d.at("collective_busbw_by_ranks").at(crowded).size(), 3u);
-    EXPECT_GT(d.at("transport_latency_by_ranks").at(crowded).get<double>(), 0);
+    EXPECT_GT(d.at("transport_hop_latency_by_ranks").at(crowded).get<double>(), 0);
   }
+  EXPECT_GT(d.at("transport_hop_latency_by_ranks").at("2").get<double>(), 0);
   EXPECT_NE(d.at("source").get<std::string>().find("measured by troupe profile-device"), std::string::npos);
   auto bad =
       run_command(std::string(TROUPE_BINARY) + " profile-device --quick --nvme-dir /nonexistent/dir", 120);

@@ -145,16 +145,19 @@ TEST(LinkModel, ACrowdedHostsCollectivesTakeTheFigureOfTheirRankCountAtFullSpeed
   EXPECT_NEAR(roomy.all_gather(bytes, {0, 1, 2, 3}), seconds_to_nanos(3e-6 + 0.75 * bytes / 2e9), 2);
 }
 
-TEST(LinkModel, ACrowdedHostsMessagesWaitTheLatencyMeasuredThere) {
+TEST(LinkModel, AHostsTensorsTakeTheHopMeasuredWithItsRankCount) {
   ClusterSpec c = two_hosts_of_four();
-  c.host.latency_by_ranks = {{8, 3e-3}};
-  c.host.cores = 2;  // four ranks on two cores: the figure of the nearest count above
-  LinkModel crowded(c);
-  EXPECT_EQ(crowded.point_to_point(100'000'000, 0, 3), seconds_to_nanos(3e-3 + 1e-3));
-  EXPECT_EQ(crowded.point_to_point(100'000'000, 3, 4),
+  c.host.hop_latency_by_ranks = {{2, 1e-3}, {8, 3e-3}};
+  LinkModel links(c);  // four ranks a host: the figure of the nearest count above
+  EXPECT_EQ(links.point_to_point(100'000'000, 0, 3), seconds_to_nanos(3e-3 + 1e-3));
+  EXPECT_EQ(links.point_to_point(100'000'000, 3, 4),
             seconds_to_nanos(5e-6 + 1e-2));  // across hosts: the rail's
-  c.host.cores = 4;                          // room for all four: the link's own latency
-  EXPECT_EQ(LinkModel(c).point_to_point(100'000'000, 0, 3), seconds_to_nanos(1e-6 + 1e-3));
+  c.ranks_per_host = 2;
+  EXPECT_EQ(LinkModel(c).point_to_point(100'000'000, 0, 1), seconds_to_nanos(1e-3 + 1e-3));
+  c.ranks_per_host = 16;  // more than measured: the most measured
+  EXPECT_EQ(LinkModel(c).point_to_point(100'000'000, 0, 1), seconds_to_nanos(3e-3 + 1e-3));
+  c.host.hop_latency_by_ranks.clear();  // none measured: the link's latency
+  EXPECT_EQ(LinkModel(c).point_to_point(100'000'000, 0, 1), seconds_to_nanos(1e-6 + 1e-3));
 }
 
 TEST(LinkModel, SmallBuffersTakeATree) {
