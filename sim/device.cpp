@@ -1,5 +1,6 @@
 #include "sim/device.hpp"
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -63,6 +64,25 @@ Result<T> field(const nlohmann::json& j, const char* key, const std::string& pat
     return make_error(
         fmt::format("{}: \"{}\" is {}, not the type a device file holds", path, key, it->dump()));
   }
+}
+
+// An optional figure measured at several rank counts: {"4": ...}; empty when absent.
+template <class T>
+Result<std::map<int64_t, T>> by_rank_count(const nlohmann::json& j, const char* key,
+                                           const std::string& path) {
+  std::map<int64_t, T> figures;
+  if (!j.contains(key)) return figures;
+  auto read = field<std::map<std::string, T>>(j, key, path);
+  if (!read) return read.error();
+  for (auto& [ranks, figure] : *read) {
+    char* end = nullptr;
+    const long long n = std::strtoll(ranks.c_str(), &end, 10);
+    if (ranks.empty() || *end != '\0' || n < 2)
+      return make_error(
+          fmt::format("{}: {} has the key \"{}\"; its keys are rank counts of 2 or more", path, key, ranks));
+    figures[n] = std::move(figure);
+  }
+  return figures;
 }
 
 }  // namespace
@@ -155,27 +175,13 @@ Result<DeviceSpec> load_device_file(const std::string& path) {
   d.host_link_bandwidth = j.value("host_link_bandwidth", 0.0);
   d.transport_bandwidth = j.value("transport_bandwidth", 0.0);
   d.transport_latency_s = j.value("transport_latency_s", 0.0);
-  for (const auto& [ranks, seconds] :
-       j.value("transport_hop_latency_by_ranks", std::map<std::string, double>{})) {
-    const int64_t n = std::atoll(ranks.c_str());
-    if (n < 2)
-      return make_error(
-          fmt::format("{}: transport_hop_latency_by_ranks has the key \"{}\"; its keys are rank "
-                      "counts of 2 or more",
-                      path, ranks));
-    d.transport_hop_latency_by_ranks[n] = seconds;
-  }
+  auto hops = by_rank_count<double>(j, "transport_hop_latency_by_ranks", path);
+  if (!hops) return hops.error();
+  d.transport_hop_latency_by_ranks = *hops;
   d.collective_busbw = j.value("collective_busbw", std::map<std::string, double>{});
-  for (const auto& [ranks, busbw] :
-       j.value("collective_busbw_by_ranks", std::map<std::string, std::map<std::string, double>>{})) {
-    const int64_t n = std::atoll(ranks.c_str());
-    if (n < 2)
-      return make_error(
-          fmt::format("{}: collective_busbw_by_ranks has the key \"{}\"; its keys are rank "
-                      "counts of 2 or more",
-                      path, ranks));
-    d.collective_busbw_by_ranks[n] = busbw;
-  }
+  auto crowded = by_rank_count<std::map<std::string, double>>(j, "collective_busbw_by_ranks", path);
+  if (!crowded) return crowded.error();
+  d.collective_busbw_by_ranks = *crowded;
   d.nvme_read = j.value("nvme_read", 0.0);
   d.nvme_write = j.value("nvme_write", 0.0);
   for (const auto& s : j.value("gemm_samples", nlohmann::json::array()))

@@ -1,7 +1,11 @@
 // The simulator's pieces on their own: the virtual clock, the shared processors, the link
-// model, the cluster file and the cost model.
+// model, the device and cluster files and the cost model.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -158,6 +162,38 @@ TEST(LinkModel, AHostsTensorsTakeTheHopMeasuredWithItsRankCount) {
   EXPECT_EQ(LinkModel(c).point_to_point(100'000'000, 0, 1), seconds_to_nanos(3e-3 + 1e-3));
   c.host.hop_latency_by_ranks.clear();  // none measured: the link's latency
   EXPECT_EQ(LinkModel(c).point_to_point(100'000'000, 0, 1), seconds_to_nanos(1e-6 + 1e-3));
+}
+
+std::string written(const std::string& text) {
+  const std::string path = "/tmp/troupe-device-" + std::to_string(::getpid()) + ".json";
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(DeviceFile, KeepsTheFiguresMeasuredByRankCountAndNamesABadKey) {
+  DeviceSpec d;
+  d.name = "vm";
+  d.kind = "cpu";
+  d.gemm_flops = {{"fp32", 1e11}};
+  d.memory_bandwidth = 1e10;
+  d.memory_bytes = 1 << 30;
+  d.transport_hop_latency_by_ranks = {{2, 2e-4}, {4, 2e-3}};
+  d.collective_busbw_by_ranks = {{4, {{"all_gather", 4e8}}}};
+  const std::string path = written(device_json(d));
+  auto read = load_device_file(path);
+  ASSERT_TRUE(read.ok()) << read.error().message;
+  EXPECT_EQ(read->transport_hop_latency_by_ranks, d.transport_hop_latency_by_ranks);
+  EXPECT_EQ(read->collective_busbw_by_ranks, d.collective_busbw_by_ranks);
+  for (const char* bad : {R"("1": 0.001)", R"("four": 0.001)", R"("4x": 0.001)"}) {
+    std::string text = device_json(d);
+    text.replace(text.find(R"("2":0.0002)"), std::string(R"("2":0.0002)").size(), bad);
+    auto refused = load_device_file(written(text));
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.error().message.find(path + ": transport_hop_latency_by_ranks has the key"),
+              std::string::npos)
+        << refused.error().message;
+  }
+  std::remove(path.c_str());
 }
 
 TEST(LinkModel, SmallBuffersTakeATree) {
