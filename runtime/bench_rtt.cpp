@@ -37,6 +37,13 @@ Status register_as(caf::scoped_actor& self, const caf::actor& agent, const std::
   return result;
 }
 
+// Median and 99th percentile of round trips in µs.
+RoundTrips summarized(std::vector<double> samples) {
+  std::sort(samples.begin(), samples.end());
+  return RoundTrips{static_cast<int64_t>(samples.size()), samples[samples.size() / 2],
+                    samples[std::min(samples.size() - 1, samples.size() * 99 / 100)]};
+}
+
 Result<RoundTrips> ping(caf::scoped_actor& self, const Courier& courier, int64_t payload_bytes,
                         double seconds) {
   std::string pad(static_cast<std::size_t>(payload_bytes), 'x');
@@ -53,9 +60,7 @@ Result<RoundTrips> ping(caf::scoped_actor& self, const Courier& courier, int64_t
     if (sequence >= 50)
       samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
   }
-  std::sort(samples.begin(), samples.end());
-  return RoundTrips{static_cast<int64_t>(samples.size()), samples[samples.size() / 2],
-                    samples[std::min(samples.size() - 1, samples.size() * 99 / 100)]};
+  return summarized(std::move(samples));
 }
 
 // A turn-taking token: each side sleeps until the other hands it over.
@@ -185,9 +190,7 @@ Result<RoundTrips> measure_tensor_hops(Transport& transport, int64_t bytes, int6
   }
   TROUPE_TRY(transport.barrier_sync());
   if (transport.rank() != 0) return RoundTrips{};
-  std::sort(samples.begin(), samples.end());
-  return RoundTrips{static_cast<int64_t>(samples.size()), samples[samples.size() / 2],
-                    samples[std::min(samples.size() - 1, samples.size() * 99 / 100)]};
+  return summarized(std::move(samples));
 }
 
 Result<RoundTrips> measure_round_trips(std::shared_ptr<Transport> transport, int64_t payload_bytes,

@@ -87,6 +87,25 @@ void measure_adam(sim::DeviceSpec& d, bool quick, int threads) {
   d.optimizer_elements_per_s = static_cast<double>(n) / s;
 }
 
+// The median of `key` over `runs` runs of a benchmark command (JSON lines); 0 when none printed it.
+double median_of_runs(const std::string& command, const char* key, int runs) {
+  std::vector<double> values;
+  for (int k = 0; k < runs; ++k)
+    for (const auto& line : json_lines_of(command))
+      if (line.contains(key)) values.push_back(line[key].get<double>());
+  if (values.empty()) return 0;
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2),
+                   values.end());
+  return values[values.size() / 2];
+}
+
+// The rank counts a host's transport is measured at: two, and twice the cores (crowded).
+std::vector<int64_t> measured_rank_counts(int64_t cores) {
+  std::vector<int64_t> counts{2};
+  if (2 * cores > 2) counts.push_back(std::min<int64_t>(2 * cores, 16));
+  return counts;
+}
+
 Status measure_transport(sim::DeviceSpec& d, const DeviceProfileOptions& o) {
   const std::string bytes = o.quick ? "4194304" : "67108864";
   for (const auto& line : json_lines_of(
@@ -99,42 +118,30 @@ Status measure_transport(sim::DeviceSpec& d, const DeviceProfileOptions& o) {
   // activation's size here), less its bytes over the bandwidth, with two ranks and with
   // twice as many as cores (the others computing, the transport not polling there). Median
   // of three: a missed wake-up costs up to receive_wait_ms, and some runs miss more.
-  std::vector<int64_t> hop_ranks{2};
-  if (2 * d.cores > 2) hop_ranks.push_back(std::min<int64_t>(2 * d.cores, 16));
   const int64_t hop_bytes = 524288;
-  for (const int64_t ranks : hop_ranks) {
-    std::vector<double> runs;
-    for (int k = 0; k < (o.quick ? 1 : 3); ++k)
-      for (const auto& line :
-           json_lines_of(fmt::format("{} bench hop --ranks {} --json --bytes {} 2>/dev/null",
-                                     shell_quoted(o.program), ranks, hop_bytes)))
-        if (line.contains("one_way_us")) runs.push_back(line["one_way_us"].get<double>() * 1e-6);
-    if (runs.empty() || d.transport_bandwidth <= 0) continue;
-    std::nth_element(runs.begin(), runs.begin() + static_cast<std::ptrdiff_t>(runs.size() / 2), runs.end());
+  for (const int64_t ranks : measured_rank_counts(d.cores)) {
+    const double one_way =
+        1e-6 * median_of_runs(fmt::format("{} bench hop --ranks {} --json --bytes {} 2>/dev/null",
+                                          shell_quoted(o.program), ranks, hop_bytes),
+                              "one_way_us", o.quick ? 1 : 3);
+    if (one_way <= 0 || d.transport_bandwidth <= 0) continue;
     d.transport_hop_latency_by_ranks[ranks] =
-        std::max(d.transport_latency_s,
-                 runs[runs.size() / 2] - static_cast<double>(hop_bytes) / d.transport_bandwidth);
+        std::max(d.transport_latency_s, one_way - static_cast<double>(hop_bytes) / d.transport_bandwidth);
   }
   // troupe's own collectives between two ranks of this host, on a gradient-sized buffer, and
   // among twice as many ranks as cores, the most a host is given here: they time-slice the
   // cores, and how long a ring's hops then wait varies run to run (13-52 ms for one 16 MB
   // all-gather among 4 ranks on 2 cores), hence the median of three.
   const std::string buffer = o.quick ? "4194304" : "16777216";
-  std::vector<int64_t> rank_counts{2};
-  if (2 * d.cores > 2) rank_counts.push_back(std::min<int64_t>(2 * d.cores, 16));
   for (const auto& [kind, name] : {std::pair<const char*, const char*>{"allreduce", "all_reduce"},
                                    {"reduce_scatter", "reduce_scatter"},
                                    {"allgather", "all_gather"}})
-    for (const int64_t ranks : rank_counts) {
-      std::vector<double> runs;
-      for (int k = 0; k < (ranks == 2 || o.quick ? 1 : 3); ++k)
-        for (const auto& line :
-             json_lines_of(fmt::format("{} bench {} --ranks {} --json --bytes {} 2>/dev/null",
-                                       shell_quoted(o.program), kind, ranks, buffer)))
-          if (line.contains("busbw_GBps")) runs.push_back(line["busbw_GBps"].get<double>() * 1e9);
-      if (runs.empty()) continue;
-      std::nth_element(runs.begin(), runs.begin() + static_cast<std::ptrdiff_t>(runs.size() / 2), runs.end());
-      const double busbw = runs[runs.size() / 2];
+    for (const int64_t ranks : measured_rank_counts(d.cores)) {
+      const double busbw =
+          1e9 * median_of_runs(fmt::format("{} bench {} --ranks {} --json --bytes {} 2>/dev/null",
+                                           shell_quoted(o.program), kind, ranks, buffer),
+                               "busbw_GBps", ranks == 2 || o.quick ? 1 : 3);
+      if (busbw <= 0) continue;
       if (ranks == 2)
         d.collective_busbw[name] = busbw;
       else
