@@ -11,41 +11,11 @@
 
 #include "runtime/child_json.hpp"
 #include "runtime/cli/job_arguments.hpp"
+#include "sim/measured_compute.hpp"
 #include "sim/simulation.hpp"
 
 namespace troupe {
 namespace {
-
-double median_of(const nlohmann::json& passes, const char* key) {
-  std::vector<double> times;
-  for (const nlohmann::json& pass : passes) times.push_back(pass[key].get<double>());
-  std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
-  return times[times.size() / 2];
-}
-
-// The processes' passes in the order each ran them: each forward, then its backward, over
-// the mean of the processes' medians of its kind. Over that common median rather than each
-// process's own, so that one process the host's scheduler slowed throughout (time-sliced
-// processes seldom get equal shares: 404 and 443 ms a pass side by side here) leaves its
-// ranks behind the others, as it leaves a real rank behind at every reduction.
-std::vector<std::vector<double>> pass_noise(const std::vector<nlohmann::json>& processes) {
-  double forward = 0, backward = 0;
-  for (const nlohmann::json& passes : processes) {
-    if (passes.empty()) return {};
-    forward += median_of(passes, "forward_ms") / static_cast<double>(processes.size());
-    backward += median_of(passes, "backward_ms") / static_cast<double>(processes.size());
-  }
-  if (forward <= 0 || backward <= 0) return {};
-  std::vector<std::vector<double>> noise;
-  for (const nlohmann::json& passes : processes) {
-    noise.emplace_back();
-    for (const nlohmann::json& pass : passes) {
-      noise.back().push_back(pass["forward_ms"].get<double>() / forward);
-      noise.back().push_back(pass["backward_ms"].get<double>() / backward);
-    }
-  }
-  return noise;
-}
 
 Result<std::vector<sim::LayerCost>> measure(const JobConfig& job, const sim::ClusterSpec& cluster,
                                             const SimulateArguments& args,
@@ -65,33 +35,19 @@ Result<std::vector<sim::LayerCost>> measure(const JobConfig& job, const sim::Clu
   // times. Each is then brought back to one rank's full-speed cost, which the simulated host
   // shares out again (sim/processors.hpp).
   const int64_t copies = std::max<int64_t>(1, cluster.ranks_per_host);
-  const double oversubscribed =
-      std::max(1.0, static_cast<double>(copies * threads) / static_cast<double>(cores));
   std::string command =
       fmt::format("{} profile {} --json --median --repeats {} --warmup-seconds {} --set train.threads={}",
                   shell_quoted(args.program), shell_quoted(args.file), args.repeats, args.warmup_s, threads);
   for (const std::string& o : args.overrides) command += " --set " + shell_quoted(o);
-  std::vector<sim::LayerCost> costs;
-  std::vector<nlohmann::json> passes;
+  std::vector<nlohmann::json> profiles;
   for (const auto& printed :
        json_lines_of_all(std::vector<std::string>(static_cast<std::size_t>(copies), command))) {
     if (printed.empty() || !printed.front().contains("layers"))
       return make_error(fmt::format("timing the layers failed: {} printed no profile", command));
-    const nlohmann::json& j = printed.front();
-    costs.resize(j["layers"].size());
-    // ms of one copy at full speed, averaged, in s
-    const double each = 1e3 * static_cast<double>(copies) * oversubscribed;
-    for (std::size_t i = 0; i < costs.size(); ++i) {
-      const nlohmann::json& layer = j["layers"][i];
-      costs[i].forward_s += layer["forward_ms"].get<double>() / each;
-      costs[i].backward_s += layer["backward_ms"].get<double>() / each;
-      costs[i].backward_input_s += layer.value("backward_input_ms", 0.0) / each;
-      costs[i].backward_weight_s += layer.value("backward_weight_ms", 0.0) / each;
-    }
-    passes.push_back(j.value("passes", nlohmann::json::array()));
+    profiles.push_back(printed.front());
   }
-  if (noise) *noise = pass_noise(passes);
-  return costs;
+  if (noise) *noise = sim::pass_noise(profiles);
+  return sim::full_speed_layer_costs(profiles, sim::oversubscription(copies, threads, cores));
 }
 
 }  // namespace

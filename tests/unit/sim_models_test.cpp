@@ -1,6 +1,7 @@
 // The simulator's pieces on their own: the virtual clock, the shared processors, the link
 // model, the device and cluster files and the cost model.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include "sim/cluster.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/link_model.hpp"
+#include "sim/measured_compute.hpp"
 #include "sim/processors.hpp"
 #include "sim/virtual_clock.hpp"
 
@@ -370,6 +372,66 @@ TEST(CostModel, MeasuredBackwardHalvesAndACpuHostsCollectives) {
   auto gpu = job_costs(job, h100_host(2), layers);
   ASSERT_TRUE(gpu);
   EXPECT_DOUBLE_EQ(gpu->collective_demand, 0) << "a GPU's collectives leave its compute alone";
+}
+
+// compute = "measured": 4 one-thread processes on 2 cores each took twice a rank's
+// full-speed time and more; the simulated host shares its cores out again, so the costs
+// must come back at full speed, averaged over the processes.
+TEST(MeasuredCompute, LayerCostsAreAveragedAndBroughtBackToFullSpeed) {
+  EXPECT_DOUBLE_EQ(oversubscription(4, 1, 2), 2.0);
+  EXPECT_DOUBLE_EQ(oversubscription(1, 4, 2), 2.0);
+  EXPECT_DOUBLE_EQ(oversubscription(2, 1, 2), 1.0);
+  EXPECT_DOUBLE_EQ(oversubscription(2, 1, 4), 1.0);
+  const auto profile = [](double forward_ms, double backward_ms) {
+    return nlohmann::json{{"layers",
+                           {{{"forward_ms", forward_ms}, {"backward_ms", backward_ms}},
+                            {{"forward_ms", 1.0},
+                             {"backward_ms", 2.0},
+                             {"backward_input_ms", 1.2},
+                             {"backward_weight_ms", 1.4}}}}};
+  };
+  auto costs = full_speed_layer_costs({profile(400, 800), profile(440, 880)}, 2.0);
+  ASSERT_TRUE(costs) << costs.error().message;
+  ASSERT_EQ(costs->size(), 2u);
+  EXPECT_NEAR((*costs)[0].forward_s, 0.210, 1e-12);
+  EXPECT_NEAR((*costs)[0].backward_s, 0.420, 1e-12);
+  EXPECT_NEAR((*costs)[1].backward_input_s, 0.0006, 1e-12);
+  EXPECT_NEAR((*costs)[1].backward_weight_s, 0.0007, 1e-12);
+  EXPECT_DOUBLE_EQ((*costs)[0].backward_input_s, 0.0);
+  auto fitting = full_speed_layer_costs({profile(400, 800)}, 1.0);
+  ASSERT_TRUE(fitting);
+  EXPECT_NEAR((*fitting)[0].forward_s, 0.400, 1e-12);
+
+  nlohmann::json short_profile = profile(400, 800);
+  short_profile["layers"].erase(1);
+  auto mismatched = full_speed_layer_costs({profile(400, 800), short_profile}, 1.0);
+  ASSERT_FALSE(mismatched);
+  EXPECT_NE(mismatched.error().message.find("2 layers, another 1"), std::string::npos)
+      << mismatched.error().message;
+  EXPECT_FALSE(full_speed_layer_costs({}, 1.0));
+}
+
+// Two processes side by side, one slowed throughout: its ratios sit above 1 and the other's
+// below, over the processes' common median, rather than each around its own.
+TEST(MeasuredCompute, PassNoiseIsOverTheProcessesCommonMedian) {
+  const auto passes = [](std::vector<std::pair<double, double>> times) {
+    nlohmann::json list = nlohmann::json::array();
+    for (auto [forward, backward] : times)
+      list.push_back({{"forward_ms", forward}, {"backward_ms", backward}});
+    return nlohmann::json{{"layers", nlohmann::json::array()}, {"passes", list}};
+  };
+  const auto noise = pass_noise({passes({{100, 200}, {90, 210}, {110, 190}}),     // medians 100, 200
+                                 passes({{120, 240}, {130, 250}, {110, 230}})});  // medians 120, 240
+  ASSERT_EQ(noise.size(), 2u);
+  ASSERT_EQ(noise[0].size(), 6u);  // forward, backward, forward, ...
+  EXPECT_NEAR(noise[0][0], 100.0 / 110, 1e-12);
+  EXPECT_NEAR(noise[0][1], 200.0 / 220, 1e-12);
+  EXPECT_NEAR(noise[1][0], 120.0 / 110, 1e-12);
+  EXPECT_NEAR(noise[1][3], 250.0 / 220, 1e-12);
+  EXPECT_NEAR(noise[1][4], 110.0 / 110, 1e-12);
+
+  EXPECT_TRUE(
+      pass_noise({passes({{100, 200}}), nlohmann::json{{"layers", nlohmann::json::array()}}}).empty());
 }
 
 }  // namespace
