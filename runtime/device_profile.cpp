@@ -87,16 +87,22 @@ void measure_adam(sim::DeviceSpec& d, bool quick, int threads) {
   d.optimizer_elements_per_s = static_cast<double>(n) / s;
 }
 
-// The median of `key` over `runs` runs of a benchmark command (JSON lines); 0 when none printed it.
-double median_of_runs(const std::string& command, const char* key, int runs) {
-  std::vector<double> values;
+// The mean of `key` over `runs` runs of a benchmark command (JSON lines), or the harmonic mean
+// for a rate (the mean of its times); 0 when none printed it. A mean, not a median: where ranks
+// time-slice the cores a run settles in a fast or a slow way of taking turns (a 16 MB all-gather
+// among 4 ranks on 2 cores: 19, 20, 22, 36, 40 and 76 ms in six runs here), and a real job's
+// steps draw from the same mix, one collective at a time (10-108 ms within one dp 4 run).
+double mean_of_runs(const std::string& command, const char* key, int runs, bool rate) {
+  double sum = 0;
+  int count = 0;
   for (int k = 0; k < runs; ++k)
     for (const auto& line : json_lines_of(command))
-      if (line.contains(key)) values.push_back(line[key].get<double>());
-  if (values.empty()) return 0;
-  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2),
-                   values.end());
-  return values[values.size() / 2];
+      if (line.contains(key) && line[key].get<double>() > 0) {
+        sum += rate ? 1 / line[key].get<double>() : line[key].get<double>();
+        ++count;
+      }
+  if (count == 0) return 0;
+  return rate ? count / sum : sum / count;
 }
 
 // The rank counts a host's transport is measured at: two, and twice the cores (crowded).
@@ -116,31 +122,30 @@ Status measure_transport(sim::DeviceSpec& d, const DeviceProfileOptions& o) {
     if (line.contains("median_us")) d.transport_latency_s = line["median_us"].get<double>() / 2 * 1e-6;
   // A pipeline hop's fixed cost: a 512 KB tensor's one-way time between two ranks (an
   // activation's size here), less its bytes over the bandwidth, with two ranks and with
-  // twice as many as cores (the others computing, the transport not polling there). Median
-  // of three: a missed wake-up costs up to receive_wait_ms, and some runs miss more.
+  // twice as many as cores (the others computing, the transport not polling there). A mean
+  // over runs: a missed wake-up costs up to receive_wait_ms, and some runs miss more.
   const int64_t hop_bytes = 524288;
   for (const int64_t ranks : measured_rank_counts(d.cores)) {
     const double one_way =
-        1e-6 * median_of_runs(fmt::format("{} bench hop --ranks {} --json --bytes {} 2>/dev/null",
-                                          shell_quoted(o.program), ranks, hop_bytes),
-                              "one_way_us", o.quick ? 1 : 3);
+        1e-6 * mean_of_runs(fmt::format("{} bench hop --ranks {} --json --bytes {} 2>/dev/null",
+                                        shell_quoted(o.program), ranks, hop_bytes),
+                            "one_way_us", o.quick ? 1 : 5, false);
     if (one_way <= 0 || d.transport_bandwidth <= 0) continue;
     d.transport_hop_latency_by_ranks[ranks] =
         std::max(d.transport_latency_s, one_way - static_cast<double>(hop_bytes) / d.transport_bandwidth);
   }
   // troupe's own collectives between two ranks of this host, on a gradient-sized buffer, and
   // among twice as many ranks as cores, the most a host is given here: they time-slice the
-  // cores, and how long a ring's hops then wait varies run to run (13-52 ms for one 16 MB
-  // all-gather among 4 ranks on 2 cores), hence the median of three.
+  // cores, and how long a ring's hops then wait varies run to run, hence the mean of five.
   const std::string buffer = o.quick ? "4194304" : "16777216";
   for (const auto& [kind, name] : {std::pair<const char*, const char*>{"allreduce", "all_reduce"},
                                    {"reduce_scatter", "reduce_scatter"},
                                    {"allgather", "all_gather"}})
     for (const int64_t ranks : measured_rank_counts(d.cores)) {
       const double busbw =
-          1e9 * median_of_runs(fmt::format("{} bench {} --ranks {} --json --bytes {} 2>/dev/null",
-                                           shell_quoted(o.program), kind, ranks, buffer),
-                               "busbw_GBps", ranks == 2 || o.quick ? 1 : 3);
+          1e9 * mean_of_runs(fmt::format("{} bench {} --ranks {} --json --bytes {} 2>/dev/null",
+                                         shell_quoted(o.program), kind, ranks, buffer),
+                             "busbw_GBps", ranks == 2 || o.quick ? 1 : 5, true);
       if (busbw <= 0) continue;
       if (ranks == 2)
         d.collective_busbw[name] = busbw;

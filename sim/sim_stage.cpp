@@ -216,10 +216,13 @@ bool reduce(SimStage* self, const stage_action& a) {
     return true;
   }
   const auto bytes = static_cast<int64_t>(static_cast<double>(stage.reduce_bytes) * chunk_share(s));
+  const double elements = static_cast<double>(stage.parameters) * chunk_share(s);
   const Nanos earliest = job.zero.overlap_comm ? s.weights_started : s.w->clock.now();
+  // The gradients go in rows of at most reduce_bucket_size elements (memory/zero_plan.hpp),
+  // each as soon as the backward has made it final; the last row only once it ends.
   const double tail =
       job.zero.overlap_comm
-          ? std::min(1.0, static_cast<double>(job.zero.reduce_bucket_size) / std::max<int64_t>(1, bytes))
+          ? std::min(1.0, static_cast<double>(job.zero.reduce_bucket_size) / std::max(1.0, elements))
           : 1.0;
   join(self, stage.scatter ? GroupOp::reduce_scatter : GroupOp::all_reduce, bytes, earliest, tail,
        "gradient reduction");

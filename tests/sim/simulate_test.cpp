@@ -188,6 +188,32 @@ TEST(Simulation, ACpuHostsCollectivesShareItsCores) {
   EXPECT_LT(shared->exposed_comm_ms, 2.2 * apart->exposed_comm_ms);
 }
 
+// The gradients go in rows of at most reduce_bucket_size elements: one row of the whole
+// model is reduced after the backward as if overlap_comm were off; rows of a quarter of it
+// leave only what the backward could not cover.
+TEST(Simulation, AReductionOverlapsTheBackwardRowByRow) {
+  const std::string text =
+      "[cluster]\nworld_size = 2\n[parallel]\ndp = 2\n[batch]\nmicro_batch_size = 2\n"
+      "[model]\nseq_len = 16\nd_model = 32\nn_layers = 2\nn_heads = 2\n[zero]\nstage = 0\n";
+  ClusterSpec cluster = free_links(2);
+  const std::vector<LayerCost> layers = equal_blocks(2);
+  auto costs = job_costs(job_of(text), cluster, layers);
+  ASSERT_TRUE(costs) << costs.error().message;
+  const int64_t elements = costs->stages[0].parameters;
+  // The reduction about as long as the backward (two blocks, 4 kForward).
+  cluster.host = LinkSpec{static_cast<double>(elements) * 4 / (4 * kForward), 0, {}, {}, 0, {}};
+  const auto exposed = [&](const std::string& zero) {
+    JobConfig job = job_of(text + zero);
+    auto result = simulate_job(job, cluster, layers, {2, false});
+    EXPECT_TRUE(result && result->error.empty());
+    return result ? result->exposed_comm_ms : 0.0;
+  };
+  const double off = exposed("overlap_comm = false\n");
+  ASSERT_GT(off, 0.5 * 4 * kForward * 1e3);
+  EXPECT_NEAR(exposed(fmt::format("reduce_bucket_size = {}\n", elements)), off, 0.02 * off);
+  EXPECT_LT(exposed(fmt::format("reduce_bucket_size = {}\n", elements / 4)), 0.6 * off);
+}
+
 TEST(Simulation, ADeadRankOrALostLinkStopsTheJobNamingIt) {
   JobConfig job = job_of(dp_pipeline_job());
   ClusterSpec dead = jittery(1), lost = jittery(1);
