@@ -2,8 +2,13 @@
 
 #include <torch/torch.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -14,13 +19,21 @@
 #include "runtime/bench.hpp"
 #include "runtime/launch/environment.hpp"
 #include "runtime/launch/launcher.hpp"
+#include "sim/trace_hops.hpp"
 #include "troupe/troupe.hpp"
 
 namespace troupe {
 namespace {
 
-constexpr int64_t kWidth = 16;
 constexpr int64_t kWarmUpSteps = 2;
+
+// A layer's time: asleep, or keeping its core busy as compute would.
+void take(double ms, bool spin) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(ms);
+  if (!spin) return std::this_thread::sleep_until(until);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
 
 // y = x ⊙ w, taking `ms` in forward, `ms` for the gradient of x and `ms` for the gradient
 // of w: a layer of controlled cost whose forward and backward halves cost the same, as
@@ -28,38 +41,43 @@ constexpr int64_t kWarmUpSteps = 2;
 // defers the gradient of w to the weight half.
 struct TimedProduct : public torch::autograd::Function<TimedProduct> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, torch::Tensor w,
-                               double ms) {
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
+                               double ms, bool spin) {
+    take(ms, spin);
     ctx->save_for_backward({x, w});
     ctx->saved_data["ms"] = ms;
+    ctx->saved_data["spin"] = spin;
     return x * w;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list gradient) {
     const double ms = ctx->saved_data["ms"].toDouble();
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
+    const bool spin = ctx->saved_data["spin"].toBool();
+    take(ms, spin);
     auto saved = ctx->get_saved_variables();
-    auto weight_gradient = [x = saved[0], g = gradient[0], ms] {
-      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
+    auto weight_gradient = [x = saved[0], g = gradient[0], ms, spin] {
+      take(ms, spin);
       return (g * x).sum(0);
     };
     if (DeferredWeights* deferred = DeferredWeights::active()) {
       deferred->defer([w = saved[1], weight_gradient] {
         return std::vector<std::pair<torch::Tensor, torch::Tensor>>{{w, weight_gradient()}};
       });
-      return {gradient[0] * saved[1], torch::Tensor(), torch::Tensor()};
+      return {gradient[0] * saved[1], torch::Tensor(), torch::Tensor(), torch::Tensor()};
     }
-    return {gradient[0] * saved[1], weight_gradient(), torch::Tensor()};
+    return {gradient[0] * saved[1], weight_gradient(), torch::Tensor(), torch::Tensor()};
   }
 };
 
 class TimedLayerImpl : public torch::nn::Module {
  public:
-  explicit TimedLayerImpl(double ms) : ms_(ms) { weight_ = register_parameter("weight", torch::ones({kWidth})); }
-  torch::Tensor forward(torch::Tensor x) { return TimedProduct::apply(x, weight_, ms_); }
+  TimedLayerImpl(double ms, bool spin, int64_t width) : ms_(ms), spin_(spin) {
+    weight_ = register_parameter("weight", torch::ones({width}));
+  }
+  torch::Tensor forward(torch::Tensor x) { return TimedProduct::apply(x, weight_, ms_, spin_); }
 
  private:
   double ms_;
+  bool spin_;
   torch::Tensor weight_;
 };
 TORCH_MODULE(TimedLayer);
@@ -67,14 +85,14 @@ TORCH_MODULE(TimedLayer);
 JobConfig bench_job(const PipelineBenchOptions& o, const RankEnvironment& rank) {
   JobConfig job;
   job.source = "troupe bench pipeline";
-  job.cluster.world_size = o.pp;
+  job.cluster.world_size = o.pp * o.dp;
   job.cluster.coordinator = rank.coordinator;
   job.parallel.pp = o.pp;
-  job.parallel.dp = 1;
+  job.parallel.dp = o.dp;
   job.pipeline.schedule = o.schedule;
   job.batch.micro_batch_size = 1;
   job.batch.gradient_accumulation_steps = o.micro_batches;
-  job.batch.global_batch_size = o.micro_batches;
+  job.batch.global_batch_size = o.micro_batches * o.dp;
   job.optimizer.type = OptimizerType::sgd;
   job.optimizer.lr = 1e-3;
   job.optimizer.weight_decay = 0;
@@ -83,31 +101,63 @@ JobConfig bench_job(const PipelineBenchOptions& o, const RankEnvironment& rank) 
   return job;
 }
 
+// Floats per sample: a micro-batch of one sample is the activation of `bytes`.
+int64_t width_of(const PipelineBenchOptions& o) {
+  return std::max<int64_t>(1, o.bytes / 4);
+}
+
 Trainable timed_model(const PipelineBenchOptions& o) {
   Trainable t;
+  const int64_t width = width_of(o);
   t.layers = torch::nn::Sequential();
   // One layer per chunk: pp of them, times the schedule's virtual stages.
   const int64_t chunks = o.pp * pipeline::default_virtual_stages(o.schedule);
-  for (int64_t s = 0; s < chunks; ++s) t.layers->push_back(TimedLayer(o.layer_ms));
+  for (int64_t s = 0; s < chunks; ++s) t.layers->push_back(TimedLayer(o.layer_ms, o.spin, width));
   t.loss = [](const torch::Tensor& out, const torch::Tensor& target) { return torch::mse_loss(out, target); };
-  t.data = [](int64_t, int64_t count) {
-    return MicroBatch{torch::ones({count, kWidth}), torch::zeros({count, kWidth})};
+  t.data = [width](int64_t, int64_t count) {
+    return MicroBatch{torch::ones({count, width}), torch::zeros({count, width})};
   };
   return t;
+}
+
+// The median hop a stage waited on in the run's merged trace, in ms (0 when none waited),
+// and how many there were.
+std::pair<double, std::size_t> waited_hops(const PipelineBenchOptions& o) {
+  std::ifstream in(o.trace_path);
+  const nlohmann::json trace = nlohmann::json::parse(in, nullptr, false);
+  if (trace.is_discarded()) return {0, 0};
+  std::vector<double> hops = sim::critical_hops_ms(trace, o.pp);
+  if (hops.empty()) return {0, 0};
+  std::nth_element(hops.begin(), hops.begin() + static_cast<std::ptrdiff_t>(hops.size() / 2), hops.end());
+  return {hops[hops.size() / 2], hops.size()};
 }
 
 void report(const PipelineBenchOptions& o, double bubble, double step_ms) {
   const double formula = pipeline::bubble_formula(
       o.schedule, {o.pp, o.micro_batches, pipeline::default_virtual_stages(o.schedule)});
+  const auto [hop_ms, hops] = waited_hops(o);
   if (o.json) {
-    nlohmann::ordered_json line{{"bench", "pipeline"}, {"pp", o.pp},           {"micro_batches", o.micro_batches},
-                                {"schedule", o.schedule}, {"layer_ms", o.layer_ms}, {"steps", o.steps},
-                                {"bubble", bubble},     {"bubble_formula", formula}, {"step_ms", step_ms}};
+    nlohmann::ordered_json line{{"bench", "pipeline"},
+                                {"pp", o.pp},
+                                {"dp", o.dp},
+                                {"micro_batches", o.micro_batches},
+                                {"schedule", o.schedule},
+                                {"layer_ms", o.layer_ms},
+                                {"spin", o.spin},
+                                {"bytes", width_of(o) * 4},
+                                {"steps", o.steps},
+                                {"bubble", bubble},
+                                {"bubble_formula", formula},
+                                {"step_ms", step_ms},
+                                {"hop_ms", hop_ms},
+                                {"hops", hops}};
     std::printf("%s\n", line.dump().c_str());
   } else {
-    std::printf("pipeline  pp %lld  m %lld  %s  bubble %.4f  formula %.4f  step %.1f ms\n",
-                static_cast<long long>(o.pp), static_cast<long long>(o.micro_batches), o.schedule.c_str(), bubble,
-                formula, step_ms);
+    std::printf(
+        "pipeline  pp %lld x dp %lld  m %lld  %s  bubble %.4f  formula %.4f  step %.1f ms  hop %.2f ms "
+        "(median of %zu)\n",
+        static_cast<long long>(o.pp), static_cast<long long>(o.dp), static_cast<long long>(o.micro_batches),
+        o.schedule.c_str(), bubble, formula, step_ms, hop_ms, hops);
   }
   std::fflush(stdout);
 }
@@ -120,12 +170,23 @@ int run_pipeline_bench(const PipelineBenchOptions& o, const std::string& troupe_
     std::fprintf(stderr, "troupe: bench pipeline: no free port on 127.0.0.1 for the coordinator\n");
     return 1;
   }
+  // The hops are read from the run's trace: one of its own where none was asked for.
+  const bool own_trace = o.trace_path.empty();
+  const std::string trace =
+      own_trace
+          ? (std::filesystem::temp_directory_path() / fmt::format("troupe-bench-pipeline-{}.json", getpid()))
+                .string()
+          : o.trace_path;
   LaunchOptions launch;
-  launch.ranks = o.pp;
+  launch.ranks = o.pp * o.dp;
   launch.argv = {troupe_program,
                  "bench-pipeline-rank",
                  "--pp",
                  std::to_string(o.pp),
+                 "--dp",
+                 std::to_string(o.dp),
+                 "--bytes",
+                 std::to_string(o.bytes),
                  "--micro-batches",
                  std::to_string(o.micro_batches),
                  "--schedule",
@@ -133,12 +194,19 @@ int run_pipeline_bench(const PipelineBenchOptions& o, const std::string& troupe_
                  "--steps",
                  std::to_string(o.steps),
                  "--layer-ms",
-                 fmt::format("{}", o.layer_ms)};
-  if (!o.trace_path.empty()) launch.argv.insert(launch.argv.end(), {"--trace", o.trace_path});
+                 fmt::format("{}", o.layer_ms),
+                 "--trace",
+                 trace};
+  if (o.spin) launch.argv.push_back("--spin");
   if (o.json) launch.argv.push_back("--json");
   launch.prefix_stdout = false;  // only rank 0 prints the result
   launch.extra_env = {{"TROUPE_COORDINATOR", fmt::format("127.0.0.1:{}", port)}};
-  return launch_ranks(launch);
+  const int code = launch_ranks(launch);
+  if (own_trace) {
+    std::error_code ignored;
+    std::filesystem::remove(trace, ignored);
+  }
+  return code;
 }
 
 int run_pipeline_bench_rank(const PipelineBenchOptions& o) {

@@ -1,11 +1,16 @@
-// `troupe bench pipeline`: the pipeline's bubble, measured, beside the formula's.
+// `troupe bench pipeline`: the pipeline's bubble, measured, beside the formula's, and what
+// a hop between stages costs when the stages make it.
 //
-// Starts pp ranks on this machine, each one stage of a model whose layers cost a set time
-// in forward and in backward (they sleep, so the ranks do not compete for cores and every
-// stage costs the same however many share the machine), trains a few steps with the given
-// schedule, and prints rank 0's mean bubble over the steps after the first two —
+// Starts pp x dp ranks on this machine, each one stage of a model whose layers cost a set
+// time in forward and in backward (they sleep, so the ranks do not compete for cores and
+// every stage costs the same however many share the machine; with --spin they keep a core
+// busy instead, as compute does, and the stages' actors and transports wait their turn for
+// the cores as they do in training), trains a few steps with the given schedule, and prints
+// rank 0's mean bubble over the steps after the first two —
 // 1 − Σ stage compute time / (pp × step time) — beside (pp − 1)/(m + pp − 1), the idle
-// fraction of GPipe and 1F1B when forward and backward cost the same.
+// fraction of GPipe and 1F1B when forward and backward cost the same, and the median of the
+// hops a stage waited on (sim/trace_hops.hpp: from the neighbour's compute end to its own
+// start, read from the run's trace).
 #pragma once
 
 #include <cstdint>
@@ -15,11 +20,14 @@ namespace troupe {
 
 struct PipelineBenchOptions {
   int64_t pp = 2;
+  int64_t dp = 1;      ///< replicas of the pipeline
+  bool spin = false;   ///< layers spin rather than sleep
+  int64_t bytes = 64;  ///< the activation passed between stages
   int64_t micro_batches = 8;
   std::string schedule = "1f1b";
   int64_t steps = 6;       ///< measured steps, after 2 warm-up steps
   double layer_ms = 10;    ///< forward time of each stage's layer; backward takes the same
-  bool json = false;       ///< one JSON object: bubble, bubble_formula, ...
+  bool json = false;       ///< one JSON object: bubble, bubble_formula, hop_ms, ...
   std::string trace_path;  ///< write the run's trace (a timeline of every stage)
 };
 

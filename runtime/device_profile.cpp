@@ -120,19 +120,24 @@ Status measure_transport(sim::DeviceSpec& d, const DeviceProfileOptions& o) {
   for (const auto& line :
        json_lines_of(fmt::format("{} bench rtt --json --bytes 64 2>/dev/null", shell_quoted(o.program))))
     if (line.contains("median_us")) d.transport_latency_s = line["median_us"].get<double>() / 2 * 1e-6;
-  // A pipeline hop's fixed cost: a 512 KB tensor's one-way time between two ranks (an
-  // activation's size here), less its bytes over the bandwidth, with two ranks and with
-  // twice as many as cores (the others computing, the transport not polling there). A mean
-  // over runs: a missed wake-up costs up to receive_wait_ms, and some runs miss more.
+  // A pipeline hop's fixed cost, measured the way stages pass tensors: a 512 KB activation
+  // (one here) through each side's stage actor, comm agent and transport, the layers keeping
+  // the cores busy as compute does (troupe bench pipeline --spin), from a stage's compute end
+  // to its waiting neighbour's start, less the bytes over the bandwidth; two stages, and two
+  // stages of as many replicas as fill twice the cores. A bare transport's round trip misses
+  // most of it: 0.9-1.9 ms one way here against 2-4 ms a hop between stages. The mean over
+  // runs: a missed wake-up costs up to receive_wait_ms, and some runs miss more.
   const int64_t hop_bytes = 524288;
   for (const int64_t ranks : measured_rank_counts(d.cores)) {
-    const double one_way =
-        1e-6 * mean_of_runs(fmt::format("{} bench hop --ranks {} --json --bytes {} 2>/dev/null",
-                                        shell_quoted(o.program), ranks, hop_bytes),
-                            "one_way_us", o.quick ? 1 : 5, false);
-    if (one_way <= 0 || d.transport_bandwidth <= 0) continue;
+    const double hop =
+        1e-3 * mean_of_runs(fmt::format("{} bench pipeline --spin --pp 2 --dp {} --bytes {} --layer-ms {} "
+                                        "--micro-batches 8 --steps {} --json 2>/dev/null",
+                                        shell_quoted(o.program), ranks / 2, hop_bytes, o.quick ? 10 : 20,
+                                        o.quick ? 2 : 4),
+                            "hop_ms", o.quick ? 1 : 5, false);
+    if (hop <= 0 || d.transport_bandwidth <= 0) continue;
     d.transport_hop_latency_by_ranks[ranks] =
-        std::max(d.transport_latency_s, one_way - static_cast<double>(hop_bytes) / d.transport_bandwidth);
+        std::max(d.transport_latency_s, hop - static_cast<double>(hop_bytes) / d.transport_bandwidth);
   }
   // troupe's own collectives between two ranks of this host, on a gradient-sized buffer, and
   // among twice as many ranks as cores, the most a host is given here: they time-slice the

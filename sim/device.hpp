@@ -42,10 +42,11 @@ struct DeviceSpec {
   double host_link_bandwidth = 0;            ///< gpu: device ↔ host bytes/s per direction (PCIe)
   double transport_bandwidth = 0;            ///< host-to-host transport bytes/s (measured) or 0
   double transport_latency_s = 0;            ///< its one-way latency
-  /// A tensor's transfer between two ranks of the host as pipeline stages make it (the
-  /// receive posted ahead, its completion waking the thread that answers), less its bytes
-  /// over transport_bandwidth: the wake-ups of UCX's large-message handshake, by the host's
-  /// rank count (2, and twice its cores: the others computing, the transport not polling).
+  /// A tensor's transfer between two ranks of the host as pipeline stages make it (from a
+  /// stage's compute end through its stage actor, comm agent and transport to the waiting
+  /// neighbour's compute start: `troupe bench pipeline --spin`), less its bytes over
+  /// transport_bandwidth: the wake-ups on both sides, by the host's rank count (2, and twice
+  /// its cores: the others computing, the transport not polling).
   std::map<int64_t, double> transport_hop_latency_by_ranks;
   /// Measured: the bus bandwidth (nccl-tests' busbw) of troupe's own collectives between
   /// the ranks of one host, by "all_reduce", "reduce_scatter", "all_gather"; where a

@@ -228,7 +228,7 @@ int main(int argc, char** argv) {
   auto* bench_pipeline =
       bench->add_subcommand("pipeline", "the pipeline's measured bubble beside its formula's");
   auto add_pipeline_options = [&](CLI::App* command) {
-    command->add_option("--pp", pipeline_bench.pp, "stages, one rank each (default 2)")->check(CLI::Range(2, 16));
+    command->add_option("--pp", pipeline_bench.pp, "stages (default 2)")->check(CLI::Range(2, 16));
     command->add_option("--micro-batches", pipeline_bench.micro_batches, "micro-batches per step (default 8)")
         ->check(CLI::Range(1, 1024));
     command
@@ -241,8 +241,17 @@ int main(int argc, char** argv) {
         ->add_option("--layer-ms", pipeline_bench.layer_ms,
                      "each chunk's forward time, and each half of its backward's")
         ->check(CLI::Range(0.1, 10000.0));
+    command->add_option("--dp", pipeline_bench.dp, "replicas of the pipeline (default 1): pp x dp ranks")
+        ->check(CLI::Range(1, 16));
+    command->add_flag("--spin", pipeline_bench.spin,
+                      "layers keep a core busy for their time instead of sleeping, as compute does");
+    command
+        ->add_option("--bytes", pipeline_bench.bytes,
+                     "bytes of the activation a stage passes on (default 64)")
+        ->check(CLI::Range(int64_t{4}, int64_t{1} << 30));
     command->add_option("--trace", pipeline_bench.trace_path, "write the run's Perfetto trace");
-    command->add_flag("--json", pipeline_bench.json, "one JSON object with bubble and bubble_formula");
+    command->add_flag("--json", pipeline_bench.json,
+                      "one JSON object with bubble, bubble_formula and the waited hops' median hop_ms");
   };
   add_pipeline_options(bench_pipeline);
   auto* bench_pipeline_rank = app.add_subcommand("bench-pipeline-rank", "");  // hidden: one rank of it

@@ -3,6 +3,7 @@
 // never asserted, in tests.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <sstream>
 #include <string>
 
@@ -94,6 +95,28 @@ TEST(Bench, PipelinePrintsTheMeasuredBubbleBesideTheFormula) {
   EXPECT_DOUBLE_EQ(json.at("bubble_formula").get<double>(), 0.2);
   EXPECT_GT(json.at("bubble").get<double>(), 0.1) << r.output;
   EXPECT_LT(json.at("bubble").get<double>(), 0.6) << r.output;
+}
+
+// Two replicas of two stages whose layers keep a core busy, passing 64 KB activations: the
+// hops the stages waited on are read from the run's own trace (removed after) and their
+// median is at least a transfer's latency; a bubble of a whole step would be a broken run.
+TEST(Bench, PipelineHopsBetweenComputingStages) {
+  auto r = testing::run_command(std::string(TROUPE_BINARY) +
+                                    " bench pipeline --spin --pp 2 --dp 2 --bytes 65536 --micro-batches 4"
+                                    " --layer-ms 10 --steps 2 --json",
+                                120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto json = nlohmann::json::parse(r.output.substr(r.output.find('{')), nullptr, false);
+  ASSERT_FALSE(json.is_discarded()) << r.output;
+  EXPECT_EQ(json.at("dp"), 2);
+  EXPECT_EQ(json.at("bytes"), 65536);
+  EXPECT_TRUE(json.at("spin").get<bool>());
+  EXPECT_GT(json.at("hops").get<int64_t>(), 0) << r.output;
+  EXPECT_GT(json.at("hop_ms").get<double>(), 0.001) << r.output;
+  EXPECT_LT(json.at("bubble").get<double>(), 0.9) << r.output;
+  for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::temp_directory_path()))
+    EXPECT_EQ(entry.path().filename().string().rfind("troupe-bench-pipeline-", 0), std::string::npos)
+        << entry.path() << " left behind";
 }
 
 TEST(Bench, UnknownKindIsRefused) {

@@ -17,6 +17,7 @@
 #include "sim/link_model.hpp"
 #include "sim/measured_compute.hpp"
 #include "sim/processors.hpp"
+#include "sim/trace_hops.hpp"
 #include "sim/virtual_clock.hpp"
 
 namespace troupe::sim {
@@ -432,6 +433,41 @@ TEST(MeasuredCompute, PassNoiseIsOverTheProcessesCommonMedian) {
 
   EXPECT_TRUE(
       pass_noise({passes({{100, 200}}), nlohmann::json{{"layers", nlohmann::json::array()}}}).empty());
+}
+
+// Two replicas of a two-stage pipeline: rank 0 waits from 20 to 35 ms for the gradient
+// rank 1 made by 30 (a 5 ms hop), rank 1 from 40 to 50 for the activation rank 0 made by
+// 48 (2 ms); rank 2's wait holds only another replica's compute end, and what is not a
+// compute span of the compute thread (autograd's nested span, an unnamed forward on
+// another thread) is none.
+TEST(TraceHops, AStagesWaitsFromItsNeighboursComputeEnd) {
+  nlohmann::json events = nlohmann::json::array();
+  const auto span = [&](int64_t rank, const char* name, double from_ms, double to_ms, int64_t tid = 7) {
+    events.push_back({{"ph", "X"},
+                      {"pid", rank},
+                      {"tid", tid},
+                      {"name", name},
+                      {"ts", from_ms * 1e3},
+                      {"dur", (to_ms - from_ms) * 1e3}});
+  };
+  span(0, "forward 0.0.0", 0, 10);
+  span(0, "forward 0.1.0", 10, 20);
+  span(0, "backward 0.0.0", 35, 45);
+  span(0, "autograd backward", 36, 44);
+  span(0, "forward 0.2.0", 45, 48);
+  span(1, "forward 0.0.0", 12, 20);
+  span(1, "backward 0.0.0", 20, 30);
+  span(1, "forward 0.1.0", 33, 40);
+  span(1, "forward 0.2.0", 50, 55);
+  span(1, "forward", 41, 42, 3);
+  span(2, "forward 0.0.0", 0, 10);
+  span(2, "forward 0.1.0", 25, 30);
+  span(3, "forward 0.0.0", 50, 60);
+  const std::vector<double> hops = critical_hops_ms(nlohmann::json{{"traceEvents", events}}, 2);
+  ASSERT_EQ(hops.size(), 2u);
+  EXPECT_NEAR(hops[0], 5.0, 1e-9);
+  EXPECT_NEAR(hops[1], 2.0, 1e-9);
+  EXPECT_TRUE(critical_hops_ms(nlohmann::json{{"traceEvents", nlohmann::json::array()}}, 2).empty());
 }
 
 }  // namespace
