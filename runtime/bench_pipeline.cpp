@@ -126,7 +126,7 @@ std::pair<double, std::size_t> waited_hops(const PipelineBenchOptions& o) {
   std::ifstream in(o.trace_path);
   const nlohmann::json trace = nlohmann::json::parse(in, nullptr, false);
   if (trace.is_discarded()) return {0, 0};
-  std::vector<double> hops = sim::critical_hops_ms(trace, o.pp);
+  std::vector<double> hops = sim::critical_hops_ms(trace, o.pp, o.schedule == "interleaved_1f1b");
   if (hops.empty()) return {0, 0};
   std::nth_element(hops.begin(), hops.begin() + static_cast<std::ptrdiff_t>(hops.size() / 2), hops.end());
   return {hops[hops.size() / 2], hops.size()};

@@ -54,7 +54,7 @@ std::map<int64_t, std::vector<Span>> compute_by_rank(const nlohmann::json& trace
 
 }  // namespace
 
-std::vector<double> critical_hops_ms(const nlohmann::json& trace, int64_t pp) {
+std::vector<double> critical_hops_ms(const nlohmann::json& trace, int64_t pp, bool wraps) {
   constexpr double kNotAWaitUs = 50;
   const auto compute = compute_by_rank(trace);
   std::vector<double> hops;
@@ -63,8 +63,12 @@ std::vector<double> critical_hops_ms(const nlohmann::json& trace, int64_t pp) {
       const double from = spans[i - 1].end_us, to = spans[i].start_us;
       if (to - from < kNotAWaitUs) continue;
       double latest = -1;
-      for (const int64_t neighbour : {rank - 1, rank + 1}) {
-        if (neighbour < 0 || neighbour / pp != rank / pp) continue;
+      const int64_t first = rank / pp * pp, stage = rank % pp;
+      std::vector<int64_t> neighbours;
+      if (stage > 0 || wraps) neighbours.push_back(first + (stage + pp - 1) % pp);
+      if (stage < pp - 1 || wraps) neighbours.push_back(first + (stage + 1) % pp);
+      for (const int64_t neighbour : neighbours) {
+        if (neighbour == rank) continue;
         auto it = compute.find(neighbour);
         if (it == compute.end()) continue;
         for (const Span& s : it->second)

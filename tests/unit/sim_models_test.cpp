@@ -470,5 +470,31 @@ TEST(TraceHops, AStagesWaitsFromItsNeighboursComputeEnd) {
   EXPECT_TRUE(critical_hops_ms(nlohmann::json{{"traceEvents", nlohmann::json::array()}}, 2).empty());
 }
 
+// Three stages: stage 0 waits from 10 to 30 ms. Stage 2's compute ended at 25 (the last
+// stage's chunk feeding stage 0's next one in interleaved 1F1B: a 5 ms hop), stage 1's at
+// 12 (not the one it waited for). Without wrapping only stage 1 is a neighbour of stage 0.
+TEST(TraceHops, InterleavedStagesWrapAround) {
+  nlohmann::json events = nlohmann::json::array();
+  const auto span = [&](int64_t rank, double from_ms, double to_ms) {
+    events.push_back({{"ph", "X"},
+                      {"pid", rank},
+                      {"tid", 1},
+                      {"name", "forward 0.0.0"},
+                      {"ts", from_ms * 1e3},
+                      {"dur", (to_ms - from_ms) * 1e3}});
+  };
+  span(0, 0, 10);
+  span(0, 30, 40);
+  span(1, 2, 12);
+  span(2, 15, 25);
+  const nlohmann::json trace{{"traceEvents", events}};
+  const std::vector<double> wrapped = critical_hops_ms(trace, 3, true);
+  ASSERT_EQ(wrapped.size(), 1u);
+  EXPECT_NEAR(wrapped[0], 5.0, 1e-9);
+  const std::vector<double> plain = critical_hops_ms(trace, 3);
+  ASSERT_EQ(plain.size(), 1u);
+  EXPECT_NEAR(plain[0], 18.0, 1e-9);
+}
+
 }  // namespace
 }  // namespace troupe::sim
