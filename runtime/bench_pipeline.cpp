@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/deferred_weights.hpp"
+#include "base/median.hpp"
 #include "pipeline/schedule.hpp"
 #include "runtime/bench.hpp"
 #include "runtime/launch/environment.hpp"
@@ -127,9 +128,8 @@ std::pair<double, std::size_t> waited_hops(const PipelineBenchOptions& o) {
   const nlohmann::json trace = nlohmann::json::parse(in, nullptr, false);
   if (trace.is_discarded()) return {0, 0};
   std::vector<double> hops = sim::critical_hops_ms(trace, o.pp, o.schedule == "interleaved_1f1b");
-  if (hops.empty()) return {0, 0};
-  std::nth_element(hops.begin(), hops.begin() + static_cast<std::ptrdiff_t>(hops.size() / 2), hops.end());
-  return {hops[hops.size() / 2], hops.size()};
+  const std::size_t count = hops.size();
+  return {upper_median(std::move(hops)), count};
 }
 
 void report(const PipelineBenchOptions& o, double bubble, double step_ms) {

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/median.hpp"
+
 namespace troupe::sim {
 namespace {
 
@@ -16,8 +18,7 @@ const nlohmann::json& passes_of(const nlohmann::json& profile) {
 double median_of(const nlohmann::json& passes, const char* key) {
   std::vector<double> times;
   for (const nlohmann::json& pass : passes) times.push_back(pass[key].get<double>());
-  std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
-  return times[times.size() / 2];
+  return upper_median(std::move(times));
 }
 
 }  // namespace
