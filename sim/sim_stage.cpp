@@ -46,6 +46,10 @@ struct StageState {
   int64_t computing = 0;      // computes handed to the stream and not finished
   Nanos weights_started = 0;  // when the step's latest weight-gradient compute began
   bool reduced = false, norm_known = false;
+  bool reduce_asked = false;        // the step's reduce_gradients reached, waiting on reductions
+  int64_t reductions_left = 0;      // micro-batch reductions joined and not done
+  int64_t blocking_reductions = 0;  // of those, ones the computes wait for (no overlap_comm)
+  int64_t backwards = 0;            // backwards handed to the stream and not finished
   int64_t tokens = 0;
   static inline const char* name = "sim_stage";
 
@@ -129,6 +133,7 @@ void compute(SimStage* self, const stage_action& a, Nanos cost) {
   auto& s = self->state;
   s.started[a.index] = a.action;
   ++s.computing;
+  if (a.action.op != Op::forward) ++s.backwards;
   World* w = s.w;
   const std::string label = pipeline::short_name(a.action, w->costs.layout.chunks > 1);
   w->streams[static_cast<std::size_t>(s.rank)]->enqueue(
@@ -140,11 +145,21 @@ void compute(SimStage* self, const stage_action& a, Nanos cost) {
   self->send(s.scheduler, compute_started{a.step, a.index});
 }
 
+bool reduces_each_micro_batch(const StageState& s);
+
+// Without overlap_comm a ZeRO 2/3 backward waits for its gradients to be reduced before the
+// compute thread goes on, so nothing is queued behind a backward until its reduction is done.
+bool held_by_reduction(const StageState& s) {
+  return !s.w->job.zero.overlap_comm && reduces_each_micro_batch(s) &&
+         (s.backwards > 0 || s.blocking_reductions > 0);
+}
+
 bool start_forward(SimStage* self, const stage_action& a) {
   auto& s = self->state;
   const int64_t m = a.action.micro;
   if ((s.first() || s.last()) && !s.batches.count(m)) return false;
   if (!s.first() && !s.inputs_arrived.count(m)) return false;
+  if (held_by_reduction(s)) return false;
   s.batches.erase(m);
   s.inputs_arrived.erase(m);
   s.inputs_posted.erase(m);
@@ -157,6 +172,7 @@ bool start_backward(SimStage* self, const stage_action& a) {
   const int64_t m = a.action.micro;
   const Op op = a.action.op;
   if (op != Op::backward_weight && !s.last() && !s.grads_arrived.count(m)) return false;
+  if (held_by_reduction(s)) return false;
   s.grads_arrived.erase(m);
   s.grads_posted.erase(m);
   const ChunkCost& c = s.cost();
@@ -182,11 +198,23 @@ void answer_gradients(SimStage* self) {
   self->send(s.scheduler, g);
 }
 
+// A collective's key: the same on every member, different for each collective of a step.
+// `micro` + 1 tells a micro-batch's reduction from the step's (0).
+uint64_t group_key(int64_t step, GroupOp op, int64_t micro, int64_t vs, int64_t shard) {
+  return static_cast<uint64_t>(step) << 44 | static_cast<uint64_t>(op) << 40 |
+         static_cast<uint64_t>(micro + 1) << 24 | static_cast<uint64_t>(vs) << 12 |
+         static_cast<uint64_t>(shard);
+}
+
+GroupOp op_of(uint64_t key) {
+  return static_cast<GroupOp>((key >> 40) & 0xf);
+}
+
 // The data-parallel group's collective on this chunk's share of its stage.
-void join(SimStage* self, GroupOp op, int64_t bytes, Nanos earliest, double tail, const char* what) {
+void join(SimStage* self, GroupOp op, int64_t bytes, Nanos earliest, double tail, const std::string& what,
+          int64_t micro = -1) {
   auto& s = self->state;
-  const uint64_t key = static_cast<uint64_t>(s.step) << 32 | static_cast<uint64_t>(op) << 24 |
-                       static_cast<uint64_t>(s.vs) << 12 | static_cast<uint64_t>(s.place().shard);
+  const uint64_t key = group_key(s.step, op, micro, s.vs, s.place().shard);
   self->send(s.collectives, group_join{key, s.rank, s.place().data_parallel_group, op, bytes, earliest, tail,
                                        fmt::format("{} (virtual stage {})", what, s.vs), me(self)});
 }
@@ -203,30 +231,68 @@ double chunk_share(const StageState& s) {
              : 1;
 }
 
-// Once the step's backwards have run: the last one's weight gradients are what the
-// reduction overlaps with (bucket by bucket, as they become final).
-bool reduce(SimStage* self, const stage_action& a) {
+// ZeRO 2 and 3 keep no full gradient: every micro-batch's is reduce-scattered as its
+// backward makes it final (DESIGN.md, "Stage 2 keeps no full gradient"); 0 and 1 reduce the
+// accumulated gradients once a step.
+bool reduces_each_micro_batch(const StageState& s) {
+  const JobConfig& job = s.w->job;
+  return job.zero.stage >= 2 && job.parallel.dp > 1 && stage_cost(s).reduce_bytes > 0;
+}
+
+// Gradients made final by a backward that began at `backward_started` go to the group in rows
+// of at most reduce_bucket_size elements (memory/zero_plan.hpp), each as soon as it is final:
+// with overlap the reduction may start with that backward and ends no sooner than its last
+// row's share after it. `micro` is the micro-batch's (-1: the step's accumulated gradients).
+void join_reduction(SimStage* self, Nanos backward_started, int64_t micro) {
   auto& s = self->state;
-  if (s.computing > 0) return false;
-  s.started[a.index] = a.action;
   const StageCost& stage = stage_cost(s);
   const JobConfig& job = s.w->job;
-  if (job.parallel.dp == 1 || stage.reduce_bytes == 0) {
-    answer_gradients(self);
-    return true;
-  }
   const auto bytes = static_cast<int64_t>(static_cast<double>(stage.reduce_bytes) * chunk_share(s));
   const double elements = static_cast<double>(stage.parameters) * chunk_share(s);
-  const Nanos earliest = job.zero.overlap_comm ? s.weights_started : s.w->clock.now();
-  // The gradients go in rows of at most reduce_bucket_size elements (memory/zero_plan.hpp),
-  // each as soon as the backward has made it final; the last row only once it ends.
+  const Nanos earliest = job.zero.overlap_comm ? backward_started : s.w->clock.now();
   const double tail =
       job.zero.overlap_comm
           ? std::min(1.0, static_cast<double>(job.zero.reduce_bucket_size) / std::max(1.0, elements))
           : 1.0;
   join(self, stage.scatter ? GroupOp::reduce_scatter : GroupOp::all_reduce, bytes, earliest, tail,
-       "gradient reduction");
+       micro < 0 ? std::string("gradient reduction")
+                 : fmt::format("gradient reduction of micro-batch {}", micro),
+       micro);
+}
+
+// Once the step's backwards have run: the step's reduction, or the wait for the micro-batches'.
+bool reduce(SimStage* self, const stage_action& a) {
+  auto& s = self->state;
+  if (s.computing > 0) return false;
+  s.started[a.index] = a.action;
+  if (s.w->job.parallel.dp == 1 || stage_cost(s).reduce_bytes == 0) {
+    answer_gradients(self);
+  } else if (reduces_each_micro_batch(s)) {
+    s.reduce_asked = true;
+    if (s.reductions_left == 0) answer_gradients(self);
+  } else {
+    join_reduction(self, s.weights_started, -1);
+  }
   return true;
+}
+
+// A backward's gradients are final: ZeRO 2 and 3 reduce them now. Without overlap_comm the
+// backward waits for its rows to be reduced, so no compute runs until they are.
+void reduce_micro_batch(SimStage* self, const sim_computed& c) {
+  auto& s = self->state;
+  if (!reduces_each_micro_batch(s)) return;
+  ++s.reductions_left;
+  if (!s.w->job.zero.overlap_comm) ++s.blocking_reductions;
+  join_reduction(self, c.start, c.micro);
+}
+
+void on_reduced(SimStage* self, uint64_t key) {
+  auto& s = self->state;
+  const bool micro_batch = ((key >> 24) & 0xffff) != 0;
+  if (!micro_batch) return answer_gradients(self);
+  --s.reductions_left;
+  if (!s.w->job.zero.overlap_comm) --s.blocking_reductions;
+  if (s.reduce_asked && s.reductions_left == 0) answer_gradients(self);
 }
 
 void applied(SimStage* self) {
@@ -327,7 +393,7 @@ void begin_step(StageState& s, int64_t step) {
   s.step = step;
   s.busy = 0;
   s.tokens = 0;
-  s.reduced = s.norm_known = false;
+  s.reduced = s.norm_known = s.reduce_asked = false;
   s.weights_started = s.w->clock.now();
 }
 
@@ -344,6 +410,7 @@ void on_computed(SimStage* self, const sim_computed& c) {
     return applied(self);
   }
   --s.computing;
+  if (c.op != Op::forward) --s.backwards;
   s.busy += now - c.start;
   RankFigures& figures = s.w->figures[static_cast<std::size_t>(s.rank)];
   figures.busy += now - c.start;
@@ -359,6 +426,7 @@ void on_computed(SimStage* self, const sim_computed& c) {
     if (c.op == Op::backward || c.op == Op::backward_weight) {
       s.held.erase(c.micro);
       s.weights_started = std::max(s.weights_started, c.start);
+      reduce_micro_batch(self, c);
     }
     if (c.op != Op::backward_weight && !s.first()) s.input_grads.insert(c.micro);
   }
@@ -410,9 +478,8 @@ caf::behavior sim_stage(SimStage* self, World* world, int64_t rank, int64_t chun
         pump(self);
       },
       [=](const group_done& done) {
-        const auto op = static_cast<GroupOp>((done.key >> 24) & 0xff);
-        if (op == GroupOp::all_gather) return applied(self);
-        answer_gradients(self);
+        if (op_of(done.key) == GroupOp::all_gather) return applied(self);
+        on_reduced(self, done.key);
         pump(self);
       },
   };

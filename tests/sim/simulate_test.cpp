@@ -214,6 +214,48 @@ TEST(Simulation, AReductionOverlapsTheBackwardRowByRow) {
   EXPECT_LT(exposed(fmt::format("reduce_bucket_size = {}\n", elements / 4)), 0.6 * off);
 }
 
+// ZeRO 2 and 3 keep no full gradient: each micro-batch's is reduce-scattered when its backward
+// ends (as the runtime's stage 2 does), where stage 1 reduces the accumulated gradients once.
+TEST(Simulation, ZeroTwoReducesEveryMicroBatchAndStageOneOnceAStep) {
+  const std::string text =
+      "[cluster]\nworld_size = 2\n[parallel]\ndp = 2\n[batch]\nmicro_batch_size = 2\n"
+      "gradient_accumulation_steps = 4\n[model]\nseq_len = 16\nd_model = 32\nn_layers = 2\nn_heads = 2\n"
+      "[zero]\noverlap_comm = false\n";
+  ClusterSpec cluster = free_links(2);
+  const std::vector<LayerCost> layers = equal_blocks(2);
+  auto costs = job_costs(job_of(text), cluster, layers);
+  ASSERT_TRUE(costs) << costs.error().message;
+  // A reduction (half the gradient each way between two) about as long as a block's backward.
+  cluster.host =
+      LinkSpec{static_cast<double>(costs->stages[0].parameters) * 4 / (4 * kForward), 0, {}, {}, 0, {}};
+  struct Seen {
+    double step_ms = 0, reduction_ms = 0;
+    int64_t micro_batch_reductions = 0, step_reductions = 0;
+  };
+  const auto simulate = [&](int stage) {
+    Seen seen;
+    auto result = simulate_job(job_of(text + fmt::format("stage = {}\n", stage)), cluster, layers, {2, true});
+    EXPECT_TRUE(result && result->error.empty());
+    if (!result) return seen;
+    seen.step_ms = result->step_ms_median();
+    for (const TimelineEvent& e : result->timeline) {
+      if (e.rank != 0 || e.track != Track::collective) continue;
+      if (e.name.rfind("gradient reduction of micro-batch", 0) == 0) ++seen.micro_batch_reductions;
+      if (e.name.rfind("gradient reduction (", 0) == 0) ++seen.step_reductions;
+      if (e.name.rfind("gradient reduction", 0) == 0) seen.reduction_ms = nanos_to_ms(e.end - e.start);
+    }
+    return seen;
+  };
+  const Seen once = simulate(1), each = simulate(2);
+  EXPECT_EQ(once.step_reductions, 2);
+  EXPECT_EQ(once.micro_batch_reductions, 0);
+  EXPECT_EQ(each.step_reductions, 0);
+  EXPECT_EQ(each.micro_batch_reductions, 8);
+  // Without overlap_comm every one of them holds the computes up.
+  ASSERT_GT(once.reduction_ms, kForward * 1e3);
+  EXPECT_GT(each.step_ms, once.step_ms + 2.5 * once.reduction_ms);
+}
+
 TEST(Simulation, ADeadRankOrALostLinkStopsTheJobNamingIt) {
   JobConfig job = job_of(dp_pipeline_job());
   ClusterSpec dead = jittery(1), lost = jittery(1);
