@@ -9,12 +9,14 @@
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "memory/host_buffer.hpp"
 #include "runtime/bench_rtt.hpp"
+#include "runtime/busy_core.hpp"
 #include "runtime/coordinator.hpp"
 #include "runtime/launch/environment.hpp"
 #include "runtime/launch/launcher.hpp"
@@ -123,6 +125,7 @@ void report(const BenchOptions& o, int64_t ranks, int64_t bytes, const Measured&
     double algbw = static_cast<double>(bytes) / m.seconds / 1e9;
     line["algbw_GBps"] = algbw;
     line["busbw_GBps"] = algbw * bus_factor(o.kind, ranks);
+    if (o.beside_compute) line["beside_compute"] = true;
   }
   if (o.json) {
     std::printf("%s\n", line.dump().c_str());
@@ -259,6 +262,7 @@ int run_bench(const BenchOptions& o, const std::string& troupe_program) {
                  std::to_string(o.window)};
   for (int64_t b : o.bytes) launch.argv.insert(launch.argv.end(), {"--bytes", std::to_string(b)});
   if (o.json) launch.argv.push_back("--json");
+  if (o.beside_compute) launch.argv.push_back("--beside-compute");
   launch.prefix_stdout = false;  // only rank 0 prints results: keep its lines machine-readable
   launch.extra_env = {{"TROUPE_COORDINATOR", fmt::format("127.0.0.1:{}", port)}};
   return launch_ranks(launch);
@@ -288,6 +292,8 @@ int run_bench_rank(const BenchOptions& o) {
   }
   if (o.kind == "rtt") return round_trips(std::move(*transport), o);
   if (o.kind == "hop") return tensor_hops(**transport, o);
+  std::optional<BusyCore> computing;
+  if (o.beside_compute) computing.emplace();
   for (int64_t bytes : o.bytes.empty() ? default_sizes() : o.bytes) {
     auto done = bench_size(**transport, o, bytes);
     if (!done) {

@@ -6,7 +6,8 @@
 // all-reduce busbw = algbw × 2(n−1)/n, reduce-scatter and all-gather × (n−1)/n, where
 // bytes is the whole buffer); `transport` (two processes, one streaming to the other)
 // reports MBps in ucx_perftest's unit, 2^20 bytes per second; `rtt` (two processes)
-// reports the median and 99th percentile round trip of an actor message.
+// reports the median and 99th percentile round trip of an actor message. With
+// --beside-compute a collective's line says so ("beside_compute": true).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,9 @@ struct BenchOptions {
   bool json = false;
   double seconds_per_size = 0.5;  ///< measuring time aimed at for each size, after warm-up
   int64_t window = 16;            ///< transport: messages in flight
+  /// Collectives: each rank keeps a core busy with a thread of its own while it measures, as
+  /// a training rank's compute does while its gradients are reduced.
+  bool beside_compute = false;
 };
 
 /// A port nobody listens on now on 127.0.0.1, for a benchmark's own coordinator; 0 when

@@ -13,6 +13,7 @@
 
 #include "actors/comm_agent.hpp"
 #include "actors/protocol/comm.hpp"
+#include "runtime/busy_core.hpp"
 
 namespace troupe {
 namespace {
@@ -139,15 +140,12 @@ class Arrival {
 // A rank beyond the pair: keeps a core busy, as a computing rank of a crowded host does,
 // until the pair is done. Its thread spins apart from the barriers the rank waits in.
 Result<RoundTrips> keep_a_core_busy(Transport& transport) {
-  std::atomic<bool> done{false};
-  std::thread spinner([&] {
-    volatile uint64_t work = 0;
-    while (!done.load(std::memory_order_relaxed)) work = work + 1;
-  });
-  Status status = transport.barrier_sync();       // the pair registered
-  if (status) status = transport.barrier_sync();  // the pair done
-  done = true;
-  spinner.join();
+  Status status;
+  {
+    BusyCore busy;
+    status = transport.barrier_sync();              // the pair registered
+    if (status) status = transport.barrier_sync();  // the pair done
+  }
   if (!status) return status.error();
   return RoundTrips{};
 }

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/median.hpp"
 #include "kernels/cpu/optimizer.hpp"
 #include "memory/host_buffer.hpp"
 #include "runtime/child_json.hpp"
@@ -105,6 +106,15 @@ double mean_of_runs(const std::string& command, const char* key, int runs, bool 
   return rate ? count / sum : sum / count;
 }
 
+// The median of `key` over `runs` runs of a benchmark command; 0 when none printed it.
+double median_of_runs(const std::string& command, const char* key, int runs) {
+  std::vector<double> values;
+  for (int k = 0; k < runs; ++k)
+    for (const auto& line : json_lines_of(command))
+      if (line.contains(key) && line[key].get<double>() > 0) values.push_back(line[key].get<double>());
+  return upper_median(std::move(values));
+}
+
 // The rank counts a host's transport is measured at: two, and twice the cores (crowded).
 std::vector<int64_t> measured_rank_counts(int64_t cores) {
   std::vector<int64_t> counts{2};
@@ -143,9 +153,9 @@ Status measure_transport(sim::DeviceSpec& d, const DeviceProfileOptions& o) {
   // among twice as many ranks as cores, the most a host is given here: they time-slice the
   // cores, and how long a ring's hops then wait varies run to run, hence the mean of five.
   const std::string buffer = o.quick ? "4194304" : "16777216";
-  for (const auto& [kind, name] : {std::pair<const char*, const char*>{"allreduce", "all_reduce"},
-                                   {"reduce_scatter", "reduce_scatter"},
-                                   {"allgather", "all_gather"}})
+  const std::pair<const char*, const char*> collectives[] = {
+      {"allreduce", "all_reduce"}, {"reduce_scatter", "reduce_scatter"}, {"allgather", "all_gather"}};
+  for (const auto& [kind, name] : collectives)
     for (const int64_t ranks : measured_rank_counts(d.cores)) {
       const double busbw =
           1e9 * mean_of_runs(fmt::format("{} bench {} --ranks {} --json --bytes {} 2>/dev/null",
@@ -157,6 +167,20 @@ Status measure_transport(sim::DeviceSpec& d, const DeviceProfileOptions& o) {
       else
         d.collective_busbw_by_ranks[ranks][name] = busbw;
     }
+  // And between two ranks each keeping a core busy meanwhile, as a micro-batch's gradients are
+  // reduced beside the next one's compute (ZeRO 2 and 3): here 5-6x slower than when idle where
+  // the cores' share alone makes it 2x, as each hop waits for the other side to be woken. The
+  // median of five: a spinning thread never pauses as a compute does between its passes, and
+  // some runs starve the progress thread (16 MB reduce-scattered in 17, 17, 23, 24 and 130 ms
+  // here), which real reductions beside compute do not show (13 MB in 13-14 ms, mean of 40).
+  for (const auto& [kind, name] : collectives) {
+    const double busbw =
+        1e9 *
+        median_of_runs(fmt::format("{} bench {} --ranks 2 --beside-compute --json --bytes {} 2>/dev/null",
+                                   shell_quoted(o.program), kind, buffer),
+                       "busbw_GBps", o.quick ? 1 : 5);
+    if (busbw > 0) d.collective_busbw_beside_compute[name] = busbw;
+  }
   if (d.transport_bandwidth <= 0 || d.transport_latency_s <= 0 || d.collective_busbw.size() < 3)
     return make_error(
         "the transport benchmarks (troupe bench transport, troupe bench rtt) gave no figures; run "
@@ -248,6 +272,9 @@ int run_device_profile(const DeviceProfileOptions& options) {
     for (const auto& [name, busbw] : figures)
       std::printf("  %-21s %.2f GB/s bus bandwidth, %lld ranks\n", name.c_str(), busbw / 1e9,
                   static_cast<long long>(ranks));
+  for (const auto& [name, busbw] : d->collective_busbw_beside_compute)
+    std::printf("  %-21s %.2f GB/s bus bandwidth, 2 ranks each beside a busy core\n", name.c_str(),
+                busbw / 1e9);
   if (d->nvme_read > 0)
     std::printf("  NVMe                  read %.2f GB/s, write %.2f GB/s\n", d->nvme_read / 1e9,
                 d->nvme_write / 1e9);

@@ -201,7 +201,8 @@ Result<ClusterSpec> parse_cluster(const std::string& text, const std::string& so
                     c.device.collective_busbw,
                     c.device.collective_busbw_by_ranks,
                     c.device.kind == "cpu" ? c.device.cores : 0,
-                    c.device.transport_hop_latency_by_ranks};
+                    c.device.transport_hop_latency_by_ranks,
+                    c.device.collective_busbw_beside_compute};
   c.network = c.host;
   if (const toml::table* links = root["links"].as_table()) {
     TROUPE_TRY(TableReader(*links, source, "links").only({"host", "network"}));

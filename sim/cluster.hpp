@@ -53,6 +53,8 @@ struct LinkSpec {
   /// A tensor transfer's fixed cost between two ranks of the host, by the host's rank count
   /// measured (DeviceSpec's); empty: latency_s.
   std::map<int64_t, double> hop_latency_by_ranks;
+  /// Measured between two ranks that compute meanwhile (DeviceSpec's); empty: as when idle.
+  std::map<std::string, double> collective_busbw_beside_compute;
 };
 
 enum class FaultKind { slow_rank, lost_link, dead_rank };

@@ -71,11 +71,12 @@ ChunkCost chunk_cost(const JobConfig& job, const ClusterSpec& cluster, const std
     tensor = (2 * blocks + (first == 0 ? 1 : 0)) * one;
   }
   // ZeRO-3 gathers the chunk's parameters for its forward and again for its backward,
-  // prefetching each layer's during the one before: only what compute cannot cover, and
-  // the first layer's, are waited for.
+  // prefetching each layer's during the one before (beside the computes of the host): only
+  // what compute cannot cover, and the first layer's, are waited for.
   Nanos gather_f = 0, gather_b = 0;
   if (job.zero.stage == 3 && job.parallel.dp > 1 && count > 0) {
-    const Nanos gather = links.all_gather(elements * elem, groups.data);
+    const Nanos gather = links.all_gather(elements * elem, groups.data, true);
+    c.prefetch = gather;
     const Nanos first_layer = gather / count;
     gather_f = first_layer + std::max<Nanos>(0, gather - seconds_to_nanos(forward));
     gather_b = first_layer + std::max<Nanos>(0, gather - seconds_to_nanos(backward));

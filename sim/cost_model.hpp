@@ -47,6 +47,10 @@ struct ChunkCost {
   Nanos backward_weight = 0;   ///< the weight gradients' half
   Nanos exposed_forward = 0;   ///< of the forward: communication the layers wait on
   Nanos exposed_backward = 0;  ///< of the whole backward
+  /// ZeRO-3: the gathers of the chunk's parameters that a pass (forward, or backward) makes
+  /// beside its compute, at full speed: on a CPU host the progress threads' work that shares
+  /// the cores with the computes (the exposed part is in the pass's cost already).
+  Nanos prefetch = 0;
   int64_t boundary_bytes = 0;  ///< the activation sent to the next virtual stage (its gradient comes back)
   int64_t held_bytes = 0;      ///< kept from forward to backward that troupe's ledger counts
   int64_t saved_bytes = 0;     ///< autograd's saved tensors (flops compute only; the ledger leaves them out)

@@ -134,6 +134,7 @@ std::string device_json(const DeviceSpec& d) {
   nlohmann::ordered_json by_ranks = nlohmann::ordered_json::object();
   for (const auto& [ranks, busbw] : d.collective_busbw_by_ranks) by_ranks[std::to_string(ranks)] = busbw;
   j["collective_busbw_by_ranks"] = by_ranks;
+  j["collective_busbw_beside_compute"] = d.collective_busbw_beside_compute;
   j["nvme_read"] = d.nvme_read;
   j["nvme_write"] = d.nvme_write;
   return j.dump();
@@ -182,6 +183,8 @@ Result<DeviceSpec> load_device_file(const std::string& path) {
   auto crowded = by_rank_count<std::map<std::string, double>>(j, "collective_busbw_by_ranks", path);
   if (!crowded) return crowded.error();
   d.collective_busbw_by_ranks = *crowded;
+  d.collective_busbw_beside_compute =
+      j.value("collective_busbw_beside_compute", std::map<std::string, double>{});
   d.nvme_read = j.value("nvme_read", 0.0);
   d.nvme_write = j.value("nvme_write", 0.0);
   for (const auto& s : j.value("gemm_samples", nlohmann::json::array()))

@@ -55,6 +55,11 @@ struct DeviceSpec {
   /// The same with more ranks on the host, by their number (twice its cores when measured):
   /// ranks that time-slice the cores wait for them at every hop of a ring.
   std::map<int64_t, std::map<std::string, double>> collective_busbw_by_ranks;
+  /// The same between two ranks of which each keeps a core busy meanwhile (`troupe bench
+  /// --beside-compute`), as a rank's gradients are reduced beside its next compute: the
+  /// collective gets the share of the cores the computes leave it, and each of its hops
+  /// waits for the other side's thread to be woken on a core that computes.
+  std::map<std::string, double> collective_busbw_beside_compute;
   double nvme_read = 0;                      ///< bytes/s per host
   double nvme_write = 0;
 

@@ -62,18 +62,23 @@ Nanos LinkModel::point_to_point(int64_t bytes, int64_t from, int64_t to) const {
 // measured. A figure taken with more ranks than cores ran each member at cores / ranks of a
 // core, which the simulated host applies itself (its collectives share its processors), so
 // that part is taken out. Between the rank counts measured the cost of a byte is
-// interpolated; beyond the last, the last's.
-double LinkModel::measured_busbw(const char* op, int64_t members) const {
+// interpolated; beyond the last, the last's. With `computing` the two ranks' figure is the one
+// measured beside a busy core each, whose threads (a progress thread and a computing one per
+// rank) shared the cores the same way.
+double LinkModel::measured_busbw(const char* op, int64_t members, bool computing) const {
   std::map<int64_t, double> per_byte;  // seconds per byte of bus traffic, by rank count
-  auto take = [&](int64_t ranks, const std::map<std::string, double>& figures) {
+  auto take = [&](int64_t ranks, const std::map<std::string, double>& figures, int64_t threads_each = 1) {
     auto f = figures.find(op);
-    if (f == figures.end() || f->second <= 0) return;
-    const double shared = cluster_.host.cores > 0 && ranks > cluster_.host.cores
-                              ? static_cast<double>(cluster_.host.cores) / static_cast<double>(ranks)
+    if (f == figures.end() || f->second <= 0) return false;
+    const int64_t threads = ranks * threads_each;
+    const double shared = cluster_.host.cores > 0 && threads > cluster_.host.cores
+                              ? static_cast<double>(cluster_.host.cores) / static_cast<double>(threads)
                               : 1.0;
     per_byte[ranks] = shared / f->second;
+    return true;
   };
-  take(2, cluster_.host.collective_busbw);
+  if (!computing || !take(2, cluster_.host.collective_busbw_beside_compute, 2))
+    take(2, cluster_.host.collective_busbw);
   for (const auto& [ranks, figures] : cluster_.host.collective_busbw_by_ranks) take(ranks, figures);
   if (per_byte.empty()) return 0;
   auto above = per_byte.lower_bound(members);
@@ -85,12 +90,14 @@ double LinkModel::measured_busbw(const char* op, int64_t members) const {
   return 1 / (below->second + t * (above->second - below->second));
 }
 
-double LinkModel::inside_seconds(const char* op, double bytes, int64_t members) const {
+double LinkModel::inside_seconds(const char* op, double bytes, int64_t members, bool computing) const {
   if (members <= 1) return 0;
   // On a host whose ranks outnumber its cores every collective is a crowded one, whatever
   // its group: its members wait for cores the host's other ranks hold, and the runtime
-  // stops polling there (engine.cpp), so each hop waits for a wake-up.
-  const double busbw = measured_busbw(op, crowded() ? std::max(members, cluster_.ranks_per_host) : members);
+  // stops polling there (engine.cpp), so each hop waits for a wake-up; that figure is taken
+  // beside computes too.
+  const double busbw = crowded() ? measured_busbw(op, std::max(members, cluster_.ranks_per_host), false)
+                                 : measured_busbw(op, members, computing);
   if (busbw <= 0) {
     const double pass = ring_seconds(bytes, members, cluster_.host);
     return std::string_view(op) == "all_reduce" ? 2 * pass : pass;
@@ -100,28 +107,29 @@ double LinkModel::inside_seconds(const char* op, double bytes, int64_t members) 
   return (n - 1) * cluster_.host.latency_s + moved / busbw;
 }
 
-Nanos LinkModel::collective(const char* op, int64_t bytes, const std::vector<int64_t>& group) const {
+Nanos LinkModel::collective(const char* op, int64_t bytes, const std::vector<int64_t>& group,
+                            bool computing) const {
   if (group.size() <= 1) return 0;
   const Span s = span(group);
   const double b = static_cast<double>(bytes);
   const double passes = std::string_view(op) == "all_reduce" ? 2 : 1;
-  if (s.hosts == 1) return seconds_to_nanos(inside_seconds(op, b, s.local));
+  if (s.hosts == 1) return seconds_to_nanos(inside_seconds(op, b, s.local, computing));
   if (s.local == 1) return seconds_to_nanos(passes * ring_seconds(b, s.hosts, network_per_rank()));
   // Inside each host, then 1/L of the buffer across hosts, then (all-reduce) back inside.
   const double across = ring_seconds(b / static_cast<double>(s.local), s.hosts, network_per_rank());
-  return seconds_to_nanos(inside_seconds(op, b, s.local) + passes * across);
+  return seconds_to_nanos(inside_seconds(op, b, s.local, computing) + passes * across);
 }
 
-Nanos LinkModel::reduce_scatter(int64_t bytes, const std::vector<int64_t>& group) const {
-  return collective("reduce_scatter", bytes, group);
+Nanos LinkModel::reduce_scatter(int64_t bytes, const std::vector<int64_t>& group, bool computing) const {
+  return collective("reduce_scatter", bytes, group, computing);
 }
 
-Nanos LinkModel::all_gather(int64_t bytes, const std::vector<int64_t>& group) const {
-  return collective("all_gather", bytes, group);
+Nanos LinkModel::all_gather(int64_t bytes, const std::vector<int64_t>& group, bool computing) const {
+  return collective("all_gather", bytes, group, computing);
 }
 
-Nanos LinkModel::all_reduce(int64_t bytes, const std::vector<int64_t>& group) const {
-  return collective("all_reduce", bytes, group);
+Nanos LinkModel::all_reduce(int64_t bytes, const std::vector<int64_t>& group, bool computing) const {
+  return collective("all_reduce", bytes, group, computing);
 }
 
 }  // namespace troupe::sim

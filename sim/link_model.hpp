@@ -30,12 +30,14 @@ class LinkModel {
   explicit LinkModel(const ClusterSpec& cluster);
 
   Nanos point_to_point(int64_t bytes, int64_t from, int64_t to) const;
-  /// `bytes`: the whole buffer every member holds.
-  Nanos all_reduce(int64_t bytes, const std::vector<int64_t>& group) const;
+  /// `bytes`: the whole buffer every member holds. `computing`: the ranks of the host
+  /// compute meanwhile, so a CPU host's collective inside it takes the figure measured that
+  /// way where there is one (LinkSpec::collective_busbw_beside_compute).
+  Nanos all_reduce(int64_t bytes, const std::vector<int64_t>& group, bool computing = false) const;
   /// `bytes`: the whole buffer; each member ends with 1/n of it.
-  Nanos reduce_scatter(int64_t bytes, const std::vector<int64_t>& group) const;
+  Nanos reduce_scatter(int64_t bytes, const std::vector<int64_t>& group, bool computing = false) const;
   /// `bytes`: the whole gathered buffer.
-  Nanos all_gather(int64_t bytes, const std::vector<int64_t>& group) const;
+  Nanos all_gather(int64_t bytes, const std::vector<int64_t>& group, bool computing = false) const;
 
  private:
   struct Span {
@@ -45,11 +47,11 @@ class LinkModel {
   Span span(const std::vector<int64_t>& group) const;
   double ring_seconds(double bytes, int64_t members, const LinkSpec& link) const;
   /// One pass of `op` over `members` of one host: at its measured bus bandwidth when known.
-  double inside_seconds(const char* op, double bytes, int64_t members) const;
-  double measured_busbw(const char* op, int64_t members) const;
+  double inside_seconds(const char* op, double bytes, int64_t members, bool computing) const;
+  double measured_busbw(const char* op, int64_t members, bool computing) const;
   /// Whether the host's ranks outnumber its cores (a measured CPU host's).
   bool crowded() const;
-  Nanos collective(const char* op, int64_t bytes, const std::vector<int64_t>& group) const;
+  Nanos collective(const char* op, int64_t bytes, const std::vector<int64_t>& group, bool computing) const;
   LinkSpec network_per_rank() const;
 
   ClusterSpec cluster_;

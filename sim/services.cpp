@@ -28,14 +28,14 @@ struct CollectivesState {
 };
 using Collectives = caf::stateful_actor<CollectivesState>;
 
-Nanos group_time(const World& w, const group_join& j) {
+Nanos group_time(const World& w, const group_join& j, bool computing) {
   switch (j.op) {
     case GroupOp::all_reduce:
-      return w.links.all_reduce(j.bytes, j.members);
+      return w.links.all_reduce(j.bytes, j.members, computing);
     case GroupOp::reduce_scatter:
-      return w.links.reduce_scatter(j.bytes, j.members);
+      return w.links.reduce_scatter(j.bytes, j.members, computing);
     case GroupOp::all_gather:
-      return w.links.all_gather(j.bytes, j.members);
+      return w.links.all_gather(j.bytes, j.members, computing);
   }
   return 0;
 }
@@ -56,21 +56,23 @@ void finish(World& w, const std::vector<group_join>& joined, const std::vector<N
 // overlapped reduction's buckets went while the backward ran); what is left of it takes
 // link time across hosts or devices, or inside one CPU host each member's progress thread
 // a share of the host's cores beside the computes there (the reduction and the copies are
-// CPU work), ending when the slowest member's does.
+// CPU work), ending when the slowest member's does. One that starts while the host computes
+// costs what it was measured to cost beside computes: its hops wait for cores they share.
 void complete(World& w, Pending& p) {
   const Nanos now = w.clock.now();
   Nanos ready = 0;
   for (const group_join& j : p.joined) ready = std::max(ready, j.earliest);
   const group_join& any = p.joined.front();
-  const Nanos took = group_time(w, any);
-  const Nanos start = std::max(ready, now - took);  // begun as early as the data allowed, not before
-  const Nanos end = std::max(start + took, now + static_cast<Nanos>(static_cast<double>(took) * any.tail));
-  const Nanos shown = std::max(start, ready);
   const int64_t host = w.cluster.host_of(any.rank);
   const bool inside_a_cpu_host = w.costs.collective_demand > 0 &&
                                  std::all_of(any.members.begin(), any.members.end(), [&](int64_t member) {
                                    return w.cluster.host_of(member) == host;
                                  });
+  const bool computing = inside_a_cpu_host && w.hosts[static_cast<std::size_t>(host)]->computing() > 0;
+  const Nanos took = group_time(w, any, computing);
+  const Nanos start = std::max(ready, now - took);  // begun as early as the data allowed, not before
+  const Nanos end = std::max(start + took, now + static_cast<Nanos>(static_cast<double>(took) * any.tail));
+  const Nanos shown = std::max(start, ready);
   if (!inside_a_cpu_host) return finish(w, p.joined, p.joined_at, shown, end);  // links' time
   auto members = std::make_shared<Pending>(std::move(p));
   auto left = std::make_shared<std::size_t>(members->joined.size());
@@ -80,7 +82,7 @@ void complete(World& w, Pending& p) {
         [&w, members, left, shown] {
           if (--*left == 0) finish(w, members->joined, members->joined_at, shown, w.clock.now());
         },
-        w.costs.collective_demand);
+        w.costs.collective_demand, SharedProcessors::Work::communication);
 }
 
 caf::behavior collectives(Collectives* self, World* w) {

@@ -136,12 +136,20 @@ void compute(SimStage* self, const stage_action& a, Nanos cost) {
   if (a.action.op != Op::forward) ++s.backwards;
   World* w = s.w;
   const std::string label = pipeline::short_name(a.action, w->costs.layout.chunks > 1);
+  // ZeRO-3: the pass's parameters are gathered by the progress thread meanwhile, which on a
+  // CPU host takes its share of the cores from the computes.
+  std::function<void()> gathers;
+  if (w->costs.collective_demand > 0 && s.cost().prefetch > 0 && a.action.op != Op::backward_weight)
+    gathers = [w, host = w->cluster.host_of(s.rank), work = s.cost().prefetch] {
+      w->hosts[static_cast<std::size_t>(host)]->start(
+          work, [] {}, w->costs.collective_demand, SharedProcessors::Work::communication);
+    };
   w->streams[static_cast<std::size_t>(s.rank)]->enqueue(
       w->compute_cost(s.rank, cost), label,
       [self = me(self), a](Nanos start) {
         caf::anon_send(self, sim_computed{a.step, a.index, a.action.op, a.action.micro, start});
       },
-      w->tracing ? &w->timeline : nullptr, s.rank);
+      w->tracing ? &w->timeline : nullptr, s.rank, std::move(gathers));
   self->send(s.scheduler, compute_started{a.step, a.index});
 }
 

@@ -7,8 +7,8 @@
 namespace troupe::sim {
 
 void RankStream::enqueue(Nanos cost, std::string name, Done done, std::vector<TimelineEvent>* timeline,
-                         int64_t rank) {
-  waiting_.push_back(Work{cost, std::move(name), std::move(done), timeline, rank});
+                         int64_t rank, std::function<void()> started) {
+  waiting_.push_back(Work{cost, std::move(name), std::move(done), timeline, rank, std::move(started)});
   if (!busy_) start_next();
 }
 
@@ -21,6 +21,7 @@ void RankStream::start_next() {
   auto work = std::make_shared<Work>(std::move(waiting_.front()));
   waiting_.pop_front();
   const Nanos start = clock_->now();
+  if (work->started) work->started();
   host_->start(work->cost, [this, work, start] {
     if (work->timeline)
       work->timeline->push_back(TimelineEvent{work->rank, Track::compute, work->name, start, clock_->now()});

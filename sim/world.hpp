@@ -51,8 +51,10 @@ class RankStream {
  public:
   using Done = std::function<void(Nanos start)>;  ///< given when the compute began
   RankStream(VirtualClock& clock, SharedProcessors& host) : clock_(&clock), host_(&host) {}
-  /// `name` labels the timeline; `done` fires when the compute ends.
-  void enqueue(Nanos cost, std::string name, Done done, std::vector<TimelineEvent>* timeline, int64_t rank);
+  /// `name` labels the timeline; `done` fires when the compute ends, `started` (if any) when
+  /// it begins.
+  void enqueue(Nanos cost, std::string name, Done done, std::vector<TimelineEvent>* timeline, int64_t rank,
+               std::function<void()> started = {});
 
  private:
   struct Work {
@@ -61,6 +63,7 @@ class RankStream {
     Done done;
     std::vector<TimelineEvent>* timeline = nullptr;
     int64_t rank = 0;
+    std::function<void()> started;
   };
   void start_next();
   VirtualClock* clock_;

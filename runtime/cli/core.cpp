@@ -170,6 +170,8 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(0.01, 600.0));
     command->add_option("--window", bench_options.window, "transport: messages in flight")
         ->check(CLI::Range(1, 1024));
+    command->add_flag("--beside-compute", bench_options.beside_compute,
+                      "collectives: each rank keeps a core busy meanwhile, as its compute would");
   };
   add_bench_options(bench);
   bench

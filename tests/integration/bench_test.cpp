@@ -3,12 +3,18 @@
 // never asserted, in tests.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <sstream>
 #include <string>
+#include <thread>
+
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/busy_core.hpp"
 #include "tests/integration/command.hpp"
 
 namespace troupe {
@@ -43,6 +49,28 @@ TEST(Bench, CollectivesPrintAlgorithmAndBusBandwidthPerSize) {
     EXPECT_EQ(lines[0].at("bytes"), 4096);
     EXPECT_EQ(lines[1].at("bytes"), 1048576);
   }
+}
+
+double process_cpu_seconds_over(std::chrono::milliseconds wall, bool busy) {
+  const std::clock_t before = std::clock();
+  {
+    std::optional<BusyCore> core;
+    if (busy) core.emplace();
+    std::this_thread::sleep_for(wall);
+  }
+  return static_cast<double>(std::clock() - before) / CLOCKS_PER_SEC;
+}
+
+// A collective measured beside compute: each rank keeps a core busy meanwhile (a thread
+// that spins while it lives, and only then).
+TEST(Bench, CollectivesBesideABusyCoreOfEachRank) {
+  EXPECT_GT(process_cpu_seconds_over(std::chrono::milliseconds(300), true), 0.1);
+  EXPECT_LT(process_cpu_seconds_over(std::chrono::milliseconds(300), false), 0.1);
+  auto lines = bench("reduce_scatter --ranks 2 --bytes 1048576 --beside-compute");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_TRUE(lines[0].value("beside_compute", false));
+  EXPECT_GT(lines[0].at("busbw_GBps").get<double>(), 0);
+  EXPECT_FALSE(bench("reduce_scatter --ranks 2 --bytes 1048576")[0].contains("beside_compute"));
 }
 
 TEST(Bench, TransportStreamsBetweenTwoProcessesInMegabytesPerSecond) {

@@ -109,6 +109,7 @@ TEST(ProfileDevice, MeasuresThisMachineIntoADeviceFile) {
   EXPECT_GT(d.at("transport_bandwidth").get<double>(), 1e6);
   EXPECT_GT(d.at("transport_latency_s").get<double>(), 0);
   EXPECT_EQ(d.at("collective_busbw").size(), 3u);
+  EXPECT_EQ(d.at("collective_busbw_beside_compute").size(), 3u);
   // And among twice as many ranks as cores, where this machine has more than one.
   const int64_t cores = d.at("cores").get<int64_t>();
   if (cores > 1) {

@@ -4,6 +4,8 @@
 // shipped 1,024-rank job simulates with sane figures.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -33,7 +35,7 @@ ClusterSpec free_links(int64_t ranks) {
   c.ranks_per_host = ranks;
   c.device = *device_preset("h100-sxm");
   c.device.optimizer_elements_per_s = 1e18;
-  c.host = LinkSpec{1e18, 0, {}, {}, 0, {}};
+  c.host = LinkSpec{1e18, 0, {}, {}, 0, {}, {}};
   c.network = c.host;
   return c;
 }
@@ -99,8 +101,8 @@ ClusterSpec jittery(uint64_t seed) {
   c.hosts = 2;
   c.ranks_per_host = 4;
   c.device = *device_preset("h100-sxm");
-  c.host = LinkSpec{100e9, 2e-6, {}, {}, 0, {}};
-  c.network = LinkSpec{10e9, 5e-6, {}, {}, 0, {}};
+  c.host = LinkSpec{100e9, 2e-6, {}, {}, 0, {}, {}};
+  c.network = LinkSpec{10e9, 5e-6, {}, {}, 0, {}, {}};
   c.rails = 4;
   c.seed = seed;
   c.jitter = 0.1;
@@ -176,7 +178,7 @@ TEST(Simulation, ACpuHostsCollectivesShareItsCores) {
       "[batch]\nmicro_batch_size = 2\ngradient_accumulation_steps = 2\n"
       "[model]\nseq_len = 16\nd_model = 32\nn_layers = 2\nn_heads = 2\n");
   ClusterSpec devices = free_links(4);
-  devices.host = LinkSpec{1e6, 0, {}, {}, 0, {}};  // slow enough that the collectives dominate
+  devices.host = LinkSpec{1e6, 0, {}, {}, 0, {}, {}};  // slow enough that the collectives dominate
   ClusterSpec cpu = devices;
   cpu.device.kind = "cpu";
   cpu.device.cores = 2;
@@ -201,7 +203,7 @@ TEST(Simulation, AReductionOverlapsTheBackwardRowByRow) {
   ASSERT_TRUE(costs) << costs.error().message;
   const int64_t elements = costs->stages[0].parameters;
   // The reduction about as long as the backward (two blocks, 4 kForward).
-  cluster.host = LinkSpec{static_cast<double>(elements) * 4 / (4 * kForward), 0, {}, {}, 0, {}};
+  cluster.host = LinkSpec{static_cast<double>(elements) * 4 / (4 * kForward), 0, {}, {}, 0, {}, {}};
   const auto exposed = [&](const std::string& zero) {
     JobConfig job = job_of(text + zero);
     auto result = simulate_job(job, cluster, layers, {2, false});
@@ -227,7 +229,7 @@ TEST(Simulation, ZeroTwoReducesEveryMicroBatchAndStageOneOnceAStep) {
   ASSERT_TRUE(costs) << costs.error().message;
   // A reduction (half the gradient each way between two) about as long as a block's backward.
   cluster.host =
-      LinkSpec{static_cast<double>(costs->stages[0].parameters) * 4 / (4 * kForward), 0, {}, {}, 0, {}};
+      LinkSpec{static_cast<double>(costs->stages[0].parameters) * 4 / (4 * kForward), 0, {}, {}, 0, {}, {}};
   struct Seen {
     double step_ms = 0, reduction_ms = 0;
     int64_t micro_batch_reductions = 0, step_reductions = 0;
@@ -254,6 +256,50 @@ TEST(Simulation, ZeroTwoReducesEveryMicroBatchAndStageOneOnceAStep) {
   // Without overlap_comm every one of them holds the computes up.
   ASSERT_GT(once.reduction_ms, kForward * 1e3);
   EXPECT_GT(each.step_ms, once.step_ms + 2.5 * once.reduction_ms);
+}
+
+// Two ranks of one thread on a 2-core CPU host, whose collectives were measured idle and
+// beside computes. A micro-batch's reduction that starts while the next pass computes takes
+// the figure measured beside computes, the last one (nothing left to compute) the idle one;
+// ZeRO-3's gathers run beside each pass and take their share of the cores from it.
+TEST(Simulation, CollectivesBesideComputesTakeTheirFigureAndTheirShareOfTheCores) {
+  const std::string text =
+      "[cluster]\nworld_size = 2\n[parallel]\ndp = 2\n[train]\nthreads = 1\n[batch]\nmicro_batch_size = 2\n"
+      "gradient_accumulation_steps = 4\n[model]\nseq_len = 16\nd_model = 32\nn_layers = 2\nn_heads = 2\n";
+  ClusterSpec cpu = free_links(2);
+  cpu.device.kind = "cpu";
+  cpu.device.cores = 2;
+  const std::vector<LayerCost> layers = equal_blocks(2);
+  auto costs = job_costs(job_of(text), cpu, layers);
+  ASSERT_TRUE(costs) << costs.error().message;
+  // Idle, half the gradient each way in a tenth of a block's forward; beside computes ten
+  // times that (at full speed: the figure's four threads had half a core each).
+  const double busbw = static_cast<double>(costs->stages[0].reduce_bytes) / 2 / (0.1 * kForward);
+  cpu.host = LinkSpec{1e18, 0,  {{"reduce_scatter", busbw}, {"all_gather", busbw}},          {},
+                      2,    {}, {{"reduce_scatter", busbw / 20}, {"all_gather", busbw / 20}}};
+  auto zero2 = simulate_job(job_of(text + "[zero]\nstage = 2\n"), cpu, layers, {2, true});
+  ASSERT_TRUE(zero2 && zero2->error.empty());
+  std::map<std::string, double> took;  // rank 0's, by name
+  for (const TimelineEvent& e : zero2->timeline)
+    if (e.rank == 0 && e.track == Track::collective) took[e.name] = nanos_to_ms(e.end - e.start);
+  const double last = took.at("gradient reduction of micro-batch 3 (virtual stage 0)");
+  EXPECT_LT(last, 3 * 0.1 * kForward * 1e3);  // its time, and what overlap let it begin early
+  for (int m = 0; m < 3; ++m)
+    EXPECT_GT(took.at(fmt::format("gradient reduction of micro-batch {} (virtual stage 0)", m)), 5 * last)
+        << m;
+  // ZeRO-3 on the CPU host and on devices of their own, whose gathers take no core.
+  const auto forward_ms = [&](const ClusterSpec& cluster) {
+    auto r = simulate_job(job_of(text + "[zero]\nstage = 3\n"), cluster, layers, {2, true});
+    EXPECT_TRUE(r && r->error.empty());
+    double sum = 0, count = 0;
+    for (const TimelineEvent& e : r->timeline)
+      if (r && e.rank == 0 && e.track == Track::compute && e.name[0] == 'F')
+        sum += nanos_to_ms(e.end - e.start), ++count;
+    return count > 0 ? sum / count : 0.0;
+  };
+  ClusterSpec devices = cpu;
+  devices.device.kind = "gpu";
+  EXPECT_GT(forward_ms(cpu), 1.2 * forward_ms(devices));
 }
 
 TEST(Simulation, ADeadRankOrALostLinkStopsTheJobNamingIt) {

@@ -79,6 +79,20 @@ TEST(SharedProcessors, LighterWorkTakesItsShareOfTheCapacity) {
   EXPECT_EQ(ends, (std::vector<Nanos>{125, 125}));
 }
 
+TEST(SharedProcessors, CountsItsComputesApartFromCommunication) {
+  VirtualClock clock;
+  SharedProcessors host(clock, 2);
+  host.start(100, [] {});
+  host.start(
+      300, [] {}, 1, SharedProcessors::Work::communication);
+  EXPECT_EQ(host.running(), 2u);
+  EXPECT_EQ(host.computing(), 1u);
+  while (host.computing() > 0 && clock.advance()) {
+  }
+  EXPECT_EQ(clock.now(), 100);  // the compute's end: both at full speed (demand 2 on 2)
+  EXPECT_EQ(host.running(), 1u);
+}
+
 TEST(SharedProcessors, WithoutALimitEachTakesItsCost) {
   VirtualClock clock;
   SharedProcessors devices(clock, 0);
@@ -93,8 +107,8 @@ ClusterSpec two_hosts_of_four() {
   ClusterSpec c;
   c.hosts = 2;
   c.ranks_per_host = 4;
-  c.host = LinkSpec{100e9, 1e-6, {}, {}, 0, {}};
-  c.network = LinkSpec{10e9, 5e-6, {}, {}, 0, {}};
+  c.host = LinkSpec{100e9, 1e-6, {}, {}, 0, {}, {}};
+  c.network = LinkSpec{10e9, 5e-6, {}, {}, 0, {}, {}};
   c.rails = 4;
   return c;
 }
@@ -152,6 +166,30 @@ TEST(LinkModel, ACrowdedHostsCollectivesTakeTheFigureOfTheirRankCountAtFullSpeed
   EXPECT_NEAR(roomy.all_gather(bytes, {0, 1, 2, 3}), seconds_to_nanos(3e-6 + 0.75 * bytes / 2e9), 2);
 }
 
+TEST(LinkModel, BesideComputesAPairTakesTheFigureMeasuredSoAtFullSpeed) {
+  ClusterSpec c = two_hosts_of_four();
+  c.ranks_per_host = 2;
+  c.host.cores = 2;
+  c.host.collective_busbw = {{"reduce_scatter", 4e9}, {"all_gather", 4e9}};
+  c.host.collective_busbw_beside_compute = {{"reduce_scatter", 0.5e9}};
+  LinkModel links(c);
+  const int64_t bytes = 100'000'000;
+  // Measured with a progress thread and a busy one per rank, four on two cores: half a core
+  // each, which the simulated host applies itself, so the figure is taken at 1 GB/s.
+  EXPECT_EQ(links.reduce_scatter(bytes, {0, 1}, true), seconds_to_nanos(1e-6 + 0.5 * bytes / 1e9));
+  EXPECT_EQ(links.reduce_scatter(bytes, {0, 1}), seconds_to_nanos(1e-6 + 0.5 * bytes / 4e9));  // idle
+  EXPECT_EQ(links.all_gather(bytes, {0, 1}, true),
+            seconds_to_nanos(1e-6 + 0.5 * bytes / 4e9));  // none measured beside computes
+  // Four cores hold the four threads: the figure as measured.
+  c.host.cores = 4;
+  EXPECT_EQ(LinkModel(c).reduce_scatter(bytes, {0, 1}, true), seconds_to_nanos(1e-6 + 0.5 * bytes / 0.5e9));
+  // A crowded host's collectives keep their rank count's figure, measured among computes' peers.
+  c.host.cores = 2;
+  c.ranks_per_host = 4;
+  c.host.collective_busbw_by_ranks = {{4, {{"reduce_scatter", 0.25e9}}}};
+  EXPECT_EQ(LinkModel(c).reduce_scatter(bytes, {0, 1}, true), seconds_to_nanos(1e-6 + 0.5 * bytes / 0.5e9));
+}
+
 TEST(LinkModel, AHostsTensorsTakeTheHopMeasuredWithItsRankCount) {
   ClusterSpec c = two_hosts_of_four();
   c.host.hop_latency_by_ranks = {{2, 1e-3}, {8, 3e-3}};
@@ -182,11 +220,13 @@ TEST(DeviceFile, KeepsTheFiguresMeasuredByRankCountAndNamesABadKey) {
   d.memory_bytes = 1 << 30;
   d.transport_hop_latency_by_ranks = {{2, 2e-4}, {4, 2e-3}};
   d.collective_busbw_by_ranks = {{4, {{"all_gather", 4e8}}}};
+  d.collective_busbw_beside_compute = {{"reduce_scatter", 1e8}};
   const std::string path = written(device_json(d));
   auto read = load_device_file(path);
   ASSERT_TRUE(read.ok()) << read.error().message;
   EXPECT_EQ(read->transport_hop_latency_by_ranks, d.transport_hop_latency_by_ranks);
   EXPECT_EQ(read->collective_busbw_by_ranks, d.collective_busbw_by_ranks);
+  EXPECT_EQ(read->collective_busbw_beside_compute, d.collective_busbw_beside_compute);
   for (const char* bad : {R"("1": 0.001)", R"("four": 0.001)", R"("4x": 0.001)"}) {
     std::string text = device_json(d);
     text.replace(text.find(R"("2":0.0002)"), std::string(R"("2":0.0002)").size(), bad);
@@ -294,7 +334,7 @@ ClusterSpec h100_host(int64_t ranks) {
   c.ranks_per_host = ranks;
   c.device = *device_preset("h100-sxm");
   c.efficiency = 0.5;
-  c.host = LinkSpec{450e9, 3e-6, {}, {}, 0, {}};
+  c.host = LinkSpec{450e9, 3e-6, {}, {}, 0, {}, {}};
   c.network = c.host;
   return c;
 }
