@@ -41,7 +41,8 @@ enum class GroupOp { all_reduce, reduce_scatter, all_gather };
 /// has joined and each one's data is ready (`earliest`: with overlap, when the rank's
 /// gradients began to be final); it then ends `duration` later, and no sooner than
 /// `tail` × duration after the last member joined (the last bucket, which only the end
-/// of the backward makes final).
+/// of the backward makes final). `beside_compute`: the member has passes of the step still
+/// to run, which the collective runs beside.
 struct group_join {
   uint64_t key = 0;
   int64_t rank = 0;
@@ -52,6 +53,7 @@ struct group_join {
   double tail = 1;
   std::string name;
   caf::actor reply_to;
+  bool beside_compute = false;
 };
 
 /// The collective `key` has ended for this member.

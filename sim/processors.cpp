@@ -20,16 +20,11 @@ void SharedProcessors::settle() {
   since_ = clock_->now();
 }
 
-void SharedProcessors::start(Nanos cost, std::function<void()> done, double demand, Work kind) {
+void SharedProcessors::start(Nanos cost, std::function<void()> done, double demand) {
   if (capacity_ <= 0) return clock_->after(cost, std::move(done));
   settle();
-  jobs_.push_back(Job{static_cast<double>(cost), demand, kind, std::move(done)});
+  jobs_.push_back(Job{static_cast<double>(cost), demand, std::move(done)});
   plan();
-}
-
-std::size_t SharedProcessors::computing() const {
-  return static_cast<std::size_t>(
-      std::count_if(jobs_.begin(), jobs_.end(), [](const Job& job) { return job.kind == Work::compute; }));
 }
 
 void SharedProcessors::plan() {

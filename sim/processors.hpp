@@ -22,20 +22,16 @@ class SharedProcessors {
  public:
   /// `capacity`: computes that run at full speed at once; 0 for no limit (a device per rank).
   SharedProcessors(VirtualClock& clock, double capacity);
-  enum class Work { compute, communication };
   /// Starts work that alone takes `cost` and uses `demand` of a compute's processors (1: a
   /// compute); `done` fires when it ends.
-  void start(Nanos cost, std::function<void()> done, double demand = 1, Work kind = Work::compute);
-  /// Work of any kind running now.
+  void start(Nanos cost, std::function<void()> done, double demand = 1);
+  /// Computes running now.
   std::size_t running() const { return jobs_.size(); }
-  /// Computes running now (with no limit on capacity: none is tracked).
-  std::size_t computing() const;
 
  private:
   struct Job {
     double remaining = 0;  // nanoseconds of work at full speed
     double demand = 1;
-    Work kind = Work::compute;
     std::function<void()> done;
   };
   double rate() const;

@@ -56,8 +56,9 @@ void finish(World& w, const std::vector<group_join>& joined, const std::vector<N
 // overlapped reduction's buckets went while the backward ran); what is left of it takes
 // link time across hosts or devices, or inside one CPU host each member's progress thread
 // a share of the host's cores beside the computes there (the reduction and the copies are
-// CPU work), ending when the slowest member's does. One that starts while the host computes
-// costs what it was measured to cost beside computes: its hops wait for cores they share.
+// CPU work), ending when the slowest member's does. One that a member runs beside passes of
+// the step still to come costs what it was measured to cost beside computes: its hops wait
+// for cores they share.
 void complete(World& w, Pending& p) {
   const Nanos now = w.clock.now();
   Nanos ready = 0;
@@ -68,7 +69,9 @@ void complete(World& w, Pending& p) {
                                  std::all_of(any.members.begin(), any.members.end(), [&](int64_t member) {
                                    return w.cluster.host_of(member) == host;
                                  });
-  const bool computing = inside_a_cpu_host && w.hosts[static_cast<std::size_t>(host)]->computing() > 0;
+  const bool computing =
+      inside_a_cpu_host &&
+      std::any_of(p.joined.begin(), p.joined.end(), [](const group_join& j) { return j.beside_compute; });
   const Nanos took = group_time(w, any, computing);
   const Nanos start = std::max(ready, now - took);  // begun as early as the data allowed, not before
   const Nanos end = std::max(start + took, now + static_cast<Nanos>(static_cast<double>(took) * any.tail));
@@ -82,7 +85,7 @@ void complete(World& w, Pending& p) {
         [&w, members, left, shown] {
           if (--*left == 0) finish(w, members->joined, members->joined_at, shown, w.clock.now());
         },
-        w.costs.collective_demand, SharedProcessors::Work::communication);
+        w.costs.collective_demand);
 }
 
 caf::behavior collectives(Collectives* self, World* w) {

@@ -50,6 +50,9 @@ struct StageState {
   int64_t reductions_left = 0;      // micro-batch reductions joined and not done
   int64_t blocking_reductions = 0;  // of those, ones the computes wait for (no overlap_comm)
   int64_t backwards = 0;            // backwards handed to the stream and not finished
+  int64_t backwards_done = 0;       // this step's that made weight gradients final
+  std::map<int64_t, Nanos> agreeing;  // ZeRO-3: forwards comparing layer sequences, since when
+  std::set<int64_t> agreed;           // and those whose ranks agreed
   int64_t tokens = 0;
   static inline const char* name = "sim_stage";
 
@@ -142,7 +145,7 @@ void compute(SimStage* self, const stage_action& a, Nanos cost) {
   if (w->costs.collective_demand > 0 && s.cost().prefetch > 0 && a.action.op != Op::backward_weight)
     gathers = [w, host = w->cluster.host_of(s.rank), work = s.cost().prefetch] {
       w->hosts[static_cast<std::size_t>(host)]->start(
-          work, [] {}, w->costs.collective_demand, SharedProcessors::Work::communication);
+          work, [] {}, w->costs.collective_demand);
     };
   w->streams[static_cast<std::size_t>(s.rank)]->enqueue(
       w->compute_cost(s.rank, cost), label,
@@ -162,12 +165,15 @@ bool held_by_reduction(const StageState& s) {
          (s.backwards > 0 || s.blocking_reductions > 0);
 }
 
+bool sequence_agreed(SimStage* self, int64_t micro);
+
 bool start_forward(SimStage* self, const stage_action& a) {
   auto& s = self->state;
   const int64_t m = a.action.micro;
   if ((s.first() || s.last()) && !s.batches.count(m)) return false;
   if (!s.first() && !s.inputs_arrived.count(m)) return false;
   if (held_by_reduction(s)) return false;
+  if (!sequence_agreed(self, m)) return false;
   s.batches.erase(m);
   s.inputs_arrived.erase(m);
   s.inputs_posted.erase(m);
@@ -218,13 +224,23 @@ GroupOp op_of(uint64_t key) {
   return static_cast<GroupOp>((key >> 40) & 0xf);
 }
 
-// The data-parallel group's collective on this chunk's share of its stage.
+// The data-parallel group's collective on this chunk's share of its stage; `beside_compute`
+// where passes of the step are still to run here.
 void join(SimStage* self, GroupOp op, int64_t bytes, Nanos earliest, double tail, const std::string& what,
-          int64_t micro = -1) {
+          int64_t micro = -1, bool beside_compute = false) {
   auto& s = self->state;
   const uint64_t key = group_key(s.step, op, micro, s.vs, s.place().shard);
-  self->send(s.collectives, group_join{key, s.rank, s.place().data_parallel_group, op, bytes, earliest, tail,
-                                       fmt::format("{} (virtual stage {})", what, s.vs), me(self)});
+  group_join j{key,
+               s.rank,
+               s.place().data_parallel_group,
+               op,
+               bytes,
+               earliest,
+               tail,
+               fmt::format("{} (virtual stage {})", what, s.vs),
+               me(self)};
+  j.beside_compute = beside_compute;
+  self->send(s.collectives, std::move(j));
 }
 
 const StageCost& stage_cost(const StageState& s) {
@@ -262,10 +278,12 @@ void join_reduction(SimStage* self, Nanos backward_started, int64_t micro) {
       job.zero.overlap_comm
           ? std::min(1.0, static_cast<double>(job.zero.reduce_bucket_size) / std::max(1.0, elements))
           : 1.0;
+  // A micro-batch's runs beside the passes still to come (the next forward first).
+  const bool beside = micro >= 0 && s.backwards_done < s.w->job.batch.gradient_accumulation_steps;
   join(self, stage.scatter ? GroupOp::reduce_scatter : GroupOp::all_reduce, bytes, earliest, tail,
        micro < 0 ? std::string("gradient reduction")
                  : fmt::format("gradient reduction of micro-batch {}", micro),
-       micro);
+       micro, beside);
 }
 
 // Once the step's backwards have run: the step's reduction, or the wait for the micro-batches'.
@@ -292,6 +310,21 @@ void reduce_micro_batch(SimStage* self, const sim_computed& c) {
   ++s.reductions_left;
   if (!s.w->job.zero.overlap_comm) ++s.blocking_reductions;
   join_reduction(self, c.start, c.micro);
+}
+
+// ZeRO-3's ranks agree on the layers a forward is about to run before it gathers any
+// (DESIGN.md, "Ranks agree on the layer sequence"): an all-gather of a digest, which the
+// compute thread waits for inside the forward, so the wait counts as its busy time.
+constexpr int64_t kDigestBytes = 32;  // step, micro-batch, length and digest, per rank
+
+bool sequence_agreed(SimStage* self, int64_t micro) {
+  auto& s = self->state;
+  if (s.w->job.zero.stage != 3 || s.w->job.parallel.dp == 1 || s.agreed.count(micro)) return true;
+  if (s.computing > 0) return false;  // the compute thread compares once it is free
+  if (s.agreeing.emplace(micro, s.w->clock.now()).second)
+    join(self, GroupOp::all_gather, kDigestBytes * s.w->job.parallel.dp, s.w->clock.now(), 1.0,
+         fmt::format("layer sequence of micro-batch {}", micro), micro);
+  return false;
 }
 
 void on_reduced(SimStage* self, uint64_t key) {
@@ -402,6 +435,7 @@ void begin_step(StageState& s, int64_t step) {
   s.busy = 0;
   s.tokens = 0;
   s.reduced = s.norm_known = s.reduce_asked = false;
+  s.backwards_done = 0;
   s.weights_started = s.w->clock.now();
 }
 
@@ -419,9 +453,15 @@ void on_computed(SimStage* self, const sim_computed& c) {
   }
   --s.computing;
   if (c.op != Op::forward) --s.backwards;
-  s.busy += now - c.start;
+  Nanos began = c.start;
+  if (c.op == Op::forward && s.agreeing.count(c.micro)) {  // its thread waited from then
+    began = std::min(began, s.agreeing[c.micro]);
+    s.agreeing.erase(c.micro);
+    s.agreed.erase(c.micro);
+  }
+  s.busy += now - began;
   RankFigures& figures = s.w->figures[static_cast<std::size_t>(s.rank)];
-  figures.busy += now - c.start;
+  figures.busy += now - began;
   figures.exposed += c.op == Op::forward           ? s.cost().exposed_forward
                      : c.op == Op::backward_weight ? 0
                                                    : s.cost().exposed_backward;
@@ -434,6 +474,7 @@ void on_computed(SimStage* self, const sim_computed& c) {
     if (c.op == Op::backward || c.op == Op::backward_weight) {
       s.held.erase(c.micro);
       s.weights_started = std::max(s.weights_started, c.start);
+      ++s.backwards_done;
       reduce_micro_batch(self, c);
     }
     if (c.op != Op::backward_weight && !s.first()) s.input_grads.insert(c.micro);
@@ -486,7 +527,12 @@ caf::behavior sim_stage(SimStage* self, World* world, int64_t rank, int64_t chun
         pump(self);
       },
       [=](const group_done& done) {
-        if (op_of(done.key) == GroupOp::all_gather) return applied(self);
+        if (op_of(done.key) == GroupOp::all_gather) {
+          const int64_t micro = static_cast<int64_t>((done.key >> 24) & 0xffff) - 1;
+          if (micro < 0) return applied(self);
+          self->state.agreed.insert(micro);  // the layer sequence compared
+          return pump(self);
+        }
         on_reduced(self, done.key);
         pump(self);
       },

@@ -79,20 +79,6 @@ TEST(SharedProcessors, LighterWorkTakesItsShareOfTheCapacity) {
   EXPECT_EQ(ends, (std::vector<Nanos>{125, 125}));
 }
 
-TEST(SharedProcessors, CountsItsComputesApartFromCommunication) {
-  VirtualClock clock;
-  SharedProcessors host(clock, 2);
-  host.start(100, [] {});
-  host.start(
-      300, [] {}, 1, SharedProcessors::Work::communication);
-  EXPECT_EQ(host.running(), 2u);
-  EXPECT_EQ(host.computing(), 1u);
-  while (host.computing() > 0 && clock.advance()) {
-  }
-  EXPECT_EQ(clock.now(), 100);  // the compute's end: both at full speed (demand 2 on 2)
-  EXPECT_EQ(host.running(), 1u);
-}
-
 TEST(SharedProcessors, WithoutALimitEachTakesItsCost) {
   VirtualClock clock;
   SharedProcessors devices(clock, 0);
