@@ -302,6 +302,41 @@ TEST(Simulation, CollectivesBesideComputesTakeTheirFigureAndTheirShareOfTheCores
   EXPECT_GT(forward_ms(cpu), 1.2 * forward_ms(devices));
 }
 
+// ZeRO-3's ranks agree on a forward's layer sequence before it runs: with rank 1 twice as
+// slow, rank 0 starts each forward with it, where under ZeRO-2 it runs ahead until the
+// step's last reduction.
+TEST(Simulation, ZeroThreeRanksAgreeOnEachForwardsLayers) {
+  const std::string text =
+      "[cluster]\nworld_size = 2\n[parallel]\ndp = 2\n[batch]\nmicro_batch_size = 2\n"
+      "gradient_accumulation_steps = 4\n[model]\nseq_len = 16\nd_model = 32\nn_layers = 2\nn_heads = 2\n";
+  ClusterSpec slow = free_links(2);
+  slow.faults.push_back(Fault{FaultKind::slow_rank, 1, -1, 2.0, 0, "cluster.toml:9:1"});
+  struct Seen {
+    std::map<std::pair<int64_t, std::string>, Nanos> forward_start;  // the first step's, by rank and name
+    int64_t agreements = 0;                                          // rank 0's
+  };
+  const auto simulate = [&](int stage) {
+    Seen seen;
+    auto r = simulate_job(job_of(text + fmt::format("[zero]\nstage = {}\n", stage)), slow, equal_blocks(2),
+                          {2, true});
+    EXPECT_TRUE(r && r->error.empty());
+    if (!r) return seen;
+    for (const TimelineEvent& e : r->timeline) {
+      if (e.track == Track::compute && e.name[0] == 'F')
+        seen.forward_start.emplace(std::pair{e.rank, e.name}, e.start);
+      if (e.rank == 0 && e.name.rfind("layer sequence of micro-batch", 0) == 0) ++seen.agreements;
+    }
+    return seen;
+  };
+  const Seen zero3 = simulate(3), zero2 = simulate(2);
+  EXPECT_EQ(zero3.agreements, 8);  // each forward of two steps
+  EXPECT_EQ(zero2.agreements, 0);
+  for (const char* f : {"F1", "F2", "F3"}) {
+    EXPECT_EQ(zero3.forward_start.at({0, f}), zero3.forward_start.at({1, f})) << f;
+    EXPECT_LT(zero2.forward_start.at({0, f}), zero2.forward_start.at({1, f})) << f;
+  }
+}
+
 TEST(Simulation, ADeadRankOrALostLinkStopsTheJobNamingIt) {
   JobConfig job = job_of(dp_pipeline_job());
   ClusterSpec dead = jittery(1), lost = jittery(1);
