@@ -190,6 +190,21 @@ TEST(Simulation, ACpuHostsCollectivesShareItsCores) {
   EXPECT_LT(shared->exposed_comm_ms, 2.2 * apart->exposed_comm_ms);
 }
 
+struct Reducing {
+  ClusterSpec cluster;
+  int64_t elements = 0;  // of the gradient
+};
+
+// Two ranks of equal_blocks(2) whose host link moves the job's fp32 gradient in `seconds`.
+Reducing reducing_in(const std::string& text, double seconds) {
+  Reducing r{free_links(2), 0};
+  auto costs = job_costs(job_of(text), r.cluster, equal_blocks(2));
+  EXPECT_TRUE(costs) << (costs ? "" : costs.error().message);
+  if (costs) r.elements = costs->stages[0].parameters;
+  r.cluster.host = LinkSpec{static_cast<double>(r.elements) * 4 / seconds, 0, {}, {}, 0, {}, {}};
+  return r;
+}
+
 // The gradients go in rows of at most reduce_bucket_size elements: one row of the whole
 // model is reduced after the backward as if overlap_comm were off; rows of a quarter of it
 // leave only what the backward could not cover.
@@ -197,13 +212,9 @@ TEST(Simulation, AReductionOverlapsTheBackwardRowByRow) {
   const std::string text =
       "[cluster]\nworld_size = 2\n[parallel]\ndp = 2\n[batch]\nmicro_batch_size = 2\n"
       "[model]\nseq_len = 16\nd_model = 32\nn_layers = 2\nn_heads = 2\n[zero]\nstage = 0\n";
-  ClusterSpec cluster = free_links(2);
-  const std::vector<LayerCost> layers = equal_blocks(2);
-  auto costs = job_costs(job_of(text), cluster, layers);
-  ASSERT_TRUE(costs) << costs.error().message;
-  const int64_t elements = costs->stages[0].parameters;
   // The reduction about as long as the backward (two blocks, 4 kForward).
-  cluster.host = LinkSpec{static_cast<double>(elements) * 4 / (4 * kForward), 0, {}, {}, 0, {}, {}};
+  const auto [cluster, elements] = reducing_in(text, 4 * kForward);
+  const std::vector<LayerCost> layers = equal_blocks(2);
   const auto exposed = [&](const std::string& zero) {
     JobConfig job = job_of(text + zero);
     auto result = simulate_job(job, cluster, layers, {2, false});
@@ -223,13 +234,9 @@ TEST(Simulation, ZeroTwoReducesEveryMicroBatchAndStageOneOnceAStep) {
       "[cluster]\nworld_size = 2\n[parallel]\ndp = 2\n[batch]\nmicro_batch_size = 2\n"
       "gradient_accumulation_steps = 4\n[model]\nseq_len = 16\nd_model = 32\nn_layers = 2\nn_heads = 2\n"
       "[zero]\noverlap_comm = false\n";
-  ClusterSpec cluster = free_links(2);
-  const std::vector<LayerCost> layers = equal_blocks(2);
-  auto costs = job_costs(job_of(text), cluster, layers);
-  ASSERT_TRUE(costs) << costs.error().message;
   // A reduction (half the gradient each way between two) about as long as a block's backward.
-  cluster.host =
-      LinkSpec{static_cast<double>(costs->stages[0].parameters) * 4 / (4 * kForward), 0, {}, {}, 0, {}, {}};
+  const ClusterSpec cluster = reducing_in(text, 4 * kForward).cluster;
+  const std::vector<LayerCost> layers = equal_blocks(2);
   struct Seen {
     double step_ms = 0, reduction_ms = 0;
     int64_t micro_batch_reductions = 0, step_reductions = 0;
