@@ -245,6 +245,13 @@ const std::vector<std::string>& bench_kinds() {
 }
 
 int run_bench(const BenchOptions& o, const std::string& troupe_program) {
+  if (o.beside_compute && (o.kind == "transport" || o.kind == "rtt" || o.kind == "hop")) {
+    std::fprintf(stderr,
+                 "troupe: bench %s: --beside-compute measures a collective (allreduce, reduce_scatter or "
+                 "allgather) beside busy cores; %s has no such form\n",
+                 o.kind.c_str(), o.kind.c_str());
+    return 2;
+  }
   int64_t ranks = o.kind == "transport" ? 2 : o.ranks;
   int port = free_port();
   if (port == 0) {

@@ -71,6 +71,11 @@ TEST(Bench, CollectivesBesideABusyCoreOfEachRank) {
   EXPECT_TRUE(lines[0].value("beside_compute", false));
   EXPECT_GT(lines[0].at("busbw_GBps").get<double>(), 0);
   EXPECT_FALSE(bench("reduce_scatter --ranks 2 --bytes 1048576")[0].contains("beside_compute"));
+  auto refused = testing::run_command(std::string(TROUPE_BINARY) + " bench rtt --beside-compute", 60);
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.output.find("troupe: bench rtt: --beside-compute measures a collective"),
+            std::string::npos)
+      << refused.output;
 }
 
 TEST(Bench, TransportStreamsBetweenTwoProcessesInMegabytesPerSecond) {
