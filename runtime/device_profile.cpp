@@ -88,31 +88,27 @@ void measure_adam(sim::DeviceSpec& d, bool quick, int threads) {
   d.optimizer_elements_per_s = static_cast<double>(n) / s;
 }
 
-// The mean of `key` over `runs` runs of a benchmark command (JSON lines), or the harmonic mean
-// for a rate (the mean of its times); 0 when none printed it. A mean, not a median: where ranks
-// time-slice the cores a run settles in a fast or a slow way of taking turns (a 16 MB all-gather
-// among 4 ranks on 2 cores: 19, 20, 22, 36, 40 and 76 ms in six runs here), and a real job's
-// steps draw from the same mix, one collective at a time (10-108 ms within one dp 4 run).
-double mean_of_runs(const std::string& command, const char* key, int runs, bool rate) {
-  double sum = 0;
-  int count = 0;
-  for (int k = 0; k < runs; ++k)
-    for (const auto& line : json_lines_of(command))
-      if (line.contains(key) && line[key].get<double>() > 0) {
-        sum += rate ? 1 / line[key].get<double>() : line[key].get<double>();
-        ++count;
-      }
-  if (count == 0) return 0;
-  return rate ? count / sum : sum / count;
-}
-
-// The median of `key` over `runs` runs of a benchmark command; 0 when none printed it.
-double median_of_runs(const std::string& command, const char* key, int runs) {
+// Each value of `key` that `runs` runs of a benchmark command (JSON lines) printed above 0.
+std::vector<double> values_of_runs(const std::string& command, const char* key, int runs) {
   std::vector<double> values;
   for (int k = 0; k < runs; ++k)
     for (const auto& line : json_lines_of(command))
       if (line.contains(key) && line[key].get<double>() > 0) values.push_back(line[key].get<double>());
-  return upper_median(std::move(values));
+  return values;
+}
+
+// The mean of `key` over `runs` runs of a benchmark command, or the harmonic mean for a rate
+// (the mean of its times); 0 when none printed it. A mean, not a median: where ranks
+// time-slice the cores a run settles in a fast or a slow way of taking turns (a 16 MB all-gather
+// among 4 ranks on 2 cores: 19, 20, 22, 36, 40 and 76 ms in six runs here), and a real job's
+// steps draw from the same mix, one collective at a time (10-108 ms within one dp 4 run).
+double mean_of_runs(const std::string& command, const char* key, int runs, bool rate) {
+  const std::vector<double> values = values_of_runs(command, key, runs);
+  if (values.empty()) return 0;
+  double sum = 0;
+  for (double v : values) sum += rate ? 1 / v : v;
+  const auto count = static_cast<double>(values.size());
+  return rate ? count / sum : sum / count;
 }
 
 // The rank counts a host's transport is measured at: two, and twice the cores (crowded).
@@ -175,10 +171,10 @@ Status measure_transport(sim::DeviceSpec& d, const DeviceProfileOptions& o) {
   // here), which real reductions beside compute do not show (13 MB in 13-14 ms, mean of 40).
   for (const auto& [kind, name] : collectives) {
     const double busbw =
-        1e9 *
-        median_of_runs(fmt::format("{} bench {} --ranks 2 --beside-compute --json --bytes {} 2>/dev/null",
-                                   shell_quoted(o.program), kind, buffer),
-                       "busbw_GBps", o.quick ? 1 : 5);
+        1e9 * upper_median(values_of_runs(
+                  fmt::format("{} bench {} --ranks 2 --beside-compute --json --bytes {} 2>/dev/null",
+                              shell_quoted(o.program), kind, buffer),
+                  "busbw_GBps", o.quick ? 1 : 5));
     if (busbw > 0) d.collective_busbw_beside_compute[name] = busbw;
   }
   if (d.transport_bandwidth <= 0 || d.transport_latency_s <= 0 || d.collective_busbw.size() < 3)

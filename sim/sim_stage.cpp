@@ -48,7 +48,6 @@ struct StageState {
   bool reduced = false, norm_known = false;
   bool reduce_asked = false;        // the step's reduce_gradients reached, waiting on reductions
   int64_t reductions_left = 0;      // micro-batch reductions joined and not done
-  int64_t blocking_reductions = 0;  // of those, ones the computes wait for (no overlap_comm)
   int64_t backwards = 0;            // backwards handed to the stream and not finished
   int64_t backwards_done = 0;       // this step's that made weight gradients final
   std::map<int64_t, Nanos> agreeing;  // ZeRO-3: forwards comparing layer sequences, since when
@@ -162,7 +161,7 @@ bool reduces_each_micro_batch(const StageState& s);
 // compute thread goes on, so nothing is queued behind a backward until its reduction is done.
 bool held_by_reduction(const StageState& s) {
   return !s.w->job.zero.overlap_comm && reduces_each_micro_batch(s) &&
-         (s.backwards > 0 || s.blocking_reductions > 0);
+         (s.backwards > 0 || s.reductions_left > 0);
 }
 
 bool sequence_agreed(SimStage* self, int64_t micro);
@@ -222,6 +221,11 @@ uint64_t group_key(int64_t step, GroupOp op, int64_t micro, int64_t vs, int64_t 
 
 GroupOp op_of(uint64_t key) {
   return static_cast<GroupOp>((key >> 40) & 0xf);
+}
+
+// The micro-batch a key names; -1 for the step's collectives.
+int64_t micro_of(uint64_t key) {
+  return static_cast<int64_t>((key >> 24) & 0xffff) - 1;
 }
 
 // The data-parallel group's collective on this chunk's share of its stage; `beside_compute`
@@ -308,7 +312,6 @@ void reduce_micro_batch(SimStage* self, const sim_computed& c) {
   auto& s = self->state;
   if (!reduces_each_micro_batch(s)) return;
   ++s.reductions_left;
-  if (!s.w->job.zero.overlap_comm) ++s.blocking_reductions;
   join_reduction(self, c.start, c.micro);
 }
 
@@ -329,10 +332,8 @@ bool sequence_agreed(SimStage* self, int64_t micro) {
 
 void on_reduced(SimStage* self, uint64_t key) {
   auto& s = self->state;
-  const bool micro_batch = ((key >> 24) & 0xffff) != 0;
-  if (!micro_batch) return answer_gradients(self);
+  if (micro_of(key) < 0) return answer_gradients(self);
   --s.reductions_left;
-  if (!s.w->job.zero.overlap_comm) --s.blocking_reductions;
   if (s.reduce_asked && s.reductions_left == 0) answer_gradients(self);
 }
 
@@ -528,7 +529,7 @@ caf::behavior sim_stage(SimStage* self, World* world, int64_t rank, int64_t chun
       },
       [=](const group_done& done) {
         if (op_of(done.key) == GroupOp::all_gather) {
-          const int64_t micro = static_cast<int64_t>((done.key >> 24) & 0xffff) - 1;
+          const int64_t micro = micro_of(done.key);
           if (micro < 0) return applied(self);
           self->state.agreed.insert(micro);  // the layer sequence compared
           return pump(self);
