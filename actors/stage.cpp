@@ -354,13 +354,14 @@ void on_square_sum(StageActor* self, double sum) {
                                 caf::actor_cast<caf::actor>(self)});
 }
 
-// After the update: exchange every rank's memory peaks, then report the step.
+// After the update: exchange every rank's memory peaks and busy time, then report the step.
 void exchange_memory(StageActor* self) {
   auto& s = self->state;
   MemoryBytes peak = s.options.ledger->peak();
-  auto* mine = s.memory->as<int64_t>() + s.options.rank * static_cast<int64_t>(kMemoryFields);
+  auto* mine = s.memory->as<int64_t>() + s.options.rank * static_cast<int64_t>(kStepFields);
   for (std::size_t k = 0; k < kMemoryFields; ++k) mine[k] = peak.bytes[k];
-  std::size_t floats = kMemoryFields * sizeof(int64_t) / sizeof(float);  // moved as raw bytes
+  mine[kBusyField] = std::llround(s.flow.busy_s * 1e9);
+  std::size_t floats = kStepFields * sizeof(int64_t) / sizeof(float);  // moved as raw bytes
   BufferSpan out = float_span(s.memory, 0, floats * static_cast<std::size_t>(s.options.dp));
   BufferSpan in = float_span(s.memory, floats * static_cast<std::size_t>(s.options.rank), floats);
   self->send(s.options.comm_agent, all_gather_request{tag(Tag::memory), std::move(in), std::move(out),
@@ -370,17 +371,19 @@ void exchange_memory(StageActor* self) {
 void report_step(StageActor* self) {
   auto& s = self->state;
   const auto* all = s.memory->as<int64_t>();
-  int64_t largest = 0;
+  int64_t largest = 0, busy_ns = 0;
   for (int64_t r = 0; r < s.options.dp; ++r) {
-    const int64_t* b = all + r * static_cast<int64_t>(kMemoryFields);
+    const int64_t* b = all + r * static_cast<int64_t>(kStepFields);
     largest = std::max(largest, b[0] + b[1] + b[2]);
+    busy_ns += b[kBusyField];
   }
-  const int64_t* mine = all + s.options.rank * static_cast<int64_t>(kMemoryFields);
+  const int64_t* mine = all + s.options.rank * static_cast<int64_t>(kStepFields);
   Flow& f = s.flow;
   for (auto it = f.started.begin(); it != f.started.end();)  // the optimizer_step action is done
     it = it->second.op == pipeline::Op::optimizer_step ? f.started.erase(it) : std::next(it);
   StepStats stats{s.progress.grad_norm, largest, mine[0], mine[1], mine[2], mine[3]};
   stats.activation_bytes = mine[static_cast<std::size_t>(MemoryKind::activations)];
+  stats.busy_s = static_cast<double>(busy_ns) / 1e9 / static_cast<double>(s.options.dp);
   stats.lr = s.progress.lr;
   stats.loss_scale = s.progress.loss_scale;
   stats.skipped = s.progress.skipped;
@@ -521,7 +524,7 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
       "", [threads = s.options.compute_threads] { torch::set_num_threads(static_cast<int>(threads)); });
   s.norm = std::make_shared<HostBuffer>(sizeof(float));
   s.memory =
-      std::make_shared<HostBuffer>(kMemoryFields * sizeof(int64_t) * static_cast<std::size_t>(s.options.dp));
+      std::make_shared<HostBuffer>(kStepFields * sizeof(int64_t) * static_cast<std::size_t>(s.options.dp));
   for (auto& layer : *s.options.model) s.layers.push_back(&layer);
   if (s.options.loss_scale) {
     auto scaler = LossScaler::make(*s.options.loss_scale);

@@ -2,12 +2,14 @@
 """How well `troupe simulate` predicts real runs on this machine.
 
 For each job below: the real run (`troupe run --metrics`, the median step time after the
-first two steps, rank 0's bubble averaged over those steps, rank 0's memory) and the
+first two steps, the bubble averaged over those steps, rank 0's memory) and the
 simulation on this machine's cluster (one host; `troupe profile-device --json` measured
 once at the start; compute = "measured": the job's layers timed by as many processes at
-once as it has ranks, their passes replayed on the ranks as the machine's noise; stage
-0's bubble over SIM_STEPS steps, the ranks of rank 0's stage), alternated `rounds` times
-(the real run first in every other round), the medians of each compared. Prints a
+once as it has ranks, their passes replayed on the ranks as the machine's noise; the
+bubble over SIM_STEPS steps), alternated `rounds` times (the real run first in every
+other round), the medians of each compared. Both bubbles are the job's: the ranks' mean
+idle fraction of the step (a pipeline's summed over its stages, each stage's the mean of
+its replicas). Prints a
 markdown table: predicted and measured step time, bubble and peak memory, whether each is
 within the bounds (10% of the step time, 2 points of bubble, 5% of memory), and how far
 the real run's step time moved between rounds (max - min over the median: this machine's
@@ -126,7 +128,7 @@ def simulated(job, cluster):
     stage0 = j["stages"][0]
     return {
         "step_ms": j["step_ms"],
-        "bubble": stage0["bubble"],
+        "bubble": j["bubble"],
         "bytes": stage0["model_state_bytes"] + stage0["communication_bytes"] + stage0["activation_bytes"],
     }
 

@@ -348,6 +348,8 @@ void applied(SimStage* self) {
   stats.communication_bytes = peak[MemoryKind::communication];
   stats.activation_bytes = peak[MemoryKind::activations];
   stats.lr = s.w->job.optimizer.lr;
+  // This rank's own: the simulation averages the ranks' bubbles over each stage itself.
+  stats.busy_s = static_cast<double>(s.busy) / 1e9;
   self->send(s.scheduler, step_applied{s.step, stats});
 }
 

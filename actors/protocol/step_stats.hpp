@@ -17,9 +17,13 @@ struct StepStats {
   int64_t optimizer_state_bytes = 0;
   int64_t communication_bytes = 0;
   int64_t activation_bytes = 0;  ///< this rank's peak of MemoryKind::activations
+  /// The stage's forward and backward seconds of the step, the mean over its data-parallel
+  /// replicas (exchanged with the memory peaks after the update).
+  double busy_s = 0;
   /// The pipeline's idle fraction of the step: 1 − busy compute time / (stages × step
-  /// time), busy summed over the stages (averaged over replicas); 0 on its own, one stage
-  /// idles only outside forward and backward.
+  /// time), busy summed over the stages and averaged over replicas (with one stage too: a
+  /// replica that waits for a slower one idles as much as a pipeline stage does); 0 on
+  /// its own, one stage idles only outside forward and backward.
   double bubble = 0;
   double lr = 0;  ///< the learning rate the step's update ran at
   /// Loss scaling: the scale the step's backward ran with (0: none), and whether the step
@@ -30,8 +34,8 @@ struct StepStats {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepStats& x) {
   return f(caf::meta::type_name("StepStats"), x.grad_norm, x.model_state_bytes, x.parameter_bytes,
-           x.gradient_bytes, x.optimizer_state_bytes, x.communication_bytes, x.activation_bytes, x.bubble,
-           x.lr, x.loss_scale, x.skipped);
+           x.gradient_bytes, x.optimizer_state_bytes, x.communication_bytes, x.activation_bytes, x.busy_s,
+           x.bubble, x.lr, x.loss_scale, x.skipped);
 }
 
 }  // namespace troupe

@@ -67,6 +67,10 @@ inline uint64_t slot_of(uint64_t t) {
 }
 
 constexpr std::size_t kMemoryFields = memory_kind_count;  // by MemoryKind
+// What a rank gives its replicas after each update: its memory peaks by kind, then its
+// forward and backward time of the step in nanoseconds.
+constexpr std::size_t kBusyField = kMemoryFields;
+constexpr std::size_t kStepFields = kMemoryFields + 1;
 
 struct StepProgress {
   int64_t step = 0;

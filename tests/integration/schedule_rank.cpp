@@ -2,14 +2,17 @@
 // ZeRO stage 3 against it: `schedule_rank STAGE MODE PORT [key=value ...]`, started
 // alone or by `troupe launch`. MODE: "all" runs every layer; "skip" drops layers 2-3
 // (a Linear and its Tanh) at step 3 on every rank; "diverge" drops them on rank 1
-// only, which stage 3 must refuse. Rank 0 prints "loss STEP VALUE" per step and
-// "parameters NORM" at the end.
+// only, which stage 3 must refuse; "slow" runs every layer, rank 1's last one sleeping
+// kSlowMs in each forward (a slower replica). Rank 0 prints "loss STEP VALUE" and
+// "bubble STEP VALUE" per step and "parameters NORM" at the end.
 #include <troupe/troupe.hpp>
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/sample_features.hpp"
@@ -18,6 +21,18 @@ namespace {
 
 constexpr int64_t kFeatures = 8;
 constexpr int64_t kWidth = 16;
+constexpr int64_t kSlowMs = 100;
+
+// The identity, after sleeping `ms` milliseconds: compute time that only one rank spends.
+struct SleepImpl : torch::nn::Module {
+  explicit SleepImpl(int64_t ms) : ms(ms) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return x;
+  }
+  int64_t ms;
+};
+TORCH_MODULE(Sleep);
 
 troupe::MicroBatch samples(int64_t first, int64_t count) {
   torch::Tensor x = troupe::testing::sample_features(first, count, kFeatures);
@@ -44,7 +59,7 @@ int fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: schedule_rank STAGE all|skip|diverge PORT [section.key=value ...]\n");
+    std::fprintf(stderr, "usage: schedule_rank STAGE all|skip|diverge|slow PORT [section.key=value ...]\n");
     return 2;
   }
   std::string mode = argv[2];
@@ -70,6 +85,7 @@ int main(int argc, char** argv) {
       torch::nn::Linear(kFeatures, kWidth), torch::nn::Tanh(), torch::nn::Linear(kWidth, kWidth),
       torch::nn::Tanh(), torch::nn::Linear(kWidth, kWidth), torch::nn::Tanh(), torch::nn::Linear(kWidth, 1));
   int64_t own_rank = *rank ? (*rank)->rank : 0;
+  if (mode == "slow") layers->push_back(Sleep(own_rank == 1 ? kSlowMs : 0));
   troupe::Trainable trainable{
       layers,
       [](const torch::Tensor& out, const torch::Tensor& y) { return torch::mse_loss(out, y); },
@@ -83,7 +99,10 @@ int main(int argc, char** argv) {
   for (int64_t s = 0; s < config->train.steps; ++s) {
     auto r = e.train_batch();
     if (!r) return fail(r.error().message);
-    if (e.rank() == 0) std::printf("loss %lld %.9g\n", static_cast<long long>(r->step), r->loss);
+    if (e.rank() == 0) {
+      std::printf("loss %lld %.9g\n", static_cast<long long>(r->step), r->loss);
+      std::printf("bubble %lld %.6f\n", static_cast<long long>(r->step), r->stats.bubble);
+    }
   }
   auto parameters = e.gather_parameters();
   if (!parameters) return fail(parameters.error().message);

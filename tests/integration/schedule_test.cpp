@@ -60,5 +60,20 @@ TEST(LayerSchedule, BelowStageThreeRanksMaySkipDifferentLayers) {
   }
 }
 
+// One stage's bubble is its replicas' mean idle, as a pipeline's is and as `troupe
+// simulate` reports it: rank 1 sleeps kSlowMs (100 ms) in every forward, rank 0 waits
+// for it in the gradients' reduction. Rank 0's own idle fraction is then above 0.95; the
+// mean of the two replicas is about a half (above once the step's own overhead grows).
+TEST(LayerSchedule, ASlowReplicasStepGivesTheReplicasMeanBubble) {
+  auto r = testing::run_command(launch(2, 1, "slow"), 120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto bubbles = testing::printed_figures(r.output, "bubble");
+  ASSERT_EQ(bubbles.size(), 6u) << r.output;
+  for (std::size_t s = 1; s < bubbles.size(); ++s) {  // the first step also starts the ranks
+    EXPECT_GT(bubbles[s], 0.35) << "step " << s + 1;
+    EXPECT_LT(bubbles[s], 0.85) << "step " << s + 1;
+  }
+}
+
 }  // namespace
 }  // namespace troupe

@@ -45,20 +45,25 @@ inline TrainedRun read_run(const std::string& metrics, const std::string& parame
   return run;
 }
 
-/// The VALUEs of the "loss STEP VALUE" lines a test rank prints, whatever prefixes them
+/// The VALUEs of the "NAME STEP VALUE" lines a test rank prints, whatever prefixes them
 /// (the launcher's "[rank 0] "), in order.
-inline std::vector<double> printed_losses(const std::string& output) {
-  std::vector<double> losses;
+inline std::vector<double> printed_figures(const std::string& output, const std::string& name) {
+  std::vector<double> figures;
   std::istringstream in(output);
+  const std::string label = name + " ";
   for (std::string line; std::getline(in, line);) {
-    auto at = line.find("loss ");
+    auto at = line.find(label);
     if (at == std::string::npos) continue;
-    std::istringstream fields(line.substr(at + 5));
+    std::istringstream fields(line.substr(at + label.size()));
     long long step = 0;
     double value = 0;
-    if (fields >> step >> value) losses.push_back(value);
+    if (fields >> step >> value) figures.push_back(value);
   }
-  return losses;
+  return figures;
+}
+
+inline std::vector<double> printed_losses(const std::string& output) {
+  return printed_figures(output, "loss");
 }
 
 /// Raw bytes of float32 values (a parameters file read whole) as floats.
