@@ -34,7 +34,7 @@ struct StepMetrics {
   int64_t optimizer_state_bytes = 0;
   int64_t communication_bytes = 0;
   int64_t activation_bytes = 0;  ///< this rank's peak of activations held (MemoryKind::activations)
-  double bubble = 0;             ///< the pipeline's idle fraction of the step (StepStats::bubble)
+  double bubble = 0;             ///< the ranks' mean idle fraction of the step (StepStats::bubble)
   double lr = 0;                 ///< the learning rate of the step's update ([scheduler])
   /// Payload bytes rank 0 sent to its peers during the step (gradients, gathers, activations).
   int64_t sent_bytes = 0;
