@@ -27,6 +27,13 @@ Clock::time_point now(const Scheduler* self) {
   return self->state.options.clock ? self->state.options.clock() : Clock::now();
 }
 
+// The step's compute time summed over the stages, each stage's the mean of its replicas:
+// with one stage, the mean the stage exchanged with its memory peaks after the update; in
+// a pipeline, the shares gathered with the loss.
+double busy_seconds(const SchedulerState& s, const CurrentStep& c) {
+  return s.options.stages == 1 ? c.stats.busy_s : c.gradients->busy_s;
+}
+
 }  // namespace
 
 void finish_step(Scheduler* self, std::string error) {
@@ -37,11 +44,9 @@ void finish_step(Scheduler* self, std::string error) {
   double loss = c.gradients ? c.gradients->loss : 0;
   int64_t tokens = c.gradients ? c.gradients->tokens : 0;
   StepStats stats = c.stats;
-  // One stage: the replicas' mean the stage exchanged after the update; a pipeline: the
-  // sum over its stages of their replicas' means, gathered with the loss.
-  const double busy_s = s.options.stages == 1 ? stats.busy_s : c.gradients ? c.gradients->busy_s : 0;
   if (c.gradients && ms > 0)
-    stats.bubble = std::max(0.0, 1.0 - busy_s * 1000.0 / (static_cast<double>(s.options.stages) * ms));
+    stats.bubble =
+        std::max(0.0, 1.0 - busy_seconds(s, c) * 1000.0 / (static_cast<double>(s.options.stages) * ms));
   c.reply.deliver(step_report{c.step, loss, ms, tokens, std::move(error), stats});
   s.current.reset();
 }

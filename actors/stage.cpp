@@ -355,22 +355,22 @@ void on_square_sum(StageActor* self, double sum) {
 }
 
 // After the update: exchange every rank's memory peaks and busy time, then report the step.
-void exchange_memory(StageActor* self) {
+void exchange_step_figures(StageActor* self) {
   auto& s = self->state;
   MemoryBytes peak = s.options.ledger->peak();
-  auto* mine = s.memory->as<int64_t>() + s.options.rank * static_cast<int64_t>(kStepFields);
+  auto* mine = s.step_figures->as<int64_t>() + s.options.rank * static_cast<int64_t>(kStepFields);
   for (std::size_t k = 0; k < kMemoryFields; ++k) mine[k] = peak.bytes[k];
   mine[kBusyField] = std::llround(s.flow.busy_s * 1e9);
   std::size_t floats = kStepFields * sizeof(int64_t) / sizeof(float);  // moved as raw bytes
-  BufferSpan out = float_span(s.memory, 0, floats * static_cast<std::size_t>(s.options.dp));
-  BufferSpan in = float_span(s.memory, floats * static_cast<std::size_t>(s.options.rank), floats);
-  self->send(s.options.comm_agent, all_gather_request{tag(Tag::memory), std::move(in), std::move(out),
+  BufferSpan out = float_span(s.step_figures, 0, floats * static_cast<std::size_t>(s.options.dp));
+  BufferSpan in = float_span(s.step_figures, floats * static_cast<std::size_t>(s.options.rank), floats);
+  self->send(s.options.comm_agent, all_gather_request{tag(Tag::step_figures), std::move(in), std::move(out),
                                                       s.group(), caf::actor_cast<caf::actor>(self)});
 }
 
 void report_step(StageActor* self) {
   auto& s = self->state;
-  const auto* all = s.memory->as<int64_t>();
+  const auto* all = s.step_figures->as<int64_t>();
   int64_t largest = 0, busy_ns = 0;
   for (int64_t r = 0; r < s.options.dp; ++r) {
     const int64_t* b = all + r * static_cast<int64_t>(kStepFields);
@@ -414,7 +414,7 @@ void gather_updated(StageActor* self) {
     self->send(s.options.comm_agent, all_gather_request{tag(Tag::parameters, k), std::move(in),
                                                         std::move(out), s.group(), me});
   }
-  if (p.gathers_left == 0) exchange_memory(self);
+  if (p.gathers_left == 0) exchange_step_figures(self);
 }
 
 // After the loss's all-reduce: a parameter is updated when any rank gave it a gradient
@@ -467,9 +467,9 @@ void on_collective(StageActor* self, const collective_done& done) {
       on_tie_summed(self);
       return maybe_measure(self);
     case Tag::parameters:
-      if (--p.gathers_left == 0) exchange_memory(self);
+      if (--p.gathers_left == 0) exchange_step_figures(self);
       return;
-    case Tag::memory:
+    case Tag::step_figures:
       return report_step(self);
     case Tag::fetch:
     case Tag::sequence:
@@ -523,7 +523,7 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
   s.compute->enqueue(
       "", [threads = s.options.compute_threads] { torch::set_num_threads(static_cast<int>(threads)); });
   s.norm = std::make_shared<HostBuffer>(sizeof(float));
-  s.memory =
+  s.step_figures =
       std::make_shared<HostBuffer>(kStepFields * sizeof(int64_t) * static_cast<std::size_t>(s.options.dp));
   for (auto& layer : *s.options.model) s.layers.push_back(&layer);
   if (s.options.loss_scale) {
@@ -629,7 +629,7 @@ void apply_update(StageActor* self) {
   s.progress.lr = hyper.lr.value_or(s.options.rule.lr);
   std::optional<double> unscaled = unscale(self);
   if (!unscaled) {
-    if (!s.failed) exchange_memory(self);  // skipped: the parameters are as they were
+    if (!s.failed) exchange_step_figures(self);  // skipped: the parameters are as they were
     return;
   }
   double scale = clip_scale(s.progress.grad_norm, s.options.zero.gradient_clipping) * *unscaled;

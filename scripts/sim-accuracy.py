@@ -23,6 +23,7 @@ MIN_SHARE of its core, and is done again (up to 4 times) if the probe after it d
 The lowest share seen around each job's kept runs is printed with it.
 
 usage: scripts/sim-accuracy.py [ROUNDS=2] [STEPS=6]
+With SIM_ACCURACY_JOBS="name,name", only the jobs of those names (the table's first column).
 """
 import json
 import os
@@ -74,6 +75,16 @@ JOBS = [
     ("pp4 1f1b", 4, 8, "[parallel]\npp = 4\n[pipeline]\nschedule = \"1f1b\"\n"),
     ("pp2 x dp2 1f1b ZeRO-1", 4, 8, "[parallel]\npp = 2\ndp = 2\n[zero]\nstage = 1\n"),
 ]
+
+
+def chosen_jobs():
+    """JOBS, or those SIM_ACCURACY_JOBS names."""
+    names = [n for n in os.environ.get("SIM_ACCURACY_JOBS", "").split(",") if n]
+    unknown = [n for n in names if n not in {job[0] for job in JOBS}]
+    if unknown:
+        sys.exit(f"sim-accuracy: SIM_ACCURACY_JOBS names {', '.join(unknown)}; the jobs are: "
+                 + ", ".join(job[0] for job in JOBS))
+    return [job for job in JOBS if job[0] in names] if names else JOBS
 
 
 MIN_SHARE = 0.9
@@ -134,6 +145,7 @@ def simulated(job, cluster):
 
 
 def main():
+    jobs = chosen_jobs()  # before the device profile: a wrong name fails at once
     work = tempfile.mkdtemp(prefix="sim-accuracy.")
     nvme = os.path.join(work, "nvme")
     os.makedirs(nvme)
@@ -142,7 +154,7 @@ def main():
         f.write(run([TROUPE, "profile-device", "--json", "--nvme-dir", nvme]).stdout)
     print(f"device: {json.load(open(device))['source']}", file=sys.stderr)
     rows, within = [], 0
-    for name, ranks, m, sections in JOBS:
+    for name, ranks, m, sections in jobs:
         job = os.path.join(work, "job.toml")
         with open(job, "w") as f:
             f.write(f"[cluster]\nworld_size = {ranks}\n" + sections.format(nvme=nvme) + MODEL.format(m=m, steps=STEPS))
@@ -177,7 +189,7 @@ def main():
           "points | busy error | predicted MB | measured MB | error | within | real spread | CPU share |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
-    print(f"\n{within} of {len(JOBS)} jobs within 10% step time, 2 points bubble and 5% memory "
+    print(f"\n{within} of {len(jobs)} jobs within 10% step time, 2 points bubble and 5% memory "
           f"(medians of {ROUNDS} alternated rounds, {STEPS} steps each)")
 
 

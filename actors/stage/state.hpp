@@ -45,7 +45,7 @@ enum class Tag : uint64_t {
   norm,
   parameters,
   fetch,
-  memory,
+  step_figures,  // the memory peaks and busy time exchanged after each update
   sequence,
   tie,          // a tied weight's gradients (row = tie) or used mark (slot 1) summed between stages
   sent,         // an activation or gradient handed to a neighbour
@@ -174,7 +174,9 @@ struct StageState {
   // position, 1 where the parameter got a gradient, then the mean of that over the group.
   std::shared_ptr<HostBuffer> loss;
   std::shared_ptr<HostBuffer> norm;     // this rank's gradient square sum, then the group's
-  std::shared_ptr<HostBuffer> memory;   // every group rank's peak bytes by kind (int64, gathered)
+  // Every group rank's peak bytes by kind, then its busy nanoseconds (kStepFields int64 each,
+  // gathered after the update).
+  std::shared_ptr<HostBuffer> step_figures;
   std::vector<caf::response_promise> collecting;
   // Every collective the compute thread issues, in order (see issue_queue.hpp).
   std::shared_ptr<IssueQueue> issue = std::make_shared<IssueQueue>();

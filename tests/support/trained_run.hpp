@@ -62,6 +62,7 @@ inline std::vector<double> printed_figures(const std::string& output, const std:
   return figures;
 }
 
+/// The losses a test rank prints ("loss STEP VALUE").
 inline std::vector<double> printed_losses(const std::string& output) {
   return printed_figures(output, "loss");
 }
