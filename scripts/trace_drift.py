@@ -20,13 +20,9 @@ import re
 import statistics
 import sys
 
+from trace_events import spans
+
 COMPUTE = re.compile(r"(forward|backward) \d")
-
-
-def spans(path):
-    events = json.load(open(path))
-    events = events["traceEvents"] if isinstance(events, dict) else events
-    return [e for e in events if e.get("ph") == "X"]
 
 
 def steps_of(events, rank):

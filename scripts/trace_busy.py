@@ -5,22 +5,21 @@ rank's idle fraction over the kept steps (1 - their compute time over the time f
 the first kept step's first pass to the last kept step's last). The first SKIP steps
 (default 2, as the metrics' medians skip them) are left out: they start the ranks.
 
-usage: scripts/trace-busy.py TRACE.json [SKIP=2]
+usage: scripts/trace_busy.py TRACE.json [SKIP=2]
 """
 import collections
-import json
 import re
 import sys
+
+from trace_events import spans
 
 PASS = re.compile(r"(forward|backward) (\d+)\.")
 
 
 def passes_by_rank(trace):
-    events = json.load(open(trace))
-    events = events["traceEvents"] if isinstance(events, dict) else events
     ranks = collections.defaultdict(list)
-    for e in events:
-        match = PASS.match(e.get("name", "")) if e.get("ph") == "X" else None
+    for e in spans(trace):
+        match = PASS.match(e.get("name", ""))
         if match:
             ranks[e["pid"]].append((int(match.group(2)), e["ts"] / 1e3, e["dur"] / 1e3))
     return ranks
@@ -31,7 +30,7 @@ def main():
     skip = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     for rank, passes in sorted(passes_by_rank(trace).items()):
         steps = sorted({step for step, _, _ in passes})[skip:]
-        kept = [p for p in passes if p[0] in steps]
+        kept = [p for p in passes if p[0] >= steps[0]] if steps else []
         if not kept:
             print(f"rank {rank}: no passes after the first {skip} steps")
             continue
