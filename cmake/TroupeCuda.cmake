@@ -2,6 +2,10 @@
 # GPU still builds and links it, and its gpu tests skip — and left out otherwise.
 # Sets TROUPE_HAVE_CUDA and TROUPE_HAVE_NCCL; architectures default to 90 (H100/H200).
 option(TROUPE_CUDA "Build the CUDA backend when a CUDA toolkit is found" ON)
+# On (the Makefile's choice wherever nvcc is): the backend must come out whole, NCCL and
+# LibTorch's CUDA included, or the configure step fails, so that CI notices a part of the
+# GPU path that stopped being built instead of building less of it.
+option(TROUPE_REQUIRE_CUDA "Fail unless the CUDA backend, NCCL and a LibTorch with CUDA are all found" OFF)
 set(TROUPE_HAVE_CUDA OFF)
 set(TROUPE_HAVE_NCCL OFF)
 set(TROUPE_TORCH_CUDA OFF)  # the LibTorch found has CUDA (Debian's has not; PyTorch's wheels do)
@@ -30,11 +34,12 @@ if(TROUPE_CUDA)
     endif()
     find_package(CUDAToolkit REQUIRED)
     set(TROUPE_HAVE_CUDA ON)
-    # NCCL beside the toolkit, or the one PyTorch's wheels carry (nvidia.nccl).
-    execute_process(COMMAND python3 -c "import nvidia.nccl as m; print(m.__path__[0])"
-                    OUTPUT_VARIABLE TROUPE_PIP_NCCL OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ${TROUPE_PIP_NCCL}/include)
-    find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${CUDAToolkit_LIBRARY_DIR} ${TROUPE_PIP_NCCL}/lib)
+    # NCCL: the one LibTorch loads (PyTorch's wheel carries it, site-packages/nvidia/nccl),
+    # so that a process has one; else the toolkit's.
+    get_filename_component(torch_nccl "${TROUPE_TORCH_PREFIX}/../nvidia/nccl" ABSOLUTE)
+    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${torch_nccl}/include ${CUDAToolkit_INCLUDE_DIRS} NO_DEFAULT_PATH)
+    find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR HINTS ${torch_nccl}/lib ${CUDAToolkit_LIBRARY_DIR}
+                 NO_DEFAULT_PATH)
     if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
       set(TROUPE_HAVE_NCCL ON)
     endif()
@@ -44,7 +49,12 @@ if(TROUPE_CUDA)
   endif()
 endif()
 message(STATUS "troupe: CUDA backend ${TROUPE_HAVE_CUDA} (architectures ${CMAKE_CUDA_ARCHITECTURES}), "
-               "NCCL ${TROUPE_HAVE_NCCL}, LibTorch with CUDA ${TROUPE_TORCH_CUDA}")
+               "NCCL ${TROUPE_HAVE_NCCL} (${NCCL_LIBRARY}), LibTorch with CUDA ${TROUPE_TORCH_CUDA}")
+if(TROUPE_REQUIRE_CUDA AND NOT (TROUPE_HAVE_CUDA AND TROUPE_HAVE_NCCL AND TROUPE_TORCH_CUDA))
+  message(FATAL_ERROR "troupe: TROUPE_REQUIRE_CUDA is on, but the CUDA backend is ${TROUPE_HAVE_CUDA}, NCCL "
+                      "${TROUPE_HAVE_NCCL} and LibTorch with CUDA ${TROUPE_TORCH_CUDA} (LibTorch at "
+                      "${TROUPE_TORCH_PREFIX}): the GPU path would not be built whole")
+endif()
 
 # Strict warnings for CUDA sources: on the host compiler, and nvcc's own as errors.
 function(troupe_strict_cuda target)

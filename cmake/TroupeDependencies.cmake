@@ -1,12 +1,25 @@
-# Finds every dependency troupe builds against (all from Debian 12's packages).
+# Finds every dependency troupe builds against: Debian 12's packages, and LibTorch 2.x
+# (cmake/TroupeTorch.cmake: PyTorch's wheel by default, which scripts/setup.sh installs).
 find_package(Threads REQUIRED)
+include(TroupeTorch)  # first: a wrong LibTorch stops the configure step before anything else
 find_package(ucx REQUIRED)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(tomlplusplus REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(CLI11 REQUIRED)
-find_package(Torch REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)
 include(FindCAF)
+
+# PyTorch's wheel ships fmt 12's headers in its include folder, which comes before the
+# system's; Debian's spdlog is built for Debian's fmt 9. A folder holding only Debian's fmt
+# headers goes first on every include path of the project.
+troupe_fmt_first(TROUPE_FMT_FIRST_DIR ${PROJECT_BINARY_DIR}/fmt-first)
+include_directories(BEFORE SYSTEM ${TROUPE_FMT_FIRST_DIR})
+
+# Programs find LibTorch's libraries and the CUDA libraries they load (the wheel's, which
+# come before the toolkit's: one CUDA runtime and one NCCL in a process) where the build
+# found them, in the build tree and installed.
+set(CMAKE_BUILD_RPATH ${TROUPE_TORCH_LIBRARY_DIRS})
+set(CMAKE_INSTALL_RPATH ${TROUPE_TORCH_LIBRARY_DIRS})

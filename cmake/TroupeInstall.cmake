@@ -24,6 +24,12 @@ foreach(layer base kernels memory optim pipeline transport actors sim runtime)
     FILES_MATCHING PATTERN "*.hpp")
 endforeach()
 
+# include/troupe/fmt-first: a link to Debian's fmt headers, which an outside project puts
+# before LibTorch's bundled fmt (troupeConfig.cmake does, on troupe::troupe).
+install(CODE "set(fmt_first \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_INCLUDEDIR}/troupe/fmt-first\")
+  file(MAKE_DIRECTORY \"\${fmt_first}\")
+  file(CREATE_LINK \"${TROUPE_SYSTEM_FMT_INCLUDE}/fmt\" \"\${fmt_first}/fmt\" SYMBOLIC)")
+
 install(EXPORT troupeTargets NAMESPACE troupe:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/troupe)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/troupeConfig.cmake.in
   ${PROJECT_BINARY_DIR}/troupeConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/troupe)

@@ -1,5 +1,8 @@
 #include "runtime/parameter_file.hpp"
 
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/torch.h>
 
 #include <fstream>
@@ -13,6 +16,31 @@
 #include "actors/model_parameters.hpp"
 
 namespace troupe {
+namespace {
+
+// torch.save's archive of `value`, as torch::pickle_save writes it but without the type
+// tags it adds to a dict (torch.jit._pickle.restore_type_tag), which torch.load refuses
+// since PyTorch 2.6 made weights_only its default: a plain dict of tensors loads there.
+std::vector<char> torch_save_archive(const c10::IValue& value) {
+  std::vector<char> pickled;
+  torch::jit::Pickler pickler(
+      [&](const char* bytes, size_t size) { pickled.insert(pickled.end(), bytes, bytes + size); },
+      /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+      /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(value);
+  pickler.stop();
+  std::vector<char> archive;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* bytes, size_t size) {
+    archive.insert(archive.end(), static_cast<const char*>(bytes), static_cast<const char*>(bytes) + size);
+    return size;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(), writer);
+  writer.writeEndOfFile();
+  return archive;
+}
+
+}  // namespace
 
 Status write_parameter_file(const std::string& path, const ConsolidatedParameters& parameters) {
   c10::Dict<std::string, at::Tensor> dict;
@@ -24,7 +52,7 @@ Status write_parameter_file(const std::string& path, const ConsolidatedParameter
                                .view(parameters.tensors[t].shape);
     dict.insert(parameters.tensors[t].name, tensor);
   }
-  std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
+  std::vector<char> bytes = torch_save_archive(c10::IValue(dict));
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   out.close();

@@ -1,7 +1,7 @@
 // One file of a model's parameters, by name: what `troupe export` writes from a checkpoint
-// and what [model] init_from starts a model from. The file is LibTorch's pickle archive of
-// a dict of name → fp32 tensor (torch::pickle_save), which PyTorch's torch.load and
-// LibTorch's torch::pickle_load read without troupe; a dict saved by torch.save loads too.
+// and what [model] init_from starts a model from. The file is torch.save's archive of a
+// plain dict of name → fp32 tensor, which PyTorch's torch.load (weights_only, its default)
+// and LibTorch's torch::pickle_load read without troupe; a dict saved by torch.save loads too.
 #pragma once
 
 #include <string>

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -129,6 +130,20 @@ struct Masters {
   }
 };
 
+// LibTorch's optimizers keep a parameter's state under its TensorImpl: the pointer itself
+// in LibTorch 2.x's recent releases, its printed address in earlier ones.
+template <typename Optimizer>
+auto optimizer_state_key(Optimizer& optimizer, const torch::Tensor& parameter) {
+  using Key = typename std::decay_t<decltype(optimizer.state())>::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream address;
+    address << parameter.unsafeGetTensorImpl();
+    return address.str();
+  } else {
+    return static_cast<Key>(parameter.unsafeGetTensorImpl());
+  }
+}
+
 int64_t defined_bytes(const torch::Tensor& tensor) {
   return tensor.defined() ? static_cast<int64_t>(tensor.nbytes()) : 0;
 }
@@ -183,7 +198,7 @@ Result<ConsolidatedParameters> resume_reference(const JobConfig& job, torch::nn:
     const std::size_t i = found->second;
     torch::Tensor& p = named->tensors[t];
     p.copy_(as_tensor(saved->values[i], p.sizes()));
-    const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+    const auto key = optimizer_state_key(optimizer, p);
     const int64_t steps = saved->steps[i];
     if (steps == 0) continue;  // never updated: LibTorch makes its state on the first step
     if (job.optimizer.type == OptimizerType::adamw) {

@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.."
 steps=${1:-6}
 repeats=${2:-1}
 peer=${TROUPE_PEERS:-../shared/peers}/torch2-pipe.py
+export PEERS_VENV=${PEERS_VENV:-$(bash scripts/torch-env.sh venv)}  # troupe's own torch
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 source scripts/free-port.sh

@@ -14,6 +14,7 @@ steps=${1:-20}
 repeats=${2:-3}
 sequence=${3:-false}
 peers=${TROUPE_PEERS:-../shared/peers}
+export PEERS_VENV=${PEERS_VENV:-$(bash scripts/torch-env.sh venv)}  # troupe's own torch
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 source scripts/free-port.sh

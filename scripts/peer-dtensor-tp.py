@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The peer of troupe's tensor parallelism: PyTorch 2.x DTensor (`parallelize_module` with ColwiseParallel and
 RowwiseParallel, the vocabulary-parallel embedding and `loss_parallel`) training the same GPT shape as troupe's
-built-in one on tp CPU processes over gloo, one thread each. Runs in the virtualenv that the peers'
-setup-py-peers.sh makes (PEERS_VENV, default /tmp/peers-venv), re-executing itself there.
+built-in one on tp CPU processes over gloo, one thread each. Runs with troupe's own torch (scripts/torch-env.sh)
+or the virtualenv PEERS_VENV names, re-executing itself there.
 
 The model, as troupe's GPT: token and learned position embeddings (vocabulary 256), pre-norm blocks of causal
 attention and a GELU MLP of width 4h, a final LayerNorm and a bias-free head, untied. q, k and v are three Linear
@@ -17,7 +17,9 @@ last line: peer=dtensor-tp tp=T params=P tokens_per_s=X step_ms=Y loss_first=A l
 """
 import argparse, math, os, socket, sys, time
 
-VENV = os.environ.get("PEERS_VENV", "/tmp/peers-venv")
+HERE = os.path.dirname(os.path.abspath(__file__))
+# troupe's own torch (scripts/torch-env.sh) unless PEERS_VENV names another environment.
+VENV = os.environ.get("PEERS_VENV") or os.popen(f"bash {HERE}/torch-env.sh venv").read().strip()
 
 
 def into_venv():
@@ -25,7 +27,7 @@ def into_venv():
     if os.path.realpath(sys.prefix) == os.path.realpath(VENV):
         return
     if not os.path.exists(python):
-        sys.exit(f"peer-dtensor-tp: no virtualenv at {VENV}: run the peers' setup-py-peers.sh first")
+        sys.exit(f"peer-dtensor-tp: no virtualenv at {VENV}: run scripts/setup.sh first")
     os.execv(python, [python] + sys.argv)
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs, from Debian 12's packages, everything troupe's build and tests need.
-# Idempotent: when every package is already present it returns in well under a second.
+# Installs everything troupe's build and tests need: Debian 12's packages, then LibTorch 2
+# from PyTorch's pinned wheel in a Python environment of the project's (scripts/torch-env.sh).
+# Idempotent: when everything is already there it returns in about a second.
 set -euo pipefail
 
 packages=(
@@ -9,14 +10,13 @@ packages=(
   libucx-dev ucx-utils
   libtomlplusplus-dev
   libspdlog-dev libfmt-dev
-  libtorch-dev
-  libopenblas0-openmp
   libgtest-dev
   libcli11-dev
   liburing-dev
   nlohmann-json3-dev
   iproute2
   clang libclang-rt-14-dev
+  python3-venv
 )
 
 missing=()
@@ -24,11 +24,13 @@ for p in "${packages[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
   [[ "$status" == "install ok installed" ]] || missing+=("$p")
 done
-[[ ${#missing[@]} -eq 0 ]] && exit 0
+if [[ ${#missing[@]} -gt 0 ]]; then
+  echo "setup: installing ${missing[*]}" >&2
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
 
-echo "setup: installing ${missing[*]}" >&2
-sudo=""
-[[ $(id -u) -eq 0 ]] || sudo="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+bash "$(dirname "$0")/torch-env.sh" install

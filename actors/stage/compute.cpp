@@ -219,10 +219,10 @@ void run_backward(StageState& s, ComputeSide& c, const BackwardWork& w, caf::act
     Tracer::Scope span(s.options.tracer, "stream compute", "autograd backward");
     std::optional<DeferredWeights::Scope> defer;
     if (deferred) defer.emplace(deferred->work);
-    if (s.last_stage() && w.loss_scale == 1.0)
+    if (s.last_stage() && w.loss_seed == 1.0)
       saved.output.backward();
-    else if (s.last_stage())  // loss scaling: d(scale · loss) = scale
-      saved.output.backward(torch::full_like(saved.output, w.loss_scale));
+    else if (s.last_stage())  // d(seed · loss) = seed
+      saved.output.backward(torch::full_like(saved.output, w.loss_seed));
     else
       saved.output.backward(
           tensor_of(w.output_gradient, w.output_shape, saved.output.device(), s.options.dtype));

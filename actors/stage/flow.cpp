@@ -130,9 +130,13 @@ bool start_backward(StageActor* self, const stage_action& a) {
   const bool weights = a.action.op == Op::backward_weight;
   if (!weights && !s.last_stage() && !f.output_grads_arrived.count(m)) return false;
   BackwardWork w{a.action.op, a.step, m, a.micro_count, nullptr, f.output_shape, 1.0};
-  if (s.scaler) w.loss_scale = s.scaler->scale();
+  // Each replica backpropagates its share of the step's loss (1/dp of the mean) and the
+  // replicas' gradients are summed: every partial sum of a gradient is then as large as in
+  // the single-process trainer's accumulation, so fp16 overflows where it overflows (a
+  // sum of per-replica means, averaged after, is dp times larger before the division).
+  w.loss_seed = (s.scaler ? s.scaler->scale() : 1.0) / static_cast<double>(s.options.dp);
   if (s.options.inject_overflow_steps.count(a.step + 1))
-    w.loss_scale = std::numeric_limits<double>::infinity();
+    w.loss_seed = std::numeric_limits<double>::infinity();
   if (!weights && !s.last_stage()) w.output_gradient = f.output_grads[m];
   f.output_grads.erase(m);
   f.output_grads_arrived.erase(m);
@@ -332,9 +336,10 @@ void on_transfer_done(StageActor* self, const collective_done& done) {
                           (started != f.started.end() && (started->second.op == Op::recv_activation ||
                                                           started->second.op == Op::send_gradient));
     const bool sending = kind == Tag::sent || kind == Tag::header_sent;
-    return fail(self, fmt::format("{} stage {} (rank {}) failed: {}", sending ? "sending to" : "receiving from",
-                                  s.options.place.stage + (previous ? -1 : 1),
-                                  previous ? s.options.place.previous : s.options.place.next, done.error));
+    return fail(self,
+                fmt::format("{} stage {} (rank {}) failed: {}", sending ? "sending to" : "receiving from",
+                            s.options.place.stage + (previous ? -1 : 1),
+                            previous ? s.options.place.previous : s.options.place.next, done.error));
   }
   if (kind == Tag::header_sent) return;
   if (kind == Tag::header_received) {

@@ -26,6 +26,7 @@
 // views and the buffers between steps, when compute is idle.
 #pragma once
 
+#include <torch/csrc/autograd/variable.h>
 #include <torch/types.h>
 
 #include <memory>
@@ -41,6 +42,10 @@
 #include "memory/zero_plan.hpp"
 
 namespace troupe {
+
+/// A leaf's gradient accumulator as LibTorch hands it out (an intrusive_ptr in LibTorch 2.x).
+using GradAccumulator =
+    decltype(torch::autograd::impl::grad_accumulator(std::declval<const torch::Tensor&>()));
 
 class ParameterStore {
  public:
@@ -130,9 +135,9 @@ class ParameterStore {
   torch::Tensor device_gradients_;  // stage 0 on a GPU
   MemoryCharge device_gradient_charge_;
   std::shared_ptr<HostBuffer> flat_parameters_, flat_gradients_, partition_parameters_, partition_gradients_;
-  std::vector<std::vector<int64_t>> shapes_;                          // by layout position
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // autograd holds them weakly
-  std::vector<std::shared_ptr<HostBuffer>> rows_;                     // stage 3: gathered rows, by row
+  std::vector<std::vector<int64_t>> shapes_;       // by layout position
+  std::vector<GradAccumulator> accumulators_;      // autograd holds them weakly
+  std::vector<std::shared_ptr<HostBuffer>> rows_;  // stage 3: gathered rows, by row
 };
 
 /// A tensor of `sizes` viewing values of `type` from `offset` (in values) into `buffer`,

@@ -120,8 +120,8 @@ Status resolve_parallel(JobConfig& config, const ConfigOrigins& origins) {
   ParallelConfig& parallel = config.parallel;
   int64_t& world_size = config.cluster.world_size;
   TROUPE_TRY(require(in_range(parallel.pp, 1, kRanksMax), origins, "parallel", "pp", parallel.pp));
-  TROUPE_TRY(require(pipeline::parse_grid_order(parallel.order).ok(), origins, "parallel", "order",
-                     parallel.order));
+  TROUPE_TRY(
+      require(pipeline::parse_grid_order(parallel.order).ok(), origins, "parallel", "order", parallel.order));
   TROUPE_TRY(require(in_range(parallel.tp, 1, kRanksMax), origins, "parallel", "tp", parallel.tp));
   TROUPE_TRY(require(in_range(world_size, 0, kRanksMax), origins, "cluster", "world_size", world_size));
   TROUPE_TRY(require(in_range(parallel.dp, 0, kRanksMax), origins, "parallel", "dp", parallel.dp));
@@ -487,7 +487,8 @@ const std::vector<std::string>& partition_methods() {
 
 // "unknown X; did you mean Y?" or the list of allowed names.
 std::string one_of(const std::string& got, const std::vector<std::string>& names) {
-  if (auto close = suggest(got, names)) return fmt::format("got {}; did you mean {}?", toml_string(got), toml_string(*close));
+  if (auto close = suggest(got, names))
+    return fmt::format("got {}; did you mean {}?", toml_string(got), toml_string(*close));
   std::string allowed;
   for (const auto& name : names) allowed += (allowed.empty() ? "" : ", ") + toml_string(name);
   return fmt::format("got {}; the allowed values are {}", toml_string(got), allowed);
@@ -580,8 +581,9 @@ Status resolve_pipeline(const JobConfig& job, const ConfigOrigins& origins) {
   if (cut.counts.empty()) {
     const auto& methods = partition_methods();
     if (std::find(methods.begin(), methods.end(), cut.method) == methods.end())
-      return key_error(origins, "pipeline", "partition",
-                       fmt::format("partition must be a method or layer counts, {}", one_of(cut.method, methods)));
+      return key_error(
+          origins, "pipeline", "partition",
+          fmt::format("partition must be a method or layer counts, {}", one_of(cut.method, methods)));
     return {};
   }
   const int64_t chunks = pipeline_chunks(job);
@@ -595,9 +597,9 @@ Status resolve_pipeline(const JobConfig& job, const ConfigOrigins& origins) {
                                        cut.counts.size(), job.parallel.pp, chunks, job.parallel.pp * chunks));
   for (std::size_t s = 0; s < cut.counts.size(); ++s)
     if (!in_range(cut.counts[s], 1, int64_t{1} << 20))
-      return key_error(origins, "pipeline", "partition",
-                       fmt::format("partition gives stage {} {} layers; every stage needs at least 1", s,
-                                   cut.counts[s]));
+      return key_error(
+          origins, "pipeline", "partition",
+          fmt::format("partition gives stage {} {} layers; every stage needs at least 1", s, cut.counts[s]));
   return {};
 }
 
@@ -649,7 +651,7 @@ Status resolve_device(const JobConfig& raw, const ConfigOrigins& origins) {
                                raw.zero.stage));
 }
 
-// [precision]: bf16 on CPU ranks; fp16 needs kernels LibTorch 1.13 has only for CUDA.
+// [precision]: bf16 and fp16 on CPU ranks (LibTorch 2's CPU kernels have both).
 Status resolve_precision(const JobConfig& raw, const ConfigOrigins& origins) {
   const PrecisionConfig& p = raw.precision;
   TROUPE_TRY(require(p.dtype == "fp32" || p.dtype == "bf16" || p.dtype == "fp16", origins, "precision",
@@ -668,20 +670,16 @@ Status resolve_precision(const JobConfig& raw, const ConfigOrigins& origins) {
                                  "\"fp32\"",
                                  toml_string(comm), toml_string(p.dtype), toml_string(p.dtype)));
   if (p.dtype == "fp32") return {};
-  if (p.dtype == "fp16")
-    return key_error(origins, "precision", "dtype",
-                     "dtype = \"fp16\" needs half-precision kernels that LibTorch 1.13 has only for CUDA "
-                     "(on the CPU it lacks fp16 addmm, bmm, layer_norm, gelu, softmax, tanh and exp), and "
-                     "troupe's GPU ranks train fp32 so far; use dtype = \"bf16\", which the CPU kernels "
-                     "have");
   if (raw.cluster.device == "cuda")
     return key_error(origins, "precision", "dtype",
-                     "dtype = \"bf16\" with [cluster] device = \"cuda\": GPU ranks train fp32 so far; "
-                     "bf16 runs on device = \"cpu\"");
+                     fmt::format("dtype = {} with [cluster] device = \"cuda\": GPU ranks train fp32 so far; "
+                                 "{} runs on device = \"cpu\"",
+                                 toml_string(p.dtype), p.dtype));
   if (raw.offload.param == "nvme")
     return key_error(origins, "precision", "dtype",
-                     "dtype = \"bf16\" with [offload] param = \"nvme\": the parameter swap holds fp32 "
-                     "blocks so far; use param = \"none\" or dtype = \"fp32\"");
+                     fmt::format("dtype = {} with [offload] param = \"nvme\": the parameter swap holds fp32 "
+                                 "blocks so far; use param = \"none\" or dtype = \"fp32\"",
+                                 toml_string(p.dtype)));
   return {};
 }
 

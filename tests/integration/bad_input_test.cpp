@@ -87,9 +87,11 @@ TEST(BadInput, PrecisionNamesTheDtypeItCannotRun) {
   auto r = run_on("check", "[precision]\ndtype = \"fp8\"\n" + batch, &path);
   expect_refused(r, path + ":2:");
   expect_refused(r, "[precision] dtype must be one of \"fp32\", \"bf16\" or \"fp16\", got \"fp8\"");
-  r = run_on("check", "[precision]\ndtype = \"fp16\"\n" + batch, &path);
+  r = run_on("check", "[precision]\ndtype = \"fp16\"\n[cluster]\ndevice = \"cuda\"\n" + batch, &path);
   expect_refused(r, path + ":2:");
-  expect_refused(r, "LibTorch 1.13 has only for CUDA (on the CPU it lacks fp16 addmm, bmm, layer_norm");
+  expect_refused(r,
+                 "dtype = \"fp16\" with [cluster] device = \"cuda\": GPU ranks train fp32 so far; fp16 "
+                 "runs on device = \"cpu\"");
   r = run_on("check", "[precision]\ndtype = \"bf16\"\ncommunication_data_type = \"fp16\"\n" + batch, &path);
   expect_refused(r, path + ":3:");
   expect_refused(
@@ -138,12 +140,14 @@ TEST(BadInput, WorldSizeMustEqualDpTimesPpTimesTp) {
 }
 
 // The tiny GPT of these jobs has 4 layers: embedding, 2 blocks, head.
-const char* kPipelineJob = "[cluster]\nworld_size = 2\n[parallel]\npp = 2\n[batch]\nmicro_batch_size = 1\n"
-                           "gradient_accumulation_steps = 4\n[model]\nn_layers = 2\n";
+const char* kPipelineJob =
+    "[cluster]\nworld_size = 2\n[parallel]\npp = 2\n[batch]\nmicro_batch_size = 1\n"
+    "gradient_accumulation_steps = 4\n[model]\nn_layers = 2\n";
 
 TEST(BadInput, PipelineStagesThatDoNotDivideTheWorldAreRefused) {
   std::string path;
-  auto r = run_on("check", "[cluster]\nworld_size = 3\n[parallel]\npp = 2\n[batch]\nmicro_batch_size = 1\n", &path);
+  auto r = run_on("check", "[cluster]\nworld_size = 3\n[parallel]\npp = 2\n[batch]\nmicro_batch_size = 1\n",
+                  &path);
   expect_refused(r, path + ":2:");
   expect_refused(r, "world_size = 3 is not divisible by pp 2");
 }
@@ -175,9 +179,10 @@ TEST(BadInput, UnknownScheduleAndPartitionSuggestTheClosest) {
   r = run_on("check", std::string(kPipelineJob) + "[pipeline]\npartition = \"unifrom\"\n", &path);
   expect_refused(r, path + ":11:");
   expect_refused(r, "did you mean \"uniform\"?");
-  r = run_on("check",
-             "[cluster]\nworld_size = 2\n[parallel]\npp = 2\norder = \"tp,dp\"\n[batch]\nmicro_batch_size = 1\n"
-             "gradient_accumulation_steps = 4\n");
+  r = run_on(
+      "check",
+      "[cluster]\nworld_size = 2\n[parallel]\npp = 2\norder = \"tp,dp\"\n[batch]\nmicro_batch_size = 1\n"
+      "gradient_accumulation_steps = 4\n");
   expect_refused(r, "[parallel] order must be one of \"pp,dp\" or \"dp,pp\"");
 }
 
@@ -398,6 +403,66 @@ TEST(BadInput, ScheduleShowRefusesAnUnknownScheduleOrAShapeItCannotRun) {
   r = testing::run_command(troupe_command("schedule show --schedule 1f1b --pp 4 --micro-batches 2"), 60);
   expect_refused(r, "1f1b needs at least as many micro-batches as stages");
   EXPECT_EQ(r.output.find("stage  0 |"), std::string::npos) << r.output;
+}
+
+// The configure step takes a LibTorch 2.x with the C++11 ABI and nothing else: TORCH_PREFIX
+// at a folder without one, at a LibTorch 1.x, at one built with the pre-C++11 ABI, or at one
+// whose libraries would mix with another LibTorch's stops it with one sentence naming the
+// path and what it found (fake LibTorch packages: the CMake files are what is checked).
+std::string configure_with_torch(const std::string& prefix) {
+  const std::string build = testing::make_temp_dir() + "/build";
+  auto r = testing::run_command(std::string(TROUPE_CMAKE) + " -S " + TROUPE_SOURCE_DIR + " -B " + build +
+                                    " -G Ninja -DTORCH_PREFIX=" + prefix,
+                                120);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  // CMake folds a message's lines: one space for each run of blanks.
+  return std::regex_replace(r.output, std::regex(R"(\s+)"), " ");
+}
+
+// A fake LibTorch `version` under `prefix`, whose CMake package states `flags` and `libraries`.
+void fake_torch(const std::string& prefix, const std::string& version, const std::string& flags,
+                const std::string& libraries) {
+  const std::string dir = prefix + "/share/cmake/Torch";
+  ASSERT_EQ(testing::run_command("mkdir -p " + dir + " " + prefix + "/lib").exit_code, 0);
+  testing::write_file(dir + "/TorchConfigVersion.cmake",
+                      "set(PACKAGE_VERSION \"" + version + "\")\nset(PACKAGE_VERSION_COMPATIBLE TRUE)\n");
+  testing::write_file(dir + "/TorchConfig.cmake", "set(TORCH_CXX_FLAGS \"" + flags +
+                                                      "\")\nset(TORCH_LIBRARIES \"" + libraries +
+                                                      "\")\nset(TORCH_LIBRARY \"" + libraries + "\")\n");
+}
+
+TEST(BadInput, TorchPrefixIsRefusedUnlessItIsALibTorch2WithTheCxx11Abi) {
+  const std::string root = testing::make_temp_dir();
+  std::string out = configure_with_torch(root + "/nothing");
+  EXPECT_NE(out.find("troupe: TORCH_PREFIX " + root +
+                     "/nothing holds no LibTorch (no share/cmake/Torch/"
+                     "TorchConfig.cmake under it); point it at a LibTorch 2.x with the C++11 ABI"),
+            std::string::npos)
+      << out;
+
+  fake_torch(root + "/old", "1.13.1", "-D_GLIBCXX_USE_CXX11_ABI=1", root + "/old/lib/libtorch.so");
+  out = configure_with_torch(root + "/old");
+  EXPECT_NE(out.find("troupe: TORCH_PREFIX " + root +
+                     "/old is LibTorch 1.13.1; troupe needs LibTorch 2.x with "
+                     "the C++11 ABI"),
+            std::string::npos)
+      << out;
+
+  fake_torch(root + "/abi", "2.5.1", "-D_GLIBCXX_USE_CXX11_ABI=0", root + "/abi/lib/libtorch.so");
+  out = configure_with_torch(root + "/abi");
+  EXPECT_NE(out.find("troupe: TORCH_PREFIX " + root +
+                     "/abi is LibTorch 2.5.1 built with the pre-C++11 "
+                     "(_GLIBCXX_USE_CXX11_ABI=0) ABI;"),
+            std::string::npos)
+      << out;
+
+  const std::string other = root + "/other/libc10.so";
+  fake_torch(root + "/mixed", "2.5.1", "-D_GLIBCXX_USE_CXX11_ABI=1", other);
+  out = configure_with_torch(root + "/mixed");
+  EXPECT_NE(out.find("troupe: LibTorch 2.5.1 at " + root + "/mixed would link " + other +
+                     ", a library of another LibTorch"),
+            std::string::npos)
+      << out;
 }
 
 }  // namespace

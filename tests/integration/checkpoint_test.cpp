@@ -303,5 +303,25 @@ TEST(Checkpoint, ExportsOneFileThatLibTorchLoadsAndAJobStartsFrom) {
   EXPECT_LT(engine.losses.front(), 0.8 * trained.losses.front()) << "it starts trained";
 }
 
+// Python's side reads it too: PyTorch's torch.load (weights_only, its default since 2.6),
+// with the torch whose LibTorch troupe was built against, gives the same tensors as the
+// run's --parameters-out, bit for bit (tests/python/check_export.py).
+TEST(Checkpoint, PythonsTorchLoadReadsTheExportBitForBit) {
+  const std::string python = TROUPE_TORCH_PYTHON;
+  if (python.empty())
+    GTEST_SKIP() << "no Python whose torch is the LibTorch troupe was built against (TROUPE_TORCH_PYTHON)";
+  const std::string root = testing::make_temp_dir();
+  run(command(job(1, "none", 2, 1), root, root + "/trained"));
+  auto exported = testing::run_command(std::string(TROUPE_BINARY) + " export " + root + "/ckpt --out " +
+                                       root + "/model.pt");
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  auto loaded = testing::run_command(python + " " + TROUPE_SOURCE_DIR + "/tests/python/check_export.py " +
+                                         root + "/model.pt " + root + "/trained.bin",
+                                     120);
+  EXPECT_EQ(loaded.exit_code, 0) << loaded.output;
+  EXPECT_NE(loaded.output.find("equal to"), std::string::npos) << loaded.output;
+  std::printf("%s", loaded.output.c_str());
+}
+
 }  // namespace
 }  // namespace troupe

@@ -51,10 +51,8 @@ std::vector<Shape> shapes() {
        {"type = \"adam\"", "gradient_clipping = 0.5", "gradient_accumulation_steps = 4"}},
       {"monitoring.json", {"stage = 1", "type = \"adamw\""}},
       {"zero3_bf16.json", {"dtype = \"bf16\"", "communication_data_type = \"bf16\"", "stage = 3"}},
-      // fp16 compute needs CUDA kernels: the config's dynamic scaler runs with bf16 compute.
       {"zero1_fp16_dynamic.json",
-       {"dtype = \"bf16\"", "initial_scale_power = 12", "loss_scale_window = 500", "hysteresis = 2"},
-       " --set precision.dtype=\\\"bf16\\\" --set precision.loss_scaling=true"},
+       {"dtype = \"fp16\"", "initial_scale_power = 12", "loss_scale_window = 500", "hysteresis = 2"}},
   };
 }
 
@@ -92,11 +90,11 @@ TEST(DeepSpeedConfig, IgnoredKeysAreWarningsNamingThem) {
   EXPECT_EQ(r.output.find("fp16"), std::string::npos) << "a disabled fp16 section is not worth a word";
 }
 
-testing::CommandResult check_json(const std::string& json) {
+testing::CommandResult check_json(const std::string& json, const std::string& settings = "") {
   const std::string file = testing::make_temp_dir() + "/ds_config.json";
   testing::write_file(file, json);
-  return testing::run_command(std::string(TROUPE_BINARY) + " check " + file + " --set cluster.world_size=2",
-                              60);
+  return testing::run_command(
+      std::string(TROUPE_BINARY) + " check " + file + " --set cluster.world_size=2" + settings, 60);
 }
 
 void expect_refused(const testing::CommandResult& r, const std::string& needle) {
@@ -133,13 +131,16 @@ TEST(DeepSpeedConfig, SyntaxAndTypeErrorsNameTheLineColumnOrKeyPath) {
   // A value of the right type out of range: troupe's own check, at the DeepSpeed key.
   expect_refused(check_json(R"({"train_batch_size": 16, "zero_optimization": {"stage": 7}})"),
                  "ds_config.json: zero_optimization.stage: [zero] stage must be one of 0, 1, 2 or 3, got 7");
-  // fp16 with a negative loss scale: the scaler's key is named before fp16 itself is refused.
+  // fp16 with a negative loss scale or a hysteresis that is not a number: the scaler's key.
   expect_refused(check_json(R"({"train_batch_size": 16, "fp16": {"enabled": true, "loss_scale": -1}})"),
                  "ds_config.json: fp16.loss_scale: [precision] loss_scale = -1 is not a loss scale");
   expect_refused(check_json(R"({"train_batch_size": 16, "fp16": {"enabled": true, "hysteresis": "2"}})"),
                  "fp16.hysteresis must be an integer, got \"2\" (a string), for [precision] hysteresis");
-  expect_refused(check_json(R"({"train_batch_size": 16, "fp16": {"enabled": true}})"),
-                 "fp16.enabled: [precision] dtype = \"fp16\" needs half-precision kernels");
+  // fp16 on a GPU rank: not yet, at the key that asked for it.
+  expect_refused(
+      check_json(R"({"train_batch_size": 16, "fp16": {"enabled": true}})",
+                 " --set cluster.device=\\\"cuda\\\""),
+      "fp16.enabled: [precision] dtype = \"fp16\" with [cluster] device = \"cuda\": GPU ranks train fp32");
 }
 
 // A job TOML may point at a DeepSpeed config for its training keys and give the model and
