@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# bf16 against fp32 on one GPT shape, data-parallel under each ZeRO stage: troupe's
-# throughput (step 1 skipped) and the payload bytes rank 0 sends per step (the metrics'
-# sent_bytes: gradient reductions, parameter gathers), fp32 and bf16 alternated REPEATS
-# times in one run so both see the same machine. Prints one line per stage and dtype and
-# the bf16/fp32 ratios of the medians.
+# bf16 and fp16 against fp32 on one GPT shape, data-parallel under each ZeRO stage:
+# troupe's throughput (step 1 skipped) and the payload bytes rank 0 sends per step (the
+# metrics' sent_bytes: gradient reductions, parameter gathers), fp32, bf16 and fp16 (with
+# its dynamic loss scaler) alternated REPEATS times in one run so all see the same machine.
+# Prints one line per stage and the 16-bit/fp32 ratios of the medians.
 #
 # usage: scripts/bench-precision.sh [RANKS=2] [STEPS=20] [REPEATS=3]
 # shape: 4 layers, d_model 256, 4 heads, seq 128, micro-batch 8 per rank, 1 thread per
@@ -40,14 +40,15 @@ echo "ranks $ranks, $steps steps, $repeats repeats; $(grep -m1 'model name' /pro
 for stage in 0 1 2 3; do
   declare -A rate=() sent=()
   for ((r = 0; r < repeats; ++r)); do
-    for dtype in fp32 bf16; do
+    for dtype in fp32 bf16 fp16; do
       run "$stage" "$dtype"
       rate[$dtype]+="$(metrics_tokens_per_s "$work/m.jsonl") "
       sent[$dtype]=$(sent_per_step "$work/m.jsonl")
     done
   done
-  f=$(median ${rate[fp32]}) b=$(median ${rate[bf16]})
-  printf 'stage %d  fp32 %8.0f tok/s %12d B/step   bf16 %8.0f tok/s %12d B/step   bf16/fp32: speed %.2f  bytes %.3f\n' \
-    "$stage" "$f" "${sent[fp32]}" "$b" "${sent[bf16]}" "$(echo "$b / $f" | bc -l)" \
-    "$(echo "${sent[bf16]} / ${sent[fp32]}" | bc -l)"
+  f=$(median ${rate[fp32]}) b=$(median ${rate[bf16]}) h=$(median ${rate[fp16]})
+  printf 'stage %d  fp32 %6.0f tok/s %9d B/step  bf16 %6.0f tok/s %9d B/step  fp16 %6.0f tok/s %9d B/step  speed bf16/fp32 %.2f fp16/fp32 %.2f  bytes %.3f %.3f\n' \
+    "$stage" "$f" "${sent[fp32]}" "$b" "${sent[bf16]}" "$h" "${sent[fp16]}" "$(echo "$b / $f" | bc -l)" \
+    "$(echo "$h / $f" | bc -l)" "$(echo "${sent[bf16]} / ${sent[fp32]}" | bc -l)" \
+    "$(echo "${sent[fp16]} / ${sent[fp32]}" | bc -l)"
 done
