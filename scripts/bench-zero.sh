@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # ZeRO stages against each other and against PyTorch on the same GPT shape: for each
 # stage, troupe's throughput (step 1 skipped) alternated REPEATS times with the nearest
-# PyTorch peer (../shared/peers/torch-gpt.py: stage 0 ↔ DDP, stages 1-2 ↔ DDP +
-# ZeroRedundancyOptimizer, stage 3 ↔ FSDP where this PyTorch can import it), then one
+# PyTorch 2.15 peer (../shared/peers/torch2-gpt.py with troupe's own torch, scripts/
+# torch-env.sh: stage 0 ↔ DDP, stage 1 ↔ DDP + ZeroRedundancyOptimizer, stage 2 ↔
+# fully_shard without resharding after forward, stage 3 ↔ fully_shard), then one
 # traced run per stage, from which
 # scripts/trace_overlap.py takes the exposed-communication fraction: the time in which
 # communication runs and no compute does (forward, backward, optimizer), over the
@@ -15,10 +16,12 @@
 # use (max_reuse_distance 0) and keeps parameters under 100,000 elements whole.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/bench-lib.sh
 ranks=${1:-2}
 steps=${2:-20}
 repeats=${3:-2}
-peer=${TROUPE_PEERS:-../shared/peers}/torch-gpt.py
+peer=${TROUPE_PEERS:-../shared/peers}/torch2-gpt.py
+export PEERS_VENV=${PEERS_VENV:-$(bash scripts/torch-env.sh venv)}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -34,22 +37,12 @@ troupe_run() {  # STAGE STEPS EXTRA...
     --set cluster.coordinator=127.0.0.1:29591 "$@" > "$work/out" 2>&1
 }
 
-tokens_per_s() {
-  python3 - "$1" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])][1:]
-print(sum(r["tokens"] for r in rows) / (sum(r["step_ms"] for r in rows) / 1000))
-PY
-}
-
-peer_mode() { case $1 in 0) echo ddp ;; 3) echo fsdp ;; *) echo zero1 ;; esac; }
+peer_mode() { case $1 in 0) echo ddp ;; 1) echo zero1 ;; 2) echo fsdp2-zero2 ;; *) echo fsdp2 ;; esac; }
 
 peer_once() {
-  /usr/bin/python3 "$peer" --ranks "$ranks" --mode "$1" --layers 4 --hidden 256 --heads 4 --seq 128 --micro 8 \
+  python3 "$peer" --ranks "$ranks" --mode "$1" --layers 4 --hidden 256 --heads 4 --seq 128 --micro 8 \
     --steps "$steps" --threads 1 2>/dev/null | tail -1 | sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p' || true
 }
-
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
 echo "stage | troupe tok/s | step ms | vs stage 0 | peer | peer tok/s | ratio | exposed comm | model state B/rank"
 base=""
@@ -57,7 +50,7 @@ for stage in 0 1 2 3; do
   ours=() theirs=()
   for i in $(seq "$repeats"); do
     troupe_run "$stage" $((steps + 1)) --metrics "$work/m.jsonl"
-    ours+=("$(tokens_per_s "$work/m.jsonl")")
+    ours+=("$(metrics_tokens_per_s "$work/m.jsonl")")
     theirs+=("$(peer_once "$(peer_mode "$stage")")")
   done
   t=$(median "${ours[@]}")
