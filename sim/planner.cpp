@@ -143,6 +143,7 @@ Result<Plan> plan_job(const JobConfig& base, const ClusterSpec& cluster, const L
   if (plan.ranked.empty() && plan.refused.empty())
     return make_error(fmt::format("{}: no layout divides {} ranks and the global batch of {}", base.source,
                                   cluster.world(), base.batch.global_batch_size));
+  if (plan.ranked.empty()) return plan;  // every layout refused, each saying why
   std::stable_sort(plan.ranked.begin(), plan.ranked.end(),
                    [](const PlannedJob& a, const PlannedJob& b) { return a.step_ms < b.step_ms; });
   // Layouts the simulation cannot tell apart: the simplest of them first.

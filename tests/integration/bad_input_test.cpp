@@ -409,14 +409,15 @@ TEST(BadInput, ScheduleShowRefusesAnUnknownScheduleOrAShapeItCannotRun) {
 // at a folder without one, at a LibTorch 1.x, at one built with the pre-C++11 ABI, or at one
 // whose libraries would mix with another LibTorch's stops it with one sentence naming the
 // path and what it found (fake LibTorch packages: the CMake files are what is checked).
-std::string configure_with_torch(const std::string& prefix) {
+void expect_torch_refused(const std::string& prefix, const std::string& sentence) {
   const std::string build = testing::make_temp_dir() + "/build";
   auto r = testing::run_command(std::string(TROUPE_CMAKE) + " -S " + TROUPE_SOURCE_DIR + " -B " + build +
                                     " -G Ninja -DTORCH_PREFIX=" + prefix,
                                 120);
   EXPECT_NE(r.exit_code, 0) << r.output;
   // CMake folds a message's lines: one space for each run of blanks.
-  return std::regex_replace(r.output, std::regex(R"(\s+)"), " ");
+  const std::string out = std::regex_replace(r.output, std::regex(R"(\s+)"), " ");
+  EXPECT_NE(out.find(sentence), std::string::npos) << "missing \"" << sentence << "\" in: " << out;
 }
 
 // A fake LibTorch `version` under `prefix`, whose CMake package states `flags` and `libraries`.
@@ -433,36 +434,22 @@ void fake_torch(const std::string& prefix, const std::string& version, const std
 
 TEST(BadInput, TorchPrefixIsRefusedUnlessItIsALibTorch2WithTheCxx11Abi) {
   const std::string root = testing::make_temp_dir();
-  std::string out = configure_with_torch(root + "/nothing");
-  EXPECT_NE(out.find("troupe: TORCH_PREFIX " + root +
-                     "/nothing holds no LibTorch (no share/cmake/Torch/"
-                     "TorchConfig.cmake under it); point it at a LibTorch 2.x with the C++11 ABI"),
-            std::string::npos)
-      << out;
-
+  expect_torch_refused(root + "/nothing",
+                       "troupe: TORCH_PREFIX " + root +
+                           "/nothing holds no LibTorch (no share/cmake/Torch/TorchConfig.cmake "
+                           "under it); point it at a LibTorch 2.x with the C++11 ABI");
   fake_torch(root + "/old", "1.13.1", "-D_GLIBCXX_USE_CXX11_ABI=1", root + "/old/lib/libtorch.so");
-  out = configure_with_torch(root + "/old");
-  EXPECT_NE(out.find("troupe: TORCH_PREFIX " + root +
-                     "/old is LibTorch 1.13.1; troupe needs LibTorch 2.x with "
-                     "the C++11 ABI"),
-            std::string::npos)
-      << out;
-
+  expect_torch_refused(root + "/old",
+                       "troupe: TORCH_PREFIX " + root +
+                           "/old is LibTorch 1.13.1; troupe needs LibTorch 2.x with the C++11 ABI");
   fake_torch(root + "/abi", "2.5.1", "-D_GLIBCXX_USE_CXX11_ABI=0", root + "/abi/lib/libtorch.so");
-  out = configure_with_torch(root + "/abi");
-  EXPECT_NE(out.find("troupe: TORCH_PREFIX " + root +
-                     "/abi is LibTorch 2.5.1 built with the pre-C++11 "
-                     "(_GLIBCXX_USE_CXX11_ABI=0) ABI;"),
-            std::string::npos)
-      << out;
-
+  expect_torch_refused(root + "/abi", "troupe: TORCH_PREFIX " + root +
+                                          "/abi is LibTorch 2.5.1 built with the pre-C++11 "
+                                          "(_GLIBCXX_USE_CXX11_ABI=0) ABI;");
   const std::string other = root + "/other/libc10.so";
   fake_torch(root + "/mixed", "2.5.1", "-D_GLIBCXX_USE_CXX11_ABI=1", other);
-  out = configure_with_torch(root + "/mixed");
-  EXPECT_NE(out.find("troupe: LibTorch 2.5.1 at " + root + "/mixed would link " + other +
-                     ", a library of another LibTorch"),
-            std::string::npos)
-      << out;
+  expect_torch_refused(root + "/mixed", "troupe: LibTorch 2.5.1 at " + root + "/mixed would link " + other +
+                                            ", a library of another LibTorch");
 }
 
 }  // namespace
