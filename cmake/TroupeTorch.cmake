@@ -10,7 +10,10 @@
 # Sets TROUPE_TORCH_PREFIX (the LibTorch's root), TROUPE_TORCH_LIBRARY_DIRS (where its
 # libraries and the CUDA libraries they load live, for rpaths) and TROUPE_TORCH_SOURCE.
 
-set(TORCH_PREFIX "$ENV{TORCH_PREFIX}" CACHE PATH "LibTorch 2.x to build against (default: scripts/setup.sh's)")
+set(TORCH_PREFIX "" CACHE PATH "LibTorch 2.x to build against (default: scripts/setup.sh's)")
+if(DEFINED ENV{TORCH_PREFIX})  # the environment's, on every configure step, as a -D value would be
+  set(TORCH_PREFIX "$ENV{TORCH_PREFIX}" CACHE PATH "LibTorch 2.x to build against" FORCE)
+endif()
 
 # The folder holding TorchConfig.cmake under `root`, or "" (root may be LibTorch's own
 # folder, its share/cmake, or share/cmake/Torch itself).
@@ -47,7 +50,8 @@ elseif(Torch_DIR AND NOT Torch_DIR STREQUAL TROUPE_TORCH_CHOSEN AND EXISTS "${To
   set(torch_root "${Torch_DIR}")
   set(TROUPE_TORCH_SOURCE "Torch_DIR")
 else()
-  foreach(p ${CMAKE_PREFIX_PATH} $ENV{CMAKE_PREFIX_PATH})
+  string(REPLACE ":" ";" environment_prefixes "$ENV{CMAKE_PREFIX_PATH}")
+  foreach(p ${CMAKE_PREFIX_PATH} ${environment_prefixes})
     troupe_torch_config_dir("${p}" dir)
     if(dir)
       set(torch_root "${p}")
@@ -91,6 +95,9 @@ endif()
 # libraries (find_package, find_library): name each, so that a Debian LibTorch there is
 # never taken.
 set(Torch_DIR "${torch_config_dir}" CACHE PATH "LibTorch's CMake package folder" FORCE)
+# What this configure step chose (even if refused below), so that the next one tells it from
+# a Torch_DIR given.
+set(TROUPE_TORCH_CHOSEN "${torch_config_dir}" CACHE INTERNAL "")
 get_filename_component(caffe2_dir "${torch_config_dir}/../Caffe2" ABSOLUTE)
 set(Caffe2_DIR "${caffe2_dir}" CACHE PATH "LibTorch's Caffe2 package folder" FORCE)
 get_filename_component(torch_lib_dir "${torch_config_dir}/../../../lib" ABSOLUTE)
@@ -100,8 +107,21 @@ foreach(variable_and_name c10_LIBRARY:c10 TORCH_LIBRARY:torch C10_CUDA_LIBRARY:c
   list(GET variable_and_name 1 name)
   if(EXISTS "${torch_lib_dir}/lib${name}.so")
     set(${variable} "${torch_lib_dir}/lib${name}.so" CACHE FILEPATH "LibTorch's lib${name}" FORCE)
+  else()
+    unset(${variable} CACHE)  # not one left from another LibTorch
   endif()
 endforeach()
+# A LibTorch with CUDA (PyTorch's wheel is one) needs a CUDA toolkit to configure against,
+# GPU or not: its own CMake stops without one, less clearly.
+if(EXISTS "${torch_lib_dir}/libtorch_cuda.so")
+  find_program(TROUPE_NVCC nvcc HINTS "$ENV{CUDA_HOME}/bin" /usr/local/cuda/bin)
+  if(NOT TROUPE_NVCC AND NOT CMAKE_CUDA_COMPILER)
+    message(FATAL_ERROR "troupe: LibTorch ${PACKAGE_VERSION} at ${torch_root} is a CUDA build, whose CMake needs a "
+                        "CUDA toolkit (nvcc, 12.6 or later) even for CPU ranks, and none was found (PATH, CUDA_HOME, "
+                        "/usr/local/cuda); install one or set TORCH_PREFIX to a CPU build of LibTorch 2.x")
+  endif()
+endif()
+
 # Its CUDA part takes its architectures from TORCH_CUDA_ARCH_LIST (it would probe for a
 # GPU otherwise) and drops a CMAKE_CUDA_ARCHITECTURES it sees: cmake/TroupeCuda.cmake sets ours.
 if(NOT DEFINED TORCH_CUDA_ARCH_LIST)
@@ -125,7 +145,11 @@ set(torch_abi "C++11")
 if(TORCH_CXX_FLAGS MATCHES "_GLIBCXX_USE_CXX11_ABI=0")
   set(torch_abi "pre-C++11 (_GLIBCXX_USE_CXX11_ABI=0)")
 elseif(NOT TORCH_CXX_FLAGS MATCHES "_GLIBCXX_USE_CXX11_ABI=1")
-  file(GLOB c10_files "${torch_config_dir}/../../../lib/libc10.so*")
+  file(GLOB c10_files "${torch_lib_dir}/libc10.so*")
+  if(NOT c10_files)
+    message(FATAL_ERROR "troupe: ${TROUPE_TORCH_SOURCE} ${torch_root} is LibTorch ${PACKAGE_VERSION} without "
+                        "${torch_lib_dir}/libc10.so: troupe needs a LibTorch 2.x of shared libraries")
+  endif()
   list(GET c10_files 0 c10_file)
   file(STRINGS "${c10_file}" cxx11_symbols REGEX "__cxx11" LIMIT_COUNT 1)
   if(NOT cxx11_symbols)
@@ -172,8 +196,6 @@ foreach(dir ${nvidia_dirs})
     list(APPEND TROUPE_TORCH_LIBRARY_DIRS "${dir}")
   endif()
 endforeach()
-# What this configure step chose, so that the next one tells it from a Torch_DIR given.
-set(TROUPE_TORCH_CHOSEN "${torch_config_dir}" CACHE INTERNAL "")
 message(STATUS "troupe: LibTorch ${PACKAGE_VERSION} at ${TROUPE_TORCH_PREFIX} (from ${TROUPE_TORCH_SOURCE})")
 
 # `out` := a folder `dir` holding a link to the system's fmt headers (the ones fmt::fmt
@@ -192,23 +214,25 @@ endfunction()
 # TORCH_PREFIX names its torch): tests/python checks troupe's files with it. Empty when
 # none is: those tests skip, saying so.
 set(TROUPE_TORCH_PYTHON "" CACHE FILEPATH "Python whose torch package is the LibTorch built against")
-if(NOT TROUPE_TORCH_PYTHON)
-  execute_process(COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/torch-env.sh python
-                  OUTPUT_VARIABLE setup_python OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-  find_program(system_python python3)
-  foreach(python ${setup_python} ${system_python})
-    if(NOT EXISTS "${python}")
-      continue()
+execute_process(COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/torch-env.sh python
+                OUTPUT_VARIABLE setup_python OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+find_program(system_python python3)
+get_filename_component(our_torch "${TROUPE_TORCH_PREFIX}" REALPATH)
+set(torch_python "")
+# The one named before, if its torch is still this LibTorch, else the first whose is.
+foreach(python ${TROUPE_TORCH_PYTHON} ${setup_python} ${system_python})
+  if(NOT EXISTS "${python}")
+    continue()
+  endif()
+  execute_process(COMMAND ${python} -c "import os, torch; print(os.path.dirname(torch.__file__))"
+                  OUTPUT_VARIABLE python_torch OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  if(python_torch AND EXISTS "${python_torch}")
+    get_filename_component(python_torch "${python_torch}" REALPATH)
+    if(python_torch STREQUAL our_torch)
+      set(torch_python "${python}")
+      break()
     endif()
-    execute_process(COMMAND ${python} -c "import os, torch; print(os.path.dirname(torch.__file__))"
-                    OUTPUT_VARIABLE python_torch OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-    if(python_torch AND EXISTS "${python_torch}")
-      get_filename_component(python_torch "${python_torch}" REALPATH)
-      get_filename_component(our_torch "${TROUPE_TORCH_PREFIX}" REALPATH)
-      if(python_torch STREQUAL our_torch)
-        set(TROUPE_TORCH_PYTHON "${python}" CACHE FILEPATH "" FORCE)
-        break()
-      endif()
-    endif()
-  endforeach()
-endif()
+  endif()
+endforeach()
+set(TROUPE_TORCH_PYTHON "${torch_python}" CACHE FILEPATH "Python whose torch package is the LibTorch built against"
+    FORCE)
