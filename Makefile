@@ -11,11 +11,9 @@ JOBS ?= $(shell nproc)
 setup:
 	@bash scripts/setup.sh
 
-# Wherever nvcc is (these machines: /usr/local/cuda), the CUDA backend must build whole.
-REQUIRE_CUDA ?= $(if $(shell command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null),ON,OFF)
-
+# Wherever a CUDA toolkit is found, the CUDA backend must build whole (TROUPE_REQUIRE_CUDA).
 configure: setup
-	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTROUPE_REQUIRE_CUDA=$(REQUIRE_CUDA) \
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTROUPE_REQUIRE_CUDA=ON \
 	  > $(BUILD).configure.log 2>&1 || (cat $(BUILD).configure.log; exit 1)
 	@grep "^-- troupe:" $(BUILD).configure.log
 

@@ -38,8 +38,8 @@ IssueQueue::Issue reduce_row(const StageOptions& o, caf::actor self, std::size_t
                              BufferSpan span, int64_t stage) {
   if (stage == 0)
     return [comm = o.comm_agent, group = o.place.group, self, row, span = std::move(span)]() mutable {
-      caf::anon_send(
-          comm, all_reduce_request{tag(Tag::gradients, row), std::move(span), ReduceOp::sum, group, self});
+      caf::anon_send(comm, all_reduce_request{tag(Tag::gradients, row), std::move(span), ReduceOp::sum,
+                                              group, self});
     };
   // In place: this rank's block of the row receives the sum of every rank's (each rank's
   // gradients are of its 1/dp share of the loss: the seed of compute.cpp's backward).
@@ -48,8 +48,9 @@ IssueQueue::Issue reduce_row(const StageOptions& o, caf::actor self, std::size_t
   mine.offset_bytes += static_cast<std::size_t>(o.rank) * mine.count * element_bytes(span.type);
   return [comm = o.comm_agent, group = o.place.group, self, row, slot, span = std::move(span),
           mine = std::move(mine)]() mutable {
-    caf::anon_send(comm, reduce_scatter_request{tag(Tag::gradients, row, slot), std::move(span),
-                                                std::move(mine), ReduceOp::sum, group, self});
+    caf::anon_send(comm,
+                   reduce_scatter_request{tag(Tag::gradients, row, slot), std::move(span), std::move(mine),
+                                          ReduceOp::sum, group, self});
   };
 }
 
@@ -190,8 +191,8 @@ Status build(StageActor* self) {
     s.fetcher = std::make_unique<ParameterFetcher>(
         s.store, z.limits,
         [comm = s.options.comm_agent, me, group = s.group()](std::size_t row, BufferSpan in, BufferSpan out) {
-          caf::anon_send(comm,
-                         all_gather_request{tag(Tag::fetch, row), std::move(in), std::move(out), group, me});
+          caf::anon_send(comm, all_gather_request{tag(Tag::fetch, row), std::move(in), std::move(out),
+                                                  group, me});
         },
         s.issue, s.options.collective_timeout_s, s.options.tracer);
   }
@@ -201,10 +202,10 @@ Status build(StageActor* self) {
     s.sequence_check = std::make_unique<LayerSequenceCheck>(
         s.options.dp, s.options.rank, std::move(names),
         [comm = s.options.comm_agent, me, issue = s.issue, group = s.group()](uint64_t id, BufferSpan in,
-                                                                              BufferSpan out) {
+                                                                               BufferSpan out) {
           issue->issue([comm, me, id, in = std::move(in), out = std::move(out), group]() mutable {
-            caf::anon_send(
-                comm, all_gather_request{tag(Tag::sequence, id), std::move(in), std::move(out), group, me});
+            caf::anon_send(comm, all_gather_request{tag(Tag::sequence, id), std::move(in), std::move(out),
+                                                    group, me});
           });
         },
         s.options.collective_timeout_s, s.options.tracer);
@@ -361,8 +362,7 @@ void exchange_step_figures(StageActor* self) {
   auto* mine = s.step_figures->as<int64_t>() + s.options.rank * static_cast<int64_t>(kStepFields);
   for (std::size_t k = 0; k < kMemoryFields; ++k) mine[k] = peak.bytes[k];
   mine[kBusyField] = std::llround(s.flow.busy_s * 1e9);
-  std::memcpy(&mine[kScaleField], &s.progress.loss_scale, sizeof(double));
-  mine[kSkippedField] = s.progress.skipped ? 1 : 0;
+  put_scale(mine, s.progress.loss_scale, s.progress.skipped);
   std::size_t floats = kStepFields * sizeof(int64_t) / sizeof(float);  // moved as raw bytes
   BufferSpan out = float_span(s.step_figures, 0, floats * static_cast<std::size_t>(s.options.dp));
   BufferSpan in = float_span(s.step_figures, floats * static_cast<std::size_t>(s.options.rank), floats);
@@ -370,27 +370,11 @@ void exchange_step_figures(StageActor* self) {
                                                       s.group(), caf::actor_cast<caf::actor>(self)});
 }
 
-// Loss scaling decides from the group's global norm, so every replica scales and skips
-// alike; one that did not would train another model: the job stops naming it.
-Status check_replicas_scaled_alike(const StageState& s, const int64_t* all) {
-  const int64_t* mine = all + s.options.rank * static_cast<int64_t>(kStepFields);
-  for (int64_t r = 0; r < s.options.dp; ++r) {
-    const int64_t* theirs = all + r * static_cast<int64_t>(kStepFields);
-    if (theirs[kScaleField] == mine[kScaleField] && theirs[kSkippedField] == mine[kSkippedField]) continue;
-    double scale = 0;
-    std::memcpy(&scale, &theirs[kScaleField], sizeof(double));
-    return make_error(
-        fmt::format("step {}: replica {} of this stage used loss scale {:g}{}, replica {} {:g}{}",
-                    s.progress.step + 1, r, scale, theirs[kSkippedField] ? " and skipped" : "",
-                    s.options.rank, s.progress.loss_scale, s.progress.skipped ? " and skipped" : ""));
-  }
-  return {};
-}
-
 void report_step(StageActor* self) {
   auto& s = self->state;
   const auto* all = s.step_figures->as<int64_t>();
-  if (Status alike = check_replicas_scaled_alike(s, all); !alike) return fail(self, alike.error().message);
+  if (Status alike = check_replicas_scaled_alike(all, s.options.dp, s.options.rank, s.progress.step + 1); !alike)
+    return fail(self, alike.error().message);
   int64_t largest = 0, busy_ns = 0;
   for (int64_t r = 0; r < s.options.dp; ++r) {
     const int64_t* b = all + r * static_cast<int64_t>(kStepFields);
@@ -431,8 +415,8 @@ void gather_updated(StageActor* self) {
       in = typed_span(s.store->flat_parameters(), layout.block_begin(k, s.options.rank), row.block, type);
     }
     ++p.gathers_left;
-    self->send(s.options.comm_agent,
-               all_gather_request{tag(Tag::parameters, k), std::move(in), std::move(out), s.group(), me});
+    self->send(s.options.comm_agent, all_gather_request{tag(Tag::parameters, k), std::move(in),
+                                                        std::move(out), s.group(), me});
   }
   if (p.gathers_left == 0) exchange_step_figures(self);
 }

@@ -2,13 +2,13 @@
 # GPU still builds and links it, and its gpu tests skip — and left out otherwise.
 # Sets TROUPE_HAVE_CUDA and TROUPE_HAVE_NCCL; architectures default to 90 (H100/H200).
 option(TROUPE_CUDA "Build the CUDA backend when a CUDA toolkit is found" ON)
-# On (the Makefile's choice wherever nvcc is): the backend must come out whole, NCCL and
-# LibTorch's CUDA included, or the configure step fails, so that CI notices a part of the
-# GPU path that stopped being built instead of building less of it.
-option(TROUPE_REQUIRE_CUDA "Fail unless the CUDA backend, NCCL and a LibTorch with CUDA are all found" OFF)
+# On (the Makefile's choice): where a CUDA toolkit is found, the backend must come out whole,
+# NCCL and LibTorch's CUDA included, or the configure step fails, so that CI notices a part
+# of the GPU path that stopped being built instead of building less of it.
+option(TROUPE_REQUIRE_CUDA "With a CUDA toolkit, fail unless NCCL and a LibTorch with CUDA are found too" OFF)
 set(TROUPE_HAVE_CUDA OFF)
 set(TROUPE_HAVE_NCCL OFF)
-set(TROUPE_TORCH_CUDA OFF)  # the LibTorch found has CUDA (Debian's has not; PyTorch's wheels do)
+set(TROUPE_TORCH_CUDA OFF)  # the LibTorch found has CUDA (PyTorch's wheels do)
 if(TROUPE_CUDA)
   include(CheckLanguage)
   check_language(CUDA)
@@ -50,8 +50,8 @@ if(TROUPE_CUDA)
 endif()
 message(STATUS "troupe: CUDA backend ${TROUPE_HAVE_CUDA} (architectures ${CMAKE_CUDA_ARCHITECTURES}), "
                "NCCL ${TROUPE_HAVE_NCCL} (${NCCL_LIBRARY}), LibTorch with CUDA ${TROUPE_TORCH_CUDA}")
-if(TROUPE_REQUIRE_CUDA AND NOT (TROUPE_HAVE_CUDA AND TROUPE_HAVE_NCCL AND TROUPE_TORCH_CUDA))
-  message(FATAL_ERROR "troupe: TROUPE_REQUIRE_CUDA is on, but the CUDA backend is ${TROUPE_HAVE_CUDA}, NCCL "
+if(TROUPE_REQUIRE_CUDA AND TROUPE_HAVE_CUDA AND NOT (TROUPE_HAVE_NCCL AND TROUPE_TORCH_CUDA))
+  message(FATAL_ERROR "troupe: TROUPE_REQUIRE_CUDA is on and a CUDA toolkit is here, but NCCL is "
                       "${TROUPE_HAVE_NCCL} and LibTorch with CUDA ${TROUPE_TORCH_CUDA} (LibTorch at "
                       "${TROUPE_TORCH_PREFIX}): the GPU path would not be built whole")
 endif()

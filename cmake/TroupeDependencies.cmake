@@ -2,6 +2,7 @@
 # (cmake/TroupeTorch.cmake: PyTorch's wheel by default, which scripts/setup.sh installs).
 find_package(Threads REQUIRED)
 include(TroupeTorch)  # first: a wrong LibTorch stops the configure step before anything else
+include(TroupeTorchPython)
 find_package(ucx REQUIRED)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
@@ -15,8 +16,14 @@ include(FindCAF)
 # PyTorch's wheel ships fmt 12's headers in its include folder, which comes before the
 # system's; Debian's spdlog is built for Debian's fmt 9. A folder holding only Debian's fmt
 # headers goes first on every include path of the project.
-troupe_fmt_first(TROUPE_FMT_FIRST_DIR ${PROJECT_BINARY_DIR}/fmt-first)
-include_directories(BEFORE SYSTEM ${TROUPE_FMT_FIRST_DIR})
+# (TroupeInstall.cmake installs the same link for outside projects.)
+find_path(TROUPE_SYSTEM_FMT_INCLUDE fmt/format.h PATHS /usr/include NO_DEFAULT_PATH)
+if(NOT TROUPE_SYSTEM_FMT_INCLUDE)
+  message(FATAL_ERROR "troupe: Debian's fmt headers (libfmt-dev) are missing: run scripts/setup.sh")
+endif()
+file(MAKE_DIRECTORY ${PROJECT_BINARY_DIR}/fmt-first)
+file(CREATE_LINK ${TROUPE_SYSTEM_FMT_INCLUDE}/fmt ${PROJECT_BINARY_DIR}/fmt-first/fmt SYMBOLIC)
+include_directories(BEFORE SYSTEM ${PROJECT_BINARY_DIR}/fmt-first)
 
 # Programs find LibTorch's libraries and the CUDA libraries they load (the wheel's, which
 # come before the toolkit's: one CUDA runtime and one NCCL in a process) where the build

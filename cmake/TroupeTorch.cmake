@@ -8,7 +8,8 @@
 # Debian's libtorch-dev (LibTorch 1.13) builds against the one found all the same; any
 # library of the result outside its prefix stops the configure step (a mix of two).
 # Sets TROUPE_TORCH_PREFIX (the LibTorch's root), TROUPE_TORCH_LIBRARY_DIRS (where its
-# libraries and the CUDA libraries they load live, for rpaths) and TROUPE_TORCH_SOURCE.
+# libraries and the CUDA libraries they load live, for rpaths) and TROUPE_TORCH_SOURCE;
+# cmake/TroupeTorchPython.cmake then finds the Python whose torch this is.
 
 set(TORCH_PREFIX "" CACHE PATH "LibTorch 2.x to build against (default: scripts/setup.sh's)")
 if(DEFINED ENV{TORCH_PREFIX})  # the environment's, on every configure step, as a -D value would be
@@ -197,42 +198,3 @@ foreach(dir ${nvidia_dirs})
   endif()
 endforeach()
 message(STATUS "troupe: LibTorch ${PACKAGE_VERSION} at ${TROUPE_TORCH_PREFIX} (from ${TROUPE_TORCH_SOURCE})")
-
-# `out` := a folder `dir` holding a link to the system's fmt headers (the ones fmt::fmt
-# names), to put first on an include path so that LibTorch's bundled fmt is not taken.
-function(troupe_fmt_first out dir)
-  find_path(TROUPE_SYSTEM_FMT_INCLUDE fmt/format.h PATHS /usr/include NO_DEFAULT_PATH)
-  if(NOT TROUPE_SYSTEM_FMT_INCLUDE)
-    message(FATAL_ERROR "troupe: Debian's fmt headers (libfmt-dev) are missing: run scripts/setup.sh")
-  endif()
-  file(MAKE_DIRECTORY "${dir}")
-  file(CREATE_LINK "${TROUPE_SYSTEM_FMT_INCLUDE}/fmt" "${dir}/fmt" SYMBOLIC)
-  set(${out} "${dir}" PARENT_SCOPE)
-endfunction()
-
-# The Python whose torch is this LibTorch (the setup's environment, or python3 where
-# TORCH_PREFIX names its torch): tests/python checks troupe's files with it. Empty when
-# none is: those tests skip, saying so.
-set(TROUPE_TORCH_PYTHON "" CACHE FILEPATH "Python whose torch package is the LibTorch built against")
-execute_process(COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/torch-env.sh python
-                OUTPUT_VARIABLE setup_python OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-find_program(system_python python3)
-get_filename_component(our_torch "${TROUPE_TORCH_PREFIX}" REALPATH)
-set(torch_python "")
-# The one named before, if its torch is still this LibTorch, else the first whose is.
-foreach(python ${TROUPE_TORCH_PYTHON} ${setup_python} ${system_python})
-  if(NOT EXISTS "${python}")
-    continue()
-  endif()
-  execute_process(COMMAND ${python} -c "import os, torch; print(os.path.dirname(torch.__file__))"
-                  OUTPUT_VARIABLE python_torch OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-  if(python_torch AND EXISTS "${python_torch}")
-    get_filename_component(python_torch "${python_torch}" REALPATH)
-    if(python_torch STREQUAL our_torch)
-      set(torch_python "${python}")
-      break()
-    endif()
-  endif()
-endforeach()
-set(TROUPE_TORCH_PYTHON "${torch_python}" CACHE FILEPATH "Python whose torch package is the LibTorch built against"
-    FORCE)

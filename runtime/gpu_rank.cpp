@@ -66,9 +66,10 @@ Result<IssuingStream::Scope> torch_scope([[maybe_unused]] const std::shared_ptr<
   return IssuingStream::Scope([compute] { return std::make_shared<TorchStreamGuard>(*compute); });
 #else
   return make_error(
-      "[cluster] device = \"cuda\": the LibTorch this troupe was built against has no CUDA (Debian's "
-      "libtorch is CPU-only); build troupe against a LibTorch with CUDA, such as PyTorch's, to train on "
-      "the GPU, or use device = \"cpu\"");
+      "[cluster] device = \"cuda\": the LibTorch this troupe was built against has no CUDA; build "
+      "troupe against one that has, such as PyTorch's wheel (scripts/setup.sh's), to train on the GPU, or "
+      "use "
+      "device = \"cpu\"");
 #endif
 }
 

@@ -2,8 +2,8 @@
 # troupe's pipeline against torch.distributed.pipelining's Schedule1F1B on the same GPT
 # shape (4 blocks, d_model 256, 4 heads, seq 128, 8 sequences per micro-batch, 8
 # micro-batches per step, AdamW, 1 thread per rank): pp = 2 on 2 processes, alternated
-# REPEATS times with the peer (../shared/peers/torch2-pipe.py, run with troupe's torch (scripts/torch-env.sh), or the venv of
-# setup-py-peers.sh), medians of tokens/s over the steps after the first; then troupe at
+# REPEATS times with the peer (../shared/peers/torch2-pipe.py, run with troupe's own torch,
+# scripts/bench-lib.sh), medians of tokens/s over the steps after the first; then troupe at
 # pp × dp = 2 × 2 on 4 processes (the peer has no data parallelism to pair it with).
 # Each side's single-process rate on the same shape (troupe: the whole model on one rank,
 # 8 micro-batches a step; the peer: torch2-gpt.py on one rank, one micro-batch a step) is
@@ -16,7 +16,6 @@ cd "$(dirname "$0")/.."
 steps=${1:-20}
 repeats=${2:-3}
 peer=${TROUPE_PEERS:-../shared/peers}/torch2-pipe.py
-export PEERS_VENV=${PEERS_VENV:-$(bash scripts/torch-env.sh venv)}  # troupe's own torch
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 source scripts/free-port.sh

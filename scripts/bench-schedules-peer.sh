@@ -4,7 +4,7 @@
 # micro-batch, 8 micro-batches per step, AdamW, 1 thread per rank), pp = 4 on 4 processes:
 # gpipe, 1f1b, interleaved 1F1B (2 chunks per rank, round-robin) and ZBV (2 chunks per rank
 # in a V, split backwards). For each schedule troupe and the peer (../shared/peers/
-# torch2-pipe.py, run in the venv of setup-py-peers.sh) run back to back, REPEATS times,
+# torch2-pipe.py, run with troupe's own torch, scripts/bench-lib.sh) run back to back, REPEATS times,
 # and the medians of tokens/s over the steps after the first are printed as a markdown
 # table with their ratio.
 #
@@ -14,7 +14,6 @@ cd "$(dirname "$0")/.."
 steps=${1:-6}
 repeats=${2:-1}
 peer=${TROUPE_PEERS:-../shared/peers}/torch2-pipe.py
-export PEERS_VENV=${PEERS_VENV:-$(bash scripts/torch-env.sh venv)}  # troupe's own torch
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 source scripts/free-port.sh

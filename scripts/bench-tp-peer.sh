@@ -2,7 +2,7 @@
 # troupe's tensor parallelism against PyTorch 2.x DTensor's on the same GPT shape (4 blocks,
 # d_model 256, 4 heads, seq 128, 8 sequences per step, AdamW, untied head, 1 thread per
 # rank): tp = 2 on 2 processes, alternated REPEATS times with the peer
-# (scripts/peer-dtensor-tp.py, in the venv of the peers' setup-py-peers.sh), medians of
+# (scripts/peer-dtensor-tp.py, with troupe's own torch, scripts/bench-lib.sh), medians of
 # tokens/s over the steps after the first. Each side's single-process rate on the same
 # shape is measured in the same run too (troupe: tp 1 on one rank; PyTorch 2.x: the peers'
 # torch2-gpt.py on one rank), to show what the 2-way split gains over one process.
@@ -14,7 +14,6 @@ steps=${1:-20}
 repeats=${2:-3}
 sequence=${3:-false}
 peers=${TROUPE_PEERS:-../shared/peers}
-export PEERS_VENV=${PEERS_VENV:-$(bash scripts/torch-env.sh venv)}  # troupe's own torch
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 source scripts/free-port.sh

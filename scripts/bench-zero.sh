@@ -21,7 +21,6 @@ ranks=${1:-2}
 steps=${2:-20}
 repeats=${3:-2}
 peer=${TROUPE_PEERS:-../shared/peers}/torch2-gpt.py
-export PEERS_VENV=${PEERS_VENV:-$(bash scripts/torch-env.sh venv)}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

@@ -336,10 +336,9 @@ void on_transfer_done(StageActor* self, const collective_done& done) {
                           (started != f.started.end() && (started->second.op == Op::recv_activation ||
                                                           started->second.op == Op::send_gradient));
     const bool sending = kind == Tag::sent || kind == Tag::header_sent;
-    return fail(self,
-                fmt::format("{} stage {} (rank {}) failed: {}", sending ? "sending to" : "receiving from",
-                            s.options.place.stage + (previous ? -1 : 1),
-                            previous ? s.options.place.previous : s.options.place.next, done.error));
+    return fail(self, fmt::format("{} stage {} (rank {}) failed: {}", sending ? "sending to" : "receiving from",
+                                  s.options.place.stage + (previous ? -1 : 1),
+                                  previous ? s.options.place.previous : s.options.place.next, done.error));
   }
   if (kind == Tag::header_sent) return;
   if (kind == Tag::header_received) {

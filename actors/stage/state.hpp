@@ -29,6 +29,7 @@
 #include "actors/protocol/pipeline.hpp"
 #include "actors/protocol/stage.hpp"
 #include "actors/stage.hpp"
+#include "actors/stage/step_figures.hpp"
 #include "actors/stream.hpp"
 #include "actors/zero/gradient_rows.hpp"
 #include "actors/zero/issue_queue.hpp"
@@ -66,15 +67,6 @@ inline uint64_t slot_of(uint64_t t) {
   return (t >> 40) & 0xffff;
 }
 
-constexpr std::size_t kMemoryFields = memory_kind_count;  // by MemoryKind
-// What a rank gives its replicas after each update: its memory peaks by kind, its forward
-// and backward time of the step in nanoseconds, and with loss scaling the scale it used
-// (a double's bits) and whether it skipped the step, which every replica must agree on.
-constexpr std::size_t kBusyField = kMemoryFields;
-constexpr std::size_t kScaleField = kMemoryFields + 1;
-constexpr std::size_t kSkippedField = kMemoryFields + 2;
-constexpr std::size_t kStepFields = kMemoryFields + 3;
-
 struct StepProgress {
   int64_t step = 0;
   int64_t micro_count = 1;
@@ -89,7 +81,7 @@ struct StepProgress {
   troupe::gradients_ready answer;  // the step's figures (one stage) or this stage's share (a pipeline)
   bool norm_known = false;         // the global norm is known: the optimizer may step
   double grad_norm = 0;
-  double lr = 0;          // the rate this step's update ran at
+  double lr = 0;  // the rate this step's update ran at
   double loss_scale = 0;  // the scale this step's backward ran with (0: no scaler)
   bool skipped = false;   // the gradients overflowed: no update
   std::size_t gathers_left = 0;
@@ -127,9 +119,9 @@ struct Flow {
 
 // What a micro-batch's backward needs from its forward.
 struct Saved {
-  torch::Tensor input;            // requires grad on every stage but the first
-  torch::Tensor output;           // the loss on the last stage; undefined when checkpointing
-  torch::Tensor target;           // the last stage's, for the loss
+  torch::Tensor input;   // requires grad on every stage but the first
+  torch::Tensor output;  // the loss on the last stage; undefined when checkpointing
+  torch::Tensor target;  // the last stage's, for the loss
   std::vector<int64_t> sequence;  // the layers the forward ran
   MemoryCharge held;              // input and output bytes, as MemoryKind::activations
 };
@@ -176,16 +168,16 @@ struct StageState {
   // This rank's loss of the step, then the stage group's mean; after it, by layout
   // position, 1 where the parameter got a gradient, then the mean of that over the group.
   std::shared_ptr<HostBuffer> loss;
-  std::shared_ptr<HostBuffer> norm;  // this rank's gradient square sum, then the group's
-  // Every group rank's peak bytes by kind, its busy nanoseconds, loss scale and skip
-  // (kStepFields int64 each, gathered after the update).
+  std::shared_ptr<HostBuffer> norm;     // this rank's gradient square sum, then the group's
+  // Every group rank's row of step figures (actors/stage/step_figures.hpp), gathered after
+  // the update.
   std::shared_ptr<HostBuffer> step_figures;
   std::vector<caf::response_promise> collecting;
   // Every collective the compute thread issues, in order (see issue_queue.hpp).
   std::shared_ptr<IssueQueue> issue = std::make_shared<IssueQueue>();
   bool failed = false;
-  std::string failure;               // why, once failed
-  int64_t updates_applied = 0;       // optimizer updates so far: where the learning-rate schedule is
+  std::string failure;  // why, once failed
+  int64_t updates_applied = 0;  // optimizer updates so far: where the learning-rate schedule is
   std::optional<LossScaler> scaler;  // with StageOptions::loss_scale
   std::optional<caf::response_promise> checkpoint_reply;  // a snapshot or restore in flight
   std::shared_ptr<std::atomic<bool>> stopped =

@@ -91,8 +91,8 @@ class GradientRows {
   Post post_;
   RowDone done_;
   std::vector<Row> rows_;
-  std::vector<std::size_t> order_;             // the order every rank posts rows in
-  std::size_t cursor_ = 0;                     // rows of order_ posted so far in this micro-batch
+  std::vector<std::size_t> order_;  // the order every rank posts rows in
+  std::size_t cursor_ = 0;          // rows of order_ posted so far in this micro-batch
   std::vector<GradAccumulator> accumulators_;  // kept alive for the hooks
   bool last_micro_ = false;
   // Split backward: the pass open now.

@@ -43,7 +43,8 @@
 
 namespace troupe {
 
-/// A leaf's gradient accumulator as LibTorch hands it out (an intrusive_ptr in LibTorch 2.x).
+/// A leaf's gradient accumulator as LibTorch hands it out (an intrusive_ptr in LibTorch
+/// 2.15, a shared_ptr in 2.11).
 using GradAccumulator =
     decltype(torch::autograd::impl::grad_accumulator(std::declval<const torch::Tensor&>()));
 
@@ -135,9 +136,9 @@ class ParameterStore {
   torch::Tensor device_gradients_;  // stage 0 on a GPU
   MemoryCharge device_gradient_charge_;
   std::shared_ptr<HostBuffer> flat_parameters_, flat_gradients_, partition_parameters_, partition_gradients_;
-  std::vector<std::vector<int64_t>> shapes_;       // by layout position
-  std::vector<GradAccumulator> accumulators_;      // autograd holds them weakly
-  std::vector<std::shared_ptr<HostBuffer>> rows_;  // stage 3: gathered rows, by row
+  std::vector<std::vector<int64_t>> shapes_;                          // by layout position
+  std::vector<GradAccumulator> accumulators_;  // autograd holds them weakly
+  std::vector<std::shared_ptr<HostBuffer>> rows_;                     // stage 3: gathered rows, by row
 };
 
 /// A tensor of `sizes` viewing values of `type` from `offset` (in values) into `buffer`,

@@ -120,8 +120,8 @@ Status resolve_parallel(JobConfig& config, const ConfigOrigins& origins) {
   ParallelConfig& parallel = config.parallel;
   int64_t& world_size = config.cluster.world_size;
   TROUPE_TRY(require(in_range(parallel.pp, 1, kRanksMax), origins, "parallel", "pp", parallel.pp));
-  TROUPE_TRY(
-      require(pipeline::parse_grid_order(parallel.order).ok(), origins, "parallel", "order", parallel.order));
+  TROUPE_TRY(require(pipeline::parse_grid_order(parallel.order).ok(), origins, "parallel", "order",
+                     parallel.order));
   TROUPE_TRY(require(in_range(parallel.tp, 1, kRanksMax), origins, "parallel", "tp", parallel.tp));
   TROUPE_TRY(require(in_range(world_size, 0, kRanksMax), origins, "cluster", "world_size", world_size));
   TROUPE_TRY(require(in_range(parallel.dp, 0, kRanksMax), origins, "parallel", "dp", parallel.dp));
@@ -487,8 +487,7 @@ const std::vector<std::string>& partition_methods() {
 
 // "unknown X; did you mean Y?" or the list of allowed names.
 std::string one_of(const std::string& got, const std::vector<std::string>& names) {
-  if (auto close = suggest(got, names))
-    return fmt::format("got {}; did you mean {}?", toml_string(got), toml_string(*close));
+  if (auto close = suggest(got, names)) return fmt::format("got {}; did you mean {}?", toml_string(got), toml_string(*close));
   std::string allowed;
   for (const auto& name : names) allowed += (allowed.empty() ? "" : ", ") + toml_string(name);
   return fmt::format("got {}; the allowed values are {}", toml_string(got), allowed);
@@ -581,9 +580,8 @@ Status resolve_pipeline(const JobConfig& job, const ConfigOrigins& origins) {
   if (cut.counts.empty()) {
     const auto& methods = partition_methods();
     if (std::find(methods.begin(), methods.end(), cut.method) == methods.end())
-      return key_error(
-          origins, "pipeline", "partition",
-          fmt::format("partition must be a method or layer counts, {}", one_of(cut.method, methods)));
+      return key_error(origins, "pipeline", "partition",
+                       fmt::format("partition must be a method or layer counts, {}", one_of(cut.method, methods)));
     return {};
   }
   const int64_t chunks = pipeline_chunks(job);
@@ -597,9 +595,9 @@ Status resolve_pipeline(const JobConfig& job, const ConfigOrigins& origins) {
                                        cut.counts.size(), job.parallel.pp, chunks, job.parallel.pp * chunks));
   for (std::size_t s = 0; s < cut.counts.size(); ++s)
     if (!in_range(cut.counts[s], 1, int64_t{1} << 20))
-      return key_error(
-          origins, "pipeline", "partition",
-          fmt::format("partition gives stage {} {} layers; every stage needs at least 1", s, cut.counts[s]));
+      return key_error(origins, "pipeline", "partition",
+                       fmt::format("partition gives stage {} {} layers; every stage needs at least 1", s,
+                                   cut.counts[s]));
   return {};
 }
 
