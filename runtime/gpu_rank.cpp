@@ -67,9 +67,8 @@ Result<IssuingStream::Scope> torch_scope([[maybe_unused]] const std::shared_ptr<
 #else
   return make_error(
       "[cluster] device = \"cuda\": the LibTorch this troupe was built against has no CUDA; build "
-      "troupe against one that has, such as PyTorch's wheel (scripts/setup.sh's), to train on the GPU, or "
-      "use "
-      "device = \"cpu\"");
+      "troupe against one that has, such as PyTorch's wheel (scripts/setup.sh's), to train on the GPU, "
+      "or use device = \"cpu\"");
 #endif
 }
 
