@@ -225,6 +225,12 @@ caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> tr
         void* data = r.buffer.data();
         std::size_t bytes = r.buffer.count * element_bytes(r.buffer.type);
         Completion done = reply(r.reply_to, r.tag, take(r.buffer), self->state.failed_buffers);
+        if (r.arrival)
+          done = [done = std::move(done), arrival = std::move(r.arrival)](Status status) mutable {
+            arrival->ok = status.ok();
+            arrival->arrived.complete();
+            done(std::move(status));
+          };
         if (r.key)
           self->state.transport->recv_keyed(data, bytes, r.peer, *r.key, std::move(done));
         else

@@ -9,8 +9,11 @@
 //                     stage waits for, and its weight half, run later where the pipeline
 //                     would idle (Qi et al.'s ZB-H1: a third of 1F1B's bubble at F = B = W,
 //                     with no more micro-batches held than 1F1B's stage 0);
-//   zbv:              two chunks per rank in a V with split backwards, placed by a list
-//                     scheduler at unit costs under 1F1B's activation memory (ZB-V).
+//   zbv:              two chunks per rank in a V with split backwards (ZB-V), under 1F1B's
+//                     activation memory; with m < 2p − 1 placed by a list scheduler.
+// In zb_h1 and zbv the first virtual stage's input half followed at once by its own weight
+// half runs as one whole backward (`B`): nothing waits for that input half, and the
+// halves cost more.
 // Thread safety: pure functions.
 #pragma once
 

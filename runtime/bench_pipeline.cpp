@@ -17,10 +17,15 @@
 #include "actors/deferred_weights.hpp"
 #include "base/median.hpp"
 #include "pipeline/schedule.hpp"
+#include "pipeline/simulate.hpp"
 #include "runtime/bench.hpp"
+#include "runtime/config/load.hpp"
+#include "runtime/config/resolve.hpp"
+#include "runtime/gpt_job.hpp"
 #include "runtime/launch/environment.hpp"
 #include "runtime/launch/launcher.hpp"
 #include "sim/trace_hops.hpp"
+#include "sim/trace_passes.hpp"
 #include "troupe/troupe.hpp"
 
 namespace troupe {
@@ -121,15 +126,23 @@ Trainable timed_model(const PipelineBenchOptions& o) {
   return t;
 }
 
+nlohmann::json read_trace(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in, nullptr, false);
+}
+
 // The median hop a stage waited on in the run's merged trace, in ms (0 when none waited),
 // and how many there were.
-std::pair<double, std::size_t> waited_hops(const PipelineBenchOptions& o) {
-  std::ifstream in(o.trace_path);
-  const nlohmann::json trace = nlohmann::json::parse(in, nullptr, false);
+std::pair<double, std::size_t> waited_hops(const nlohmann::json& trace, int64_t pp,
+                                           const std::string& schedule) {
   if (trace.is_discarded()) return {0, 0};
-  std::vector<double> hops = sim::critical_hops_ms(trace, o.pp, o.schedule == "interleaved_1f1b");
+  std::vector<double> hops = sim::critical_hops_ms(trace, pp, schedule == "interleaved_1f1b");
   const std::size_t count = hops.size();
   return {upper_median(std::move(hops)), count};
+}
+
+std::pair<double, std::size_t> waited_hops(const PipelineBenchOptions& o) {
+  return waited_hops(read_trace(o.trace_path), o.pp, o.schedule);
 }
 
 void report(const PipelineBenchOptions& o, double bubble, double step_ms) {
@@ -162,6 +175,103 @@ void report(const PipelineBenchOptions& o, double bubble, double step_ms) {
   std::fflush(stdout);
 }
 
+// The job's measured figures beside its schedule's plan at unit costs and at the costs its
+// passes measured.
+struct JobFigures {
+  double bubble = 0, step_ms = 0, tokens_per_s = 0;
+};
+
+void report_job(const PipelineBenchOptions& o, const JobConfig& job, const JobFigures& measured) {
+  const pipeline::ScheduleShape shape{job.parallel.pp, job.batch.gradient_accumulation_steps,
+                                      pipeline_chunks(job)};
+  const std::string& schedule = job.pipeline.schedule;
+  const nlohmann::json trace = read_trace(o.trace_path);
+  const sim::PassCosts costs = trace.is_discarded() ? sim::PassCosts{} : sim::pass_costs(trace, kWarmUpSteps);
+  auto programs = pipeline::make_programs(schedule, shape);
+  auto unit = programs
+                  ? pipeline::simulate(*programs, pipeline::layout_of(schedule, shape), shape.micro_batches)
+                  : Result<pipeline::Simulation>(programs.error());
+  auto at_costs = sim::planned_bubble(schedule, shape, costs);
+  const double plan_unit = unit ? unit->bubble() : -1, plan_measured = at_costs ? *at_costs : -1;
+  const auto [hop_ms, hops] = waited_hops(trace, job.parallel.pp, schedule);
+  if (o.json) {
+    nlohmann::ordered_json line{{"bench", "pipeline"},
+                                {"job", o.job_path},
+                                {"schedule", schedule},
+                                {"pp", job.parallel.pp},
+                                {"dp", job.parallel.dp},
+                                {"virtual_stages", shape.virtual_stages},
+                                {"micro_batches", shape.micro_batches},
+                                {"steps", o.steps},
+                                {"bubble", measured.bubble},
+                                {"bubble_plan", plan_unit},
+                                {"bubble_plan_measured_costs", plan_measured},
+                                {"forward_ms", costs.forward_ms},
+                                {"backward_ms", costs.backward_ms},
+                                {"input_ms", costs.input_ms},
+                                {"weight_ms", costs.weight_ms},
+                                {"step_ms", measured.step_ms},
+                                {"tokens_per_s", measured.tokens_per_s},
+                                {"hop_ms", hop_ms},
+                                {"hops", hops}};
+    std::printf("%s\n", line.dump().c_str());
+  } else {
+    std::printf(
+        "pipeline  %s  pp %lld x dp %lld  v %lld  m %lld  %s\n"
+        "  bubble %.4f  plan %.4f at unit costs, %.4f at the measured costs "
+        "(F %.1f ms, B %.1f, I %.1f, W %.1f)\n"
+        "  step %.1f ms  %.0f tokens/s  hop %.2f ms (median of %zu)\n",
+        o.job_path.c_str(), static_cast<long long>(job.parallel.pp), static_cast<long long>(job.parallel.dp),
+        static_cast<long long>(shape.virtual_stages), static_cast<long long>(shape.micro_batches),
+        schedule.c_str(), measured.bubble, plan_unit, plan_measured, costs.forward_ms, costs.backward_ms,
+        costs.input_ms, costs.weight_ms, measured.step_ms, measured.tokens_per_s, hop_ms, hops);
+  }
+  std::fflush(stdout);
+}
+
+// One rank of the job's own model: the GPT of its [model], trained kWarmUpSteps + steps.
+int run_job_rank(const PipelineBenchOptions& o, const RankEnvironment& env) {
+  auto job = load_config_file(o.job_path, o.sets);
+  if (!job) {
+    std::fprintf(stderr, "troupe: bench pipeline: %s\n", job.error().message.c_str());
+    return 1;
+  }
+  job->cluster.coordinator = env.coordinator;
+  job->trace.path = o.trace_path;
+  job->train.steps = kWarmUpSteps + o.steps;
+  auto trainable = make_gpt_trainable(*job);
+  if (!trainable) {
+    std::fprintf(stderr, "troupe: bench pipeline: %s\n", trainable.error().message.c_str());
+    return 1;
+  }
+  auto engine = Engine::make(*job, std::move(*trainable), env);
+  if (!engine) {
+    std::fprintf(stderr, "troupe: bench pipeline: %s\n", engine.error().message.c_str());
+    return 1;
+  }
+  JobFigures figures;
+  double tokens = 0, seconds = 0;
+  for (int64_t s = 0; s < kWarmUpSteps + o.steps; ++s) {
+    auto r = (*engine)->train_batch();
+    if (!r) {
+      std::fprintf(stderr, "troupe: bench pipeline: %s\n", r.error().message.c_str());
+      return 1;
+    }
+    if (s < kWarmUpSteps) continue;
+    figures.bubble += r->stats.bubble / static_cast<double>(o.steps);
+    figures.step_ms += r->step_ms / static_cast<double>(o.steps);
+    tokens += static_cast<double>(r->tokens);
+    seconds += r->step_ms / 1e3;
+  }
+  figures.tokens_per_s = seconds > 0 ? tokens / seconds : 0;
+  if (auto finished = (*engine)->finish(); !finished) {
+    std::fprintf(stderr, "troupe: bench pipeline: %s\n", finished.error().message.c_str());
+    return 1;
+  }
+  if ((*engine)->rank() == 0) report_job(o, *job, figures);
+  return 0;
+}
+
 }  // namespace
 
 int run_pipeline_bench(const PipelineBenchOptions& o, const std::string& troupe_program) {
@@ -179,6 +289,20 @@ int run_pipeline_bench(const PipelineBenchOptions& o, const std::string& troupe_
           : o.trace_path;
   LaunchOptions launch;
   launch.ranks = o.pp * o.dp;
+  if (!o.job_path.empty()) {
+    auto job = load_config_file(o.job_path, o.sets);
+    if (!job) {
+      std::fprintf(stderr, "troupe: bench pipeline: %s\n", job.error().message.c_str());
+      return 1;
+    }
+    if (job->parallel.pp < 2) {
+      std::fprintf(stderr,
+                   "troupe: bench pipeline: %s has [parallel] pp = %lld; a pipeline needs 2 or more\n",
+                   o.job_path.c_str(), static_cast<long long>(job->parallel.pp));
+      return 1;
+    }
+    launch.ranks = job->cluster.world_size;
+  }
   launch.argv = {troupe_program,
                  "bench-pipeline-rank",
                  "--pp",
@@ -199,6 +323,8 @@ int run_pipeline_bench(const PipelineBenchOptions& o, const std::string& troupe_
                  trace};
   if (o.spin) launch.argv.push_back("--spin");
   if (o.json) launch.argv.push_back("--json");
+  if (!o.job_path.empty()) launch.argv.insert(launch.argv.end(), {"--job", o.job_path});
+  for (const std::string& set : o.sets) launch.argv.insert(launch.argv.end(), {"--set", set});
   launch.prefix_stdout = false;  // only rank 0 prints the result
   launch.extra_env = {{"TROUPE_COORDINATOR", fmt::format("127.0.0.1:{}", port)}};
   const int code = launch_ranks(launch);
@@ -215,6 +341,7 @@ int run_pipeline_bench_rank(const PipelineBenchOptions& o) {
     std::fprintf(stderr, "troupe: bench-pipeline-rank runs under `troupe bench pipeline`, which sets its rank\n");
     return 2;
   }
+  if (!o.job_path.empty()) return run_job_rank(o, **env);
   torch::manual_seed(1);
   auto engine = Engine::make(bench_job(o, **env), timed_model(o), **env);
   if (!engine) {

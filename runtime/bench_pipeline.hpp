@@ -11,10 +11,17 @@
 // fraction of GPipe and 1F1B when forward and backward cost the same, and the median of the
 // hops a stage waited on (sim/trace_hops.hpp: from the neighbour's compute end to its own
 // start, read from the run's trace).
+//
+// With --job FILE it runs that job's own model instead (the built-in GPT of its [model],
+// its batch, parallelism and schedule, `--set` overrides as `troupe run` takes them): the
+// real layers' compute, memory traffic and activation sizes. Beside the measured bubble it
+// prints the schedule's plan at unit costs and at the passes' measured costs (their medians
+// in the run's trace, sim/trace_passes.hpp), and the tokens per second.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace troupe {
 
@@ -29,6 +36,8 @@ struct PipelineBenchOptions {
   double layer_ms = 10;    ///< forward time of each stage's layer; backward takes the same
   bool json = false;       ///< one JSON object: bubble, bubble_formula, hop_ms, ...
   std::string trace_path;  ///< write the run's trace (a timeline of every stage)
+  std::string job_path;    ///< set: run this job's model (pp, dp, schedule, ... from the job)
+  std::vector<std::string> sets;  ///< overrides of the job's keys, section.key=value
 };
 
 /// Starts the ranks and returns the exit code.

@@ -465,9 +465,9 @@ class Engine::Impl {
   // weight and replica over the stages that use it.
   Status plan_stages(Transport& transport, Trainable& t) {
     std::vector<double> costs;
-    if (config.parallel.pp > 1 && config.pipeline.partition.counts.empty() &&
-        config.pipeline.partition.method == "profile")
-      TROUPE_TRY(profile(transport, t, costs));
+    const bool by_method = config.parallel.pp > 1 && config.pipeline.partition.counts.empty();
+    if (by_method && config.pipeline.partition.method == "profile") TROUPE_TRY(profile(transport, t, costs));
+    if (by_method && config.pipeline.partition.method == "flops") costs = t.layer_costs;
     auto planned = plan_pipeline(config, layers, rank.rank, costs);
     if (!planned) return make_error(fmt::format("rank {}: {}", rank.rank, planned.error().message));
     plan = std::move(*planned);

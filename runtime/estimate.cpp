@@ -15,6 +15,7 @@
 #include "pipeline/schedule.hpp"
 #include "runtime/config/resolve.hpp"
 #include "runtime/metrics.hpp"
+#include "runtime/model/gpt_flops.hpp"
 #include "runtime/model/gpt_shape.hpp"
 
 namespace troupe {
@@ -307,7 +308,7 @@ Result<ModelStateEstimate> estimate_job(const JobConfig& job) {
                          ? "partition = \"profile\" cuts by times measured when the job starts; estimated "
                            "here with the \"parameters\" cut"
                          : "";
-  auto counts = stage_layer_counts(job, layer_elements(shape), {});
+  auto counts = stage_layer_counts(job, layer_elements(shape), gpt_layer_costs(job));
   if (!counts)
     return make_error(fmt::format("{}: [pipeline] partition: {}", job.source, counts.error().message));
   std::vector<ModelStateEstimate> per_stage;

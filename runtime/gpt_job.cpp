@@ -16,6 +16,7 @@
 #include "runtime/host_check.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/model/gpt.hpp"
+#include "runtime/model/gpt_flops.hpp"
 #include "runtime/model/gpt_shape.hpp"
 #include "runtime/model/gpt_tensor_parallel.hpp"
 #include "runtime/reference.hpp"
@@ -85,22 +86,13 @@ int fail(const std::string& message) {
 
 }  // namespace
 
-namespace {
-
-int train_rank(const JobConfig& job, const JobOutputs& outputs, std::string& phase) {
-  // Under any launcher: this rank alone must fit in what the host has left.
-  phase = "checking this machine's memory";
-  if (auto fits = check_host_memory(job, 1, "this rank"); !fits) return fail(fits.error().message);
-  phase = fmt::format("making the corpus ({} bytes)", job.data.path.empty() ? job.data.synthetic_bytes : 0);
+Result<Trainable> make_gpt_trainable(const JobConfig& job) {
   auto corpus = TextCorpus::make(job.data, job.train.seed, job.model.seq_len);
-  if (!corpus) return fail(corpus.error().message);
+  if (!corpus) return corpus.error();
   torch::manual_seed(static_cast<uint64_t>(job.train.seed));
   Trainable trainable;
-  phase = "building the model";
   auto group = Engine::tensor_parallel_group(job);
-  if (!group) return fail(group.error().message);
-  // The whole model's size, as the summary and the metrics give it, whatever its split.
-  const int64_t parameter_count = gpt_shape(job.model).parameters;
+  if (!group) return group.error();
   if (*group) {
     trainable.layers = make_tensor_parallel_gpt(job.model, *group);
     trainable.loss = tensor_parallel_gpt_loss(*group);
@@ -109,13 +101,29 @@ int train_rank(const JobConfig& job, const JobOutputs& outputs, std::string& pha
     trainable.layers = make_gpt(job.model);
     trainable.loss = lm_loss;
   }
+  trainable.layer_costs = gpt_layer_costs(job);
   trainable.data = [corpus = *corpus, seq = job.model.seq_len, seed = job.train.seed](int64_t first,
                                                                                       int64_t count) {
     TokenBatch b = sample_sequences(corpus, seq, static_cast<uint64_t>(seed), first, count);
     return MicroBatch{b.input, b.target};
   };
+  return trainable;
+}
+
+namespace {
+
+int train_rank(const JobConfig& job, const JobOutputs& outputs, std::string& phase) {
+  // Under any launcher: this rank alone must fit in what the host has left.
+  phase = "checking this machine's memory";
+  if (auto fits = check_host_memory(job, 1, "this rank"); !fits) return fail(fits.error().message);
+  phase = fmt::format("making the corpus ({} bytes) and the model",
+                      job.data.path.empty() ? job.data.synthetic_bytes : 0);
+  auto trainable = make_gpt_trainable(job);
+  if (!trainable) return fail(trainable.error().message);
+  // The whole model's size, as the summary and the metrics give it, whatever its split.
+  const int64_t parameter_count = gpt_shape(job.model).parameters;
   phase = fmt::format("starting the engine for {} parameters", parameter_count);
-  auto engine = Engine::make(job, std::move(trainable));
+  auto engine = Engine::make(job, std::move(*trainable));
   if (!engine) return fail(engine.error().message);
   Engine& e = **engine;
   auto report = Report::make(job, outputs, e.rank() == 0, e.steps_done());

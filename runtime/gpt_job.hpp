@@ -5,9 +5,17 @@
 
 #include <string>
 
+#include "base/result.hpp"
 #include "runtime/config/config.hpp"
 
 namespace troupe {
+
+struct Trainable;  // troupe/troupe.hpp, which includes this
+
+/// The built-in GPT of `job` as the Engine trains it: its layers (tp > 1: this rank's
+/// shards, over its tensor-parallel group), loss, FLOPs per layer and the micro-batches of
+/// the byte-level corpus. Seeds LibTorch's generator with [train] seed first.
+Result<Trainable> make_gpt_trainable(const JobConfig& job);
 
 struct JobOutputs {
   std::string metrics_path;     ///< JSON lines, one per step (rank 0); empty = none

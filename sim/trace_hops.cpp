@@ -15,7 +15,7 @@ struct Span {
 };
 
 bool is_compute(const std::string& name) {
-  for (const char* kind : {"forward ", "backward "}) {
+  for (const char* kind : {"forward ", "backward ", "backward_input ", "backward_weight "}) {
     const std::size_t n = std::char_traits<char>::length(kind);
     if (name.size() > n && name.compare(0, n, kind) == 0 && std::isdigit(static_cast<unsigned char>(name[n])))
       return true;

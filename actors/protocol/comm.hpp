@@ -8,12 +8,14 @@
 #include <caf/message.hpp>
 #include <caf/meta/type_name.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "actors/stream.hpp"
 #include "memory/host_buffer.hpp"
 #include "transport/collective.hpp"
 #include "transport/transport.hpp"
@@ -90,6 +92,15 @@ struct send_request {
   std::optional<uint64_t> key;
 };
 
+/// A receive's end as work on a stream can wait for it: completed on the transport's
+/// progress thread as the receive ends (`ok` says whether its bytes are in), before the
+/// requester hears collective_done. Work queued on a stream behind a wait for it starts
+/// as the bytes land, without a hop through the requesting actor.
+struct ReceiveArrival {
+  Event arrived;
+  std::atomic<bool> ok{false};
+};
+
 /// Point to point: the next bytes world rank `peer` sends this rank land in `buffer`;
 /// answered with collective_done once they have.
 struct recv_request {
@@ -99,6 +110,8 @@ struct recv_request {
   caf::actor reply_to;
   /// Set: matched by key instead of by order (Transport::recv_keyed).
   std::optional<uint64_t> key;
+  /// Set: completed as the receive ends, before reply_to hears of it.
+  std::shared_ptr<ReceiveArrival> arrival = nullptr;
 };
 
 /// Completes when every rank has entered; answered with collective_done.

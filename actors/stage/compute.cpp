@@ -97,8 +97,26 @@ int64_t bytes_of_tensor(const torch::Tensor& t) {
   return t.defined() ? static_cast<int64_t>(t.numel() * t.element_size()) : 0;
 }
 
+void queue_wait(StageState& s, std::shared_ptr<ReceiveArrival> arrival, std::string label) {
+  const double timeout_s = s.options.collective_timeout_s + 10;  // the transport's own bound fires first
+  s.compute->enqueue(label, [arrival = std::move(arrival), stopped = s.stopped, timeout_s, label] {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+    while (!arrival->arrived.wait_for(std::chrono::milliseconds(100))) {
+      if (*stopped) return;
+      if (Clock::now() > deadline)
+        throw std::runtime_error(fmt::format("{}: nothing arrived in {:.0f} s", label, timeout_s));
+    }
+  });
+}
+
+bool arrived(const std::shared_ptr<ReceiveArrival>& arrival) {
+  return !arrival || (arrival->arrived.done() && arrival->ok);
+}
+
 void run_forward(StageState& s, ComputeSide& c, const ForwardWork& w, caf::actor self) {
-  if (*s.stopped) return;  // this rank failed: issuing collectives alone would only confuse peers
+  // This rank failed (issuing collectives alone would only confuse peers), or the input
+  // never came: the stage hears why from the receive itself.
+  if (*s.stopped || !arrived(w.arrival)) return;
   const auto start = Clock::now();
   if (c.forward_step != w.step) {  // the step's first forward, whichever micro-batch it is
     c.forward_step = w.step;
@@ -190,7 +208,7 @@ void run_weight_half(StageState& s, ComputeSide& c, const BackwardWork& w, caf::
 }  // namespace
 
 void run_backward(StageState& s, ComputeSide& c, const BackwardWork& w, caf::actor self) {
-  if (*s.stopped) return;
+  if (*s.stopped || !arrived(w.arrival)) return;
   const auto start = Clock::now();
   begin_gradients(s, c, w);
   if (w.op == Op::backward_weight) return run_weight_half(s, c, w, self, start);

@@ -56,11 +56,12 @@ void send_bytes(StageActor* self, Tag kind, int64_t index, std::shared_ptr<HostB
 }
 
 void receive_bytes(StageActor* self, Tag kind, int64_t index, std::shared_ptr<HostBuffer> buffer,
-                   int64_t peer, uint64_t key, DataType type = DataType::f32) {
+                   int64_t peer, uint64_t key, DataType type = DataType::f32,
+                   std::shared_ptr<ReceiveArrival> arrival = nullptr) {
   std::size_t count = buffer->bytes() / element_bytes(type);
-  self->send(self->state.options.comm_agent,
-             recv_request{tag(kind, static_cast<uint64_t>(index)),
-                          typed_span(std::move(buffer), 0, count, type), peer, me(self), key});
+  self->send(self->state.options.comm_agent, recv_request{tag(kind, static_cast<uint64_t>(index)),
+                                                          typed_span(std::move(buffer), 0, count, type), peer,
+                                                          me(self), key, std::move(arrival)});
 }
 
 std::shared_ptr<HostBuffer> header_of(const std::vector<int64_t>& shape) {
@@ -101,19 +102,44 @@ void finish(StageActor* self, int64_t index) {
   self->send(f.scheduler, action_done{f.step, index});
 }
 
+// The receive of `m` still under way from another rank, taken for a compute queued now;
+// null when its bytes are in. False: neither (not posted yet, or from a chunk of this rank,
+// whose buffer comes with its message).
+bool take_arrival(std::map<int64_t, std::shared_ptr<ReceiveArrival>>& pending, const std::set<int64_t>& in,
+                  int64_t m, std::shared_ptr<ReceiveArrival>& arrival) {
+  auto found = pending.find(m);
+  if (in.count(m)) {
+    if (found != pending.end()) pending.erase(found);
+    return true;
+  }
+  if (found == pending.end()) return false;
+  arrival = std::move(found->second);
+  pending.erase(found);
+  return true;
+}
+
+std::string wait_label(const char* what, const stage_action& a) {
+  return fmt::format("wait {} {}.{}.{}", what, a.step, a.action.micro, a.action.chunk);
+}
+
+// A forward goes on the stream once its micro-batch is loaded and its input is here or on
+// its way from another rank: then it waits on the stream, and starts as the transport
+// completes the receive, with no hop through this actor.
 bool start_forward(StageActor* self, const stage_action& a) {
   auto& s = self->state;
   Flow& f = s.flow;
   const int64_t m = a.action.micro;
   if ((s.first_stage() || s.last_stage()) && !f.batches.count(m)) return false;
-  if (!s.first_stage() && !f.inputs_arrived.count(m)) return false;
-  ForwardWork w{a.step, m, a.micro_count, nullptr, nullptr, f.input_shape};
+  std::shared_ptr<ReceiveArrival> arrival;
+  if (!s.first_stage() && !take_arrival(f.input_arrivals, f.inputs_arrived, m, arrival)) return false;
+  ForwardWork w{a.step, m, a.micro_count, nullptr, nullptr, f.input_shape, arrival};
   if (auto batch = f.batches.find(m); batch != f.batches.end()) w.batch = batch->second;
   if (!s.first_stage()) w.input = f.inputs[m];
   f.batches.erase(m);
   f.inputs.erase(m);
   f.inputs_arrived.erase(m);
   start(self, a);
+  if (arrival) queue_wait(s, std::move(arrival), wait_label("activation", a));
   s.compute->enqueue(
       fmt::format("forward {}.{}.{}", a.step, m, a.action.chunk),
       [&s, c = s.compute_side, w = std::move(w), self = me(self)] { run_forward(s, *c, w, self); });
@@ -128,8 +154,10 @@ bool start_backward(StageActor* self, const stage_action& a) {
   Flow& f = s.flow;
   const int64_t m = a.action.micro;
   const bool weights = a.action.op == Op::backward_weight;
-  if (!weights && !s.last_stage() && !f.output_grads_arrived.count(m)) return false;
-  BackwardWork w{a.action.op, a.step, m, a.micro_count, nullptr, f.output_shape, 1.0};
+  std::shared_ptr<ReceiveArrival> arrival;
+  if (!weights && !s.last_stage() && !take_arrival(f.gradient_arrivals, f.output_grads_arrived, m, arrival))
+    return false;
+  BackwardWork w{a.action.op, a.step, m, a.micro_count, nullptr, f.output_shape, arrival, 1.0};
   // Each replica backpropagates its share of the step's loss (1/dp of the mean) and the
   // replicas' gradients are summed: every partial sum of a gradient is then as large as in
   // the single-process trainer's accumulation, so fp16 overflows where it overflows (a
@@ -141,6 +169,7 @@ bool start_backward(StageActor* self, const stage_action& a) {
   f.output_grads.erase(m);
   f.output_grads_arrived.erase(m);
   start(self, a);
+  if (arrival) queue_wait(s, std::move(arrival), wait_label("gradient", a));
   s.compute->enqueue(
       fmt::format("{} {}.{}.{}", pipeline::op_name(a.action.op), a.step, m, a.action.chunk),
       [&s, c = s.compute_side, w = std::move(w), self = me(self)] { run_backward(s, *c, w, self); });
@@ -200,10 +229,12 @@ bool start_receive(StageActor* self, const stage_action& a) {
   (activation ? f.inputs : f.output_grads)[m] = buffer;
   start(self, a);
   const int64_t stage = s.options.place.stage;
+  auto arrival = std::make_shared<ReceiveArrival>();
+  (activation ? f.input_arrivals : f.gradient_arrivals)[m] = arrival;
   receive_bytes(self, Tag::received, a.index, std::move(buffer),
                 activation ? s.options.place.previous : s.options.place.next,
                 transfer_key(activation ? Carries::activation : Carries::gradient, a.step, stage, m),
-                s.options.dtype);
+                s.options.dtype, std::move(arrival));
   return true;
 }
 
@@ -349,8 +380,16 @@ void on_transfer_done(StageActor* self, const collective_done& done) {
   }
   auto found = f.started.find(index);
   if (found == f.started.end()) return;
-  if (found->second.op == Op::recv_activation) f.inputs_arrived.insert(found->second.micro);
-  if (found->second.op == Op::recv_gradient) f.output_grads_arrived.insert(found->second.micro);
+  // Arrived for a compute not queued yet (one queued already took its buffer and waits).
+  const int64_t m = found->second.micro;
+  if (found->second.op == Op::recv_activation && f.inputs.count(m)) {
+    f.inputs_arrived.insert(m);
+    f.input_arrivals.erase(m);
+  }
+  if (found->second.op == Op::recv_gradient && f.output_grads.count(m)) {
+    f.output_grads_arrived.insert(m);
+    f.gradient_arrivals.erase(m);
+  }
   finish(self, index);
   pump(self);
 }

@@ -100,6 +100,10 @@ struct Flow {
   std::map<int64_t, std::shared_ptr<HostBuffer>> input_grads;   // backward results, to send
   std::set<int64_t> inputs_arrived, output_grads_arrived;
   std::set<int64_t> posted_ahead;  // receive actions still queued whose receive is posted
+  // Receives from another rank, posted and not yet arrived or taken by their compute, by
+  // micro-batch: that compute may go on the stream before its bytes are in, behind a wait
+  // for the transport's completion (ReceiveArrival).
+  std::map<int64_t, std::shared_ptr<ReceiveArrival>> input_arrivals, gradient_arrivals;
   // Actions started and not finished, by index: their micro-batch and kind.
   std::map<int64_t, pipeline::Action> started;
   int64_t tokens = 0;  // target elements loaded this step (last stage)
@@ -244,6 +248,7 @@ struct ForwardWork {
   MicroBatchPtr batch;                // first and last stage
   std::shared_ptr<HostBuffer> input;  // received activations (not on the first stage)
   std::vector<int64_t> input_shape;
+  std::shared_ptr<ReceiveArrival> arrival;  // set: `input` was still arriving when this was queued
 };
 void run_forward(StageState& s, ComputeSide& c, const ForwardWork& w, caf::actor self);
 struct BackwardWork {
@@ -251,11 +256,17 @@ struct BackwardWork {
   int64_t step = 0, micro = 0, micro_count = 1;
   std::shared_ptr<HostBuffer> output_gradient;  // not on the last stage
   std::vector<int64_t> output_shape;
+  std::shared_ptr<ReceiveArrival> arrival;  // set: `output_gradient` was still arriving when queued
   // The last stage backpropagates loss × this: the loss scale over the replicas, whose
   // gradients are then summed (each backpropagates its 1/dp share of the step's loss).
   double loss_seed = 1;
 };
 /// A whole backward, an input half or a weight half (split_backward).
 void run_backward(StageState& s, ComputeSide& c, const BackwardWork& w, caf::actor self);
+/// Work queued on the compute stream after this waits for `arrival` (at most the collective
+/// timeout, less once the stage has failed); `label` names the wait in the trace.
+void queue_wait(StageState& s, std::shared_ptr<ReceiveArrival> arrival, std::string label);
+/// Whether a work item's input, queued while `arrival` was pending, is there to use.
+bool arrived(const std::shared_ptr<ReceiveArrival>& arrival);
 
 }  // namespace troupe::stage

@@ -46,6 +46,10 @@ struct Trainable {
   /// [parallel] tp > 1: the group the model's tensor-parallel layers were built over
   /// (Engine::tensor_parallel_group; runtime/model/tensor_parallel.hpp has the layers).
   std::shared_ptr<TensorParallelGroup> tensor_parallel;
+  /// Optional: each layer's share of the compute (its forward and backward FLOPs per
+  /// micro-batch, or any numbers in proportion), which [pipeline] partition = "flops", the
+  /// default, balances across stages; empty: each layer's parameter count stands in.
+  std::vector<double> layer_costs{};
 };
 
 /// One optimizer step, as every rank sees it.

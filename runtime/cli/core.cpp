@@ -252,6 +252,11 @@ int main(int argc, char** argv) {
                      "bytes of the activation a stage passes on (default 64)")
         ->check(CLI::Range(int64_t{4}, int64_t{1} << 30));
     command->add_option("--trace", pipeline_bench.trace_path, "write the run's Perfetto trace");
+    command->add_option("--job", pipeline_bench.job_path,
+                        "run this job's own model (its [model] GPT, batch, parallelism and schedule) "
+                        "instead of timed layers; prints the plan at the passes' measured costs too");
+    command->add_option("--set", pipeline_bench.sets,
+                        "with --job: override a key, section.key=value (repeatable)");
     command->add_flag("--json", pipeline_bench.json,
                       "one JSON object with bubble, bubble_formula and the waited hops' median hop_ms");
   };

@@ -47,7 +47,8 @@ struct ParallelConfig {
 
 /// [pipeline] partition: a method, or the layer count of each stage.
 struct PipelinePartition {
-  std::string method = "uniform";  ///< "uniform", "parameters" or "profile"; empty when counts are given
+  std::string method =
+      "flops";  ///< "flops", "uniform", "parameters" or "profile"; empty when counts are given
   std::vector<int64_t> counts;     ///< explicit layer counts by stage
 };
 

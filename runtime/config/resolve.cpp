@@ -481,7 +481,7 @@ Status resolve_train(const TrainConfig& train, const ConfigOrigins& origins) {
 }
 
 const std::vector<std::string>& partition_methods() {
-  static const std::vector<std::string> names = {"uniform", "parameters", "profile"};
+  static const std::vector<std::string> names = {"flops", "uniform", "parameters", "profile"};
   return names;
 }
 
@@ -736,14 +736,15 @@ int64_t pipeline_chunks(const JobConfig& job) {
 
 Result<std::vector<int64_t>> stage_layer_counts(const JobConfig& job,
                                                 const std::vector<double>& layer_elements,
-                                                const std::vector<double>& layer_times) {
+                                                const std::vector<double>& layer_costs) {
   const PipelinePartition& cut = job.pipeline.partition;
   const int64_t parts = job.parallel.pp * pipeline_chunks(job);
   if (!cut.counts.empty()) return cut.counts;  // checked against the model by check_pipeline_layers
   if (cut.method == "uniform")
     return pipeline::partition_uniform(static_cast<int64_t>(layer_elements.size()), parts);
-  const bool by_time = cut.method == "profile" && !layer_times.empty();
-  return pipeline::partition_balanced(by_time ? layer_times : layer_elements, parts);
+  const bool by_cost = (cut.method == "profile" || cut.method == "flops") && !layer_costs.empty() &&
+                       layer_costs.size() == layer_elements.size();
+  return pipeline::partition_balanced(by_cost ? layer_costs : layer_elements, parts);
 }
 
 }  // namespace troupe

@@ -38,9 +38,10 @@ int64_t pipeline_chunks(const JobConfig& job);
 /// The layer count of each of the job's pp × chunks virtual stages, in model order (the
 /// pp stages without virtual stages), cut as [pipeline] partition says: the
 /// explicit counts, "uniform", or balanced by `layer_elements` ("parameters") or by
-/// `layer_times` ("profile"; by `layer_elements` when no times are given). By layer.
+/// `layer_costs` ("flops": the model's FLOPs per layer; "profile": measured times), by
+/// `layer_elements` when no costs are given. By layer.
 Result<std::vector<int64_t>> stage_layer_counts(const JobConfig& job,
                                                 const std::vector<double>& layer_elements,
-                                                const std::vector<double>& layer_times);
+                                                const std::vector<double>& layer_costs);
 
 }  // namespace troupe

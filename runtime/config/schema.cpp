@@ -52,7 +52,7 @@ std::vector<KeySpec> make_key_specs() {
        "an integer from 0 to 64 (model chunks per rank; 0 = the schedule's own)",
        [](C& c) -> FieldRef { return &c.pipeline.virtual_stages; }},
       {"pipeline", "partition",
-       R"(one of "uniform", "parameters" or "profile", or an array of layer counts by stage)",
+       R"(one of "flops", "uniform", "parameters" or "profile", or an array of layer counts by stage)",
        [](C& c) -> FieldRef { return &c.pipeline.partition; }},
 
       {"zero", "stage", "one of 0, 1, 2 or 3", [](C& c) -> FieldRef { return &c.zero.stage; }},

@@ -33,4 +33,12 @@ std::vector<LayerFlops> gpt_layer_flops(const ModelConfig& model, int64_t batch,
   return layers;
 }
 
+std::vector<double> gpt_layer_costs(const JobConfig& job) {
+  std::vector<double> costs;
+  for (const LayerFlops& l :
+       gpt_layer_flops(job.model, job.batch.micro_batch_size, job.model.seq_len, job.parallel.tp))
+    costs.push_back(l.forward + l.backward);
+  return costs;
+}
+
 }  // namespace troupe

@@ -25,4 +25,9 @@ struct LayerFlops {
 /// must be resolved (d_ff set).
 std::vector<LayerFlops> gpt_layer_flops(const ModelConfig& model, int64_t batch, int64_t seq, int64_t tp = 1);
 
+/// Each layer's forward and backward FLOPs over the job's micro-batch: what [pipeline]
+/// partition = "flops" balances across stages (the embedding costs nothing, the head a
+/// block's vocab/(12·d_model) or so). `job` must be resolved.
+std::vector<double> gpt_layer_costs(const JobConfig& job);
+
 }  // namespace troupe

@@ -39,6 +39,7 @@ std::vector<Job> jobs() {
   const std::string by_parameters = " --set pipeline.partition=\\\"parameters\\\"";
   const std::string profiled = " --set pipeline.partition=\\\"profile\\\"";
   const std::string explicit_cut = " --set pipeline.partition=[3,1]";
+  const std::string uniform = " --set pipeline.partition=\\\"uniform\\\"";
   const std::string dp_fastest = " --set parallel.order=\\\"dp,pp\\\"";
   return {
       // One replica: both schedules, 4 and 8 micro-batches, 2 and 4 stages.
@@ -47,7 +48,7 @@ std::vector<Job> jobs() {
       Job{2, 1, 8, "1f1b", 0, 0, profiled},
       Job{2, 1, 4, "gpipe", 0, 0, explicit_cut},
       Job{4, 1, 8, "1f1b", 0, 0, ""},
-      Job{4, 1, 4, "gpipe", 0, 0, ""},
+      Job{4, 1, 4, "gpipe", 0, 0, uniform},
       // Two replicas of each stage: ZeRO over the stage's group, clipping over the world.
       Job{2, 2, 4, "1f1b", 0, 0.5, ""},
       Job{2, 2, 8, "gpipe", 1, 0, dp_fastest},

@@ -85,19 +85,37 @@ TEST(PipelineZeroBubble, EveryBuiltInRunsAndKeepsItsPromises) {
 }
 
 // ZB-H1 at p = 2: the weight halves of rank 1 trail by one, so its input halves, which
-// rank 0 waits for, come first.
+// rank 0 waits for, come first. Rank 0, whose input halves nobody waits for, runs whole
+// backwards in the same slots.
 TEST(PipelineZeroBubble, ZbH1OnTwoStagesDelaysTheLastStagesWeightHalves) {
   auto programs = make_programs("zb_h1", ScheduleShape{2, 4, 1});
   ASSERT_TRUE(programs.ok()) << programs.error().message;
   EXPECT_EQ(schedule_table(*programs, 1),
-            "F0,F1,I0,W0,F2,I1,W1,F3,I2,W2,I3,W3\n"
+            "F0,F1,B0,F2,B1,F3,B2,B3\n"
             "F0,I0,F1,I1,W0,F2,I2,W1,F3,I3,W2,W3\n");
   auto run = simulate(*programs, 4);
   ASSERT_TRUE(run.ok());
   EXPECT_EQ(run->slots, 13) << "3m + p − 1";
   EXPECT_EQ(timeline_text(*run),
-            "stage  0 | F0 F1  . I0 W0 F2 I1 W1 F3 I2 W2 I3 W3\n"
+            "stage  0 | F0 F1  . B0 B0 F2 B1 B1 F3 B2 B2 B3 B3\n"
             "stage  1 |  . F0 I0 F1 I1 W0 F2 I2 W1 F3 I3 W2 W3\n");
+}
+
+// ZB-V at p = 2, m 4: rank 0 holds virtual stages 0 and 3, rank 1 stages 1 and 2. Each
+// chunk's forward sits beside its backward and each input half beside its weight half,
+// the order that keeps the V nearly full when a backward costs more than a forward; the
+// first stage's halves run as whole backwards.
+TEST(PipelineZeroBubble, ZbvKeepsEachChunksPassesTogether) {
+  auto programs = make_programs("zbv", ScheduleShape{2, 4, 2});
+  ASSERT_TRUE(programs.ok()) << programs.error().message;
+  EXPECT_EQ(schedule_table(*programs, 2),
+            "F0.0,F1.0,F2.0,F0.1,I0.1,W0.1,F1.1,I1.1,W1.1,F3.0,B0.0,F2.1,I2.1,W2.1,B1.0,F3.1,I3.1,W3.1,B2.0,"
+            "B3.0\n"
+            "F0.0,F0.1,F1.0,F1.1,I0.1,W0.1,F2.0,I0.0,W0.0,F2.1,I1.1,W1.1,F3.0,I1.0,W1.0,F3.1,I2.1,W2.1,I2.0,"
+            "I3.1,I3.0,W2.0,W3.1,W3.0\n");
+  auto run = simulate(*programs, layout_of("zbv", {2, 4, 2}), 4);
+  ASSERT_TRUE(run.ok()) << run.error().message;
+  EXPECT_NEAR(run->bubble(), 1.0 / 25.0, 1e-12) << "p − 1 slots of 6m + p − 1";
 }
 
 TEST(PipelineZeroBubble, ShapesTheSchedulesCannotRunAreRefusedSayingWhy) {
