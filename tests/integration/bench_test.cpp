@@ -152,6 +152,30 @@ TEST(Bench, PipelineHopsBetweenComputingStages) {
         << entry.path() << " left behind";
 }
 
+// The job's own model: the tiny GPT at pp 2 with zbv's two chunks per rank. The plan at
+// unit costs is zbv's, the plan at the passes' measured costs is a bubble too, each pass
+// kind zbv runs has a measured time, and a bubble of a whole step would be a broken run.
+TEST(Bench, PipelineOnTheJobsOwnLayersPrintsThePlanAtTheirCosts) {
+  auto r = testing::run_command(
+      std::string(TROUPE_BINARY) + " bench pipeline --job " + TROUPE_SOURCE_DIR +
+          "/configs/tiny-gpt.toml --set cluster.world_size=2 --set parallel.dp=1"
+          " --set parallel.pp=2 --set pipeline.schedule=\\\"zbv\\\" --set model.n_layers=4"
+          " --set batch.gradient_accumulation_steps=4 --steps 2 --json",
+      180);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto json = nlohmann::json::parse(r.output.substr(r.output.find('{')), nullptr, false);
+  ASSERT_FALSE(json.is_discarded()) << r.output;
+  EXPECT_EQ(json.at("schedule"), "zbv");
+  EXPECT_EQ(json.at("virtual_stages"), 2);
+  EXPECT_NEAR(json.at("bubble_plan").get<double>(), 1.0 / 25.0, 1e-9) << "p − 1 slots of 6m + p − 1";
+  EXPECT_GE(json.at("bubble_plan_measured_costs").get<double>(), 0.0) << r.output;
+  EXPECT_LT(json.at("bubble_plan_measured_costs").get<double>(), 0.5) << r.output;
+  for (const char* pass : {"forward_ms", "backward_ms", "input_ms", "weight_ms"})
+    EXPECT_GT(json.at(pass).get<double>(), 0.0) << pass << ": " << r.output;
+  EXPECT_GT(json.at("tokens_per_s").get<double>(), 0.0);
+  EXPECT_LT(json.at("bubble").get<double>(), 0.9) << r.output;
+}
+
 TEST(Bench, UnknownKindIsRefused) {
   auto r = testing::run_command(std::string(TROUPE_BINARY) + " bench alltoall");
   EXPECT_NE(r.exit_code, 0);

@@ -144,6 +144,38 @@ TEST_F(PointToPoint, KeyedMessagesMatchTheirKeyWhateverTheOrder) {
   EXPECT_EQ(answers(sender, messages + 1).size(), messages + 1);
 }
 
+// A receive's arrival event (what a pipeline stage's compute waits on, on its stream) is
+// complete, and ok, once its bytes are in and before the requester hears collective_done;
+// a receive that fails completes it too, not ok, so nothing waits on it for ever.
+TEST_F(PointToPoint, AnArrivalCompletesAsTheBytesLandAndOnFailureToo) {
+  caf::scoped_actor sender{system_}, receiver{system_};
+  constexpr std::size_t count = 262144;  // 1 MiB: an activation between stages
+  BufferSpan into = filled(count, -1);
+  auto arrival = std::make_shared<ReceiveArrival>();
+  recv_request r{7, into, 0, caf::actor{receiver}, uint64_t{9}};
+  r.arrival = arrival;
+  receiver->send(agent1_, std::move(r));
+  EXPECT_FALSE(arrival->arrived.done()) << "nothing sent yet";
+  sender->send(agent0_, send_request{7, filled(count, 3), 1, caf::actor{sender}, uint64_t{9}});
+  ASSERT_TRUE(arrival->arrived.wait_for(std::chrono::duration_cast<std::chrono::milliseconds>(wait_bound)));
+  EXPECT_TRUE(arrival->ok);
+  EXPECT_EQ(into.owner->as<float>()[count - 1], 3.0f) << "complete means the bytes are in";
+  auto got = answers(receiver, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got[0].error.empty()) << got[0].error;
+  answers(sender, 1);
+
+  auto failing = std::make_shared<ReceiveArrival>();
+  recv_request bad{8, filled(10, 0), 0, caf::actor{receiver}, uint64_t{10}};
+  bad.arrival = failing;
+  receiver->send(agent1_, std::move(bad));
+  sender->send(agent0_, send_request{8, filled(12, 1), 1, caf::actor{sender}, uint64_t{10}});
+  ASSERT_TRUE(failing->arrived.wait_for(std::chrono::duration_cast<std::chrono::milliseconds>(wait_bound)));
+  EXPECT_FALSE(failing->ok) << "10 floats expected, 12 sent";
+  answers(receiver, 1);
+  answers(sender, 1);
+}
+
 TEST_F(PointToPoint, ByteCountsThatDisagreeFailTheReceiveAndStopTheJob) {
   caf::scoped_actor sender{system_}, receiver{system_};
   receiver->send(agent1_, recv_request{2, filled(10, 0), 0, caf::actor{receiver}, std::nullopt});

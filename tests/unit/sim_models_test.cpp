@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/config/load.hpp"
+#include "runtime/config/resolve.hpp"
 #include "runtime/model/gpt_flops.hpp"
 #include "sim/cluster.hpp"
 #include "sim/cost_model.hpp"
@@ -18,6 +19,7 @@
 #include "sim/measured_compute.hpp"
 #include "sim/processors.hpp"
 #include "sim/trace_hops.hpp"
+#include "sim/trace_passes.hpp"
 #include "sim/virtual_clock.hpp"
 
 namespace troupe::sim {
@@ -520,6 +522,81 @@ TEST(TraceHops, InterleavedStagesWrapAround) {
   const std::vector<double> plain = critical_hops_ms(trace, 3);
   ASSERT_EQ(plain.size(), 1u);
   EXPECT_NEAR(plain[0], 18.0, 1e-9);
+}
+
+// A split backward's halves are compute too: a stage that waited before its input half
+// waited on the weight half its neighbour ran last.
+TEST(TraceHops, SplitBackwardsCountAsCompute) {
+  nlohmann::json events = nlohmann::json::array();
+  const auto span = [&](int64_t rank, const char* name, double from_ms, double to_ms) {
+    events.push_back({{"ph", "X"},
+                      {"pid", rank},
+                      {"tid", 1},
+                      {"name", name},
+                      {"ts", from_ms * 1e3},
+                      {"dur", (to_ms - from_ms) * 1e3}});
+  };
+  span(0, "forward 0.0.0", 0, 10);
+  span(0, "backward_input 0.0.0", 20, 30);
+  span(1, "backward_weight 0.0.0", 10, 18);
+  const std::vector<double> hops = critical_hops_ms(nlohmann::json{{"traceEvents", events}}, 2);
+  ASSERT_EQ(hops.size(), 1u);
+  EXPECT_NEAR(hops[0], 2.0, 1e-9);
+}
+
+// The passes' medians from the steps asked for, and the plan at those costs: 1F1B idles
+// (p − 1)(F + B) of m + p − 1 rounds whatever F and B cost; ZB-H1's order at a forward of
+// 1 and halves of 1 idles its formula's (p − 1)/(3m + p − 1).
+TEST(TracePasses, MediansOfTheKeptStepsAndThePlanAtThem) {
+  nlohmann::json events = nlohmann::json::array();
+  const auto span = [&](const std::string& name, double ms) {
+    events.push_back({{"ph", "X"}, {"pid", 0}, {"tid", 1}, {"name", name}, {"ts", 0}, {"dur", ms * 1e3}});
+  };
+  span("forward 0.0.0", 100);  // step 0: left out
+  span("forward 1.0.0", 10);
+  span("forward 1.1.0", 12);
+  span("forward 2.0.1", 14);
+  span("backward 1.0.0", 20);
+  span("backward_input 1.0.0", 6);
+  span("backward_weight 1.0.0", 4);
+  span("wait activation 1.0.0", 50);
+  const PassCosts costs = pass_costs(nlohmann::json{{"traceEvents", events}}, 1);
+  EXPECT_EQ(costs.passes, 6);
+  EXPECT_DOUBLE_EQ(costs.forward_ms, 12);
+  EXPECT_DOUBLE_EQ(costs.backward_ms, 20);
+  EXPECT_DOUBLE_EQ(costs.input_ms, 6);
+  EXPECT_DOUBLE_EQ(costs.weight_ms, 4);
+
+  PassCosts whole;
+  whole.forward_ms = 10;
+  whole.backward_ms = 30;
+  auto one = planned_bubble("1f1b", {2, 8, 1}, whole);
+  ASSERT_TRUE(one.ok()) << one.error().message;
+  EXPECT_NEAR(*one, 1.0 / 9.0, 1e-12);
+  PassCosts unit;
+  unit.forward_ms = unit.input_ms = unit.weight_ms = 1;
+  auto h1 = planned_bubble("zb_h1", {2, 8, 1}, unit);
+  ASSERT_TRUE(h1.ok());
+  EXPECT_NEAR(*h1, 1.0 / 25.0, 1e-12);
+  EXPECT_FALSE(planned_bubble("zigzag", {2, 8, 1}, unit).ok());
+}
+
+// The default cut balances the GPT's FLOPs: the embedding weighs nothing and the head little,
+// so four chunks of a 4-block GPT hold a block each (the embedding with the first, the head
+// with the last), where equal layer counts gave 2, 2, 1, 1 of its 6 layers.
+TEST(Partition, FlopsGiveEachChunkOneBlockOfFour) {
+  const std::string text =
+      "[cluster]\nworld_size = 2\n[parallel]\npp = 2\n[pipeline]\nschedule = \"zbv\"\n"
+      "[batch]\nmicro_batch_size = 8\ngradient_accumulation_steps = 8\n"
+      "[model]\nseq_len = 128\nd_model = 256\nn_layers = 4\nn_heads = 4\n";
+  JobConfig job = job_of(text);
+  EXPECT_EQ(job.pipeline.partition.method, "flops");
+  const std::vector<double> elements(6, 1.0);
+  auto by_flops = stage_layer_counts(job, elements, gpt_layer_costs(job));
+  ASSERT_TRUE(by_flops.ok());
+  EXPECT_EQ(*by_flops, (std::vector<int64_t>{2, 1, 1, 2}));
+  job.pipeline.partition.method = "uniform";
+  EXPECT_EQ(*stage_layer_counts(job, elements, gpt_layer_costs(job)), (std::vector<int64_t>{2, 2, 1, 1}));
 }
 
 }  // namespace
