@@ -8,7 +8,8 @@
 //      the loss and the backwards start early;
 //   3. the oldest weight-gradient backward, which nothing waits for and which frees memory.
 // It never idles a rank that has something it may run, which is what fills the bubbles of
-// the zero-bubble schedules (zbv is this over a V layout).
+// the zero-bubble schedules (zbv is this over a V layout when m < 2p − 1, too few
+// micro-batches for ZB-V's own order).
 // Thread safety: pure function.
 #pragma once
 
