@@ -2,7 +2,8 @@
 """Where a pipeline step's time goes, from a `troupe run` trace ([trace] path): for step
 STEP, each rank's compute passes by kind (forward F, whole backward B, input half I,
 weight half W) with their median ms, the time its compute stream spent waiting for bytes
-(the "wait activation/gradient" spans: a pass queued before its input arrived), its idle
+(the "activation S.M.C" and "gradient S.M.C" spans of the "compute wait" track: a pass
+queued before its input arrived), its idle
 time between passes, and the step's span; then the step replayed: each rank's passes in
 the order they ran, each taking the time it took, every message free. The replay's span
 is what the schedule's order costs at these passes' costs; the measured span less the
@@ -21,7 +22,7 @@ import sys
 from trace_events import spans
 
 PASS = re.compile(r"(forward|backward_input|backward_weight|backward) (\d+)\.(\d+)\.(\d+)$")
-WAIT = re.compile(r"wait (activation|gradient) (\d+)\.")
+WAIT = re.compile(r"(activation|gradient) (\d+)\.\d+\.\d+$")
 SHORT = {"forward": "F", "backward": "B", "backward_input": "I", "backward_weight": "W"}
 
 

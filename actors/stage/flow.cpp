@@ -119,7 +119,7 @@ bool take_arrival(std::map<int64_t, std::shared_ptr<ReceiveArrival>>& pending, c
 }
 
 std::string wait_label(const char* what, const stage_action& a) {
-  return fmt::format("wait {} {}.{}.{}", what, a.step, a.action.micro, a.action.chunk);
+  return fmt::format("{} {}.{}.{}", what, a.step, a.action.micro, a.action.chunk);
 }
 
 // A forward goes on the stream once its micro-batch is loaded and its input is here or on

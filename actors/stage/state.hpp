@@ -264,7 +264,8 @@ struct BackwardWork {
 /// A whole backward, an input half or a weight half (split_backward).
 void run_backward(StageState& s, ComputeSide& c, const BackwardWork& w, caf::actor self);
 /// Work queued on the compute stream after this waits for `arrival` (at most the collective
-/// timeout, less once the stage has failed); `label` names the wait in the trace.
+/// timeout, less once the stage has failed); `label` names the wait on the trace's
+/// "compute wait" track.
 void queue_wait(StageState& s, std::shared_ptr<ReceiveArrival> arrival, std::string label);
 /// Whether a work item's input, queued while `arrival` was pending, is there to use.
 bool arrived(const std::shared_ptr<ReceiveArrival>& arrival);

@@ -118,6 +118,19 @@ TEST(PipelineZeroBubble, ZbvKeepsEachChunksPassesTogether) {
   EXPECT_NEAR(run->bubble(), 1.0 / 25.0, 1e-12) << "p − 1 slots of 6m + p − 1";
 }
 
+// ZB-V's order for every micro-batch count from its warm-up's 2p − 1 on, odd ones too: it
+// never deadlocks, idles about its formula's share and holds no more than 1F1B's stage 0.
+TEST(PipelineZeroBubble, ZbvRunsEveryMicroBatchCountFromItsWarmUp) {
+  for (int64_t p : {2, 3, 4, 8})
+    for (int64_t m = 2 * p - 1; m <= 4 * p; ++m) {
+      SCOPED_TRACE("p " + std::to_string(p) + ", m " + std::to_string(m));
+      Simulation vee = simulated("zbv", p, m);
+      const double idle = static_cast<double>(p - 1);
+      EXPECT_LE(vee.bubble(), idle / (6.0 * static_cast<double>(m) + idle) + 0.01);
+      EXPECT_LE(vee.peak_stage_activations(), static_cast<double>(p));
+    }
+}
+
 TEST(PipelineZeroBubble, ShapesTheSchedulesCannotRunAreRefusedSayingWhy) {
   EXPECT_EQ(check_shape("interleaved_1f1b", {4, 6, 2}).error().message,
             "interleaved_1f1b takes micro-batches in groups of one per stage: 6 micro-batches is not a "
