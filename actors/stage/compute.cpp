@@ -99,16 +99,16 @@ int64_t bytes_of_tensor(const torch::Tensor& t) {
 
 void queue_wait(StageState& s, std::shared_ptr<ReceiveArrival> arrival, std::string label) {
   const double timeout_s = s.options.collective_timeout_s + 10;  // the transport's own bound fires first
-  s.compute->enqueue("", [arrival = std::move(arrival), stopped = s.stopped, timeout_s, label,
-                          tracer = s.options.tracer] {
-    Tracer::Scope waiting(arrival->arrived.done() ? nullptr : tracer, "compute wait", label);
-    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
-    while (!arrival->arrived.wait_for(std::chrono::milliseconds(100))) {
-      if (*stopped) return;
-      if (Clock::now() > deadline)
-        throw std::runtime_error(fmt::format("{}: nothing arrived in {:.0f} s", label, timeout_s));
-    }
-  });
+  s.compute->enqueue(
+      "", [arrival = std::move(arrival), stopped = s.stopped, timeout_s, label, tracer = s.options.tracer] {
+        Tracer::Scope waiting(arrival->arrived.done() ? nullptr : tracer, "compute wait", label);
+        const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+        while (!arrival->arrived.wait_for(std::chrono::milliseconds(100))) {
+          if (*stopped) return;
+          if (Clock::now() > deadline)
+            throw std::runtime_error(fmt::format("{}: nothing arrived in {:.0f} s", label, timeout_s));
+        }
+      });
 }
 
 bool arrived(const std::shared_ptr<ReceiveArrival>& arrival) {
