@@ -145,7 +145,36 @@ std::pair<double, std::size_t> waited_hops(const PipelineBenchOptions& o) {
   return waited_hops(read_trace(o.trace_path), o.pp, o.schedule);
 }
 
-void report(const PipelineBenchOptions& o, double bubble, double step_ms) {
+int failed(const std::string& message) {
+  std::fprintf(stderr, "troupe: bench pipeline: %s\n", message.c_str());
+  return 1;
+}
+
+// The means over the measured steps.
+struct Measured {
+  double bubble = 0, step_ms = 0, tokens_per_s = 0;
+};
+
+// Trains kWarmUpSteps + `steps` steps and finishes the engine; the figures of the last `steps`.
+Result<Measured> train_and_measure(Engine& engine, int64_t steps) {
+  Measured m;
+  double tokens = 0, seconds = 0;
+  for (int64_t s = 0; s < kWarmUpSteps + steps; ++s) {
+    auto r = engine.train_batch();
+    if (!r) return r.error();
+    if (s < kWarmUpSteps) continue;
+    m.bubble += r->stats.bubble / static_cast<double>(steps);
+    m.step_ms += r->step_ms / static_cast<double>(steps);
+    tokens += static_cast<double>(r->tokens);
+    seconds += r->step_ms / 1e3;
+  }
+  m.tokens_per_s = seconds > 0 ? tokens / seconds : 0;
+  TROUPE_TRY(engine.finish());
+  return m;
+}
+
+void report(const PipelineBenchOptions& o, const Measured& measured) {
+  const double bubble = measured.bubble, step_ms = measured.step_ms;
   const double formula = pipeline::bubble_formula(
       o.schedule, {o.pp, o.micro_batches, pipeline::default_virtual_stages(o.schedule)});
   const auto [hop_ms, hops] = waited_hops(o);
@@ -177,11 +206,7 @@ void report(const PipelineBenchOptions& o, double bubble, double step_ms) {
 
 // The job's measured figures beside its schedule's plan at unit costs and at the costs its
 // passes measured.
-struct JobFigures {
-  double bubble = 0, step_ms = 0, tokens_per_s = 0;
-};
-
-void report_job(const PipelineBenchOptions& o, const JobConfig& job, const JobFigures& measured) {
+void report_job(const PipelineBenchOptions& o, const JobConfig& job, const Measured& measured) {
   const pipeline::ScheduleShape shape{job.parallel.pp, job.batch.gradient_accumulation_steps,
                                       pipeline_chunks(job)};
   const std::string& schedule = job.pipeline.schedule;
@@ -232,43 +257,17 @@ void report_job(const PipelineBenchOptions& o, const JobConfig& job, const JobFi
 // One rank of the job's own model: the GPT of its [model], trained kWarmUpSteps + steps.
 int run_job_rank(const PipelineBenchOptions& o, const RankEnvironment& env) {
   auto job = load_config_file(o.job_path, o.sets);
-  if (!job) {
-    std::fprintf(stderr, "troupe: bench pipeline: %s\n", job.error().message.c_str());
-    return 1;
-  }
+  if (!job) return failed(job.error().message);
   job->cluster.coordinator = env.coordinator;
   job->trace.path = o.trace_path;
   job->train.steps = kWarmUpSteps + o.steps;
   auto trainable = make_gpt_trainable(*job);
-  if (!trainable) {
-    std::fprintf(stderr, "troupe: bench pipeline: %s\n", trainable.error().message.c_str());
-    return 1;
-  }
+  if (!trainable) return failed(trainable.error().message);
   auto engine = Engine::make(*job, std::move(*trainable), env);
-  if (!engine) {
-    std::fprintf(stderr, "troupe: bench pipeline: %s\n", engine.error().message.c_str());
-    return 1;
-  }
-  JobFigures figures;
-  double tokens = 0, seconds = 0;
-  for (int64_t s = 0; s < kWarmUpSteps + o.steps; ++s) {
-    auto r = (*engine)->train_batch();
-    if (!r) {
-      std::fprintf(stderr, "troupe: bench pipeline: %s\n", r.error().message.c_str());
-      return 1;
-    }
-    if (s < kWarmUpSteps) continue;
-    figures.bubble += r->stats.bubble / static_cast<double>(o.steps);
-    figures.step_ms += r->step_ms / static_cast<double>(o.steps);
-    tokens += static_cast<double>(r->tokens);
-    seconds += r->step_ms / 1e3;
-  }
-  figures.tokens_per_s = seconds > 0 ? tokens / seconds : 0;
-  if (auto finished = (*engine)->finish(); !finished) {
-    std::fprintf(stderr, "troupe: bench pipeline: %s\n", finished.error().message.c_str());
-    return 1;
-  }
-  if ((*engine)->rank() == 0) report_job(o, *job, figures);
+  if (!engine) return failed(engine.error().message);
+  auto measured = train_and_measure(**engine, o.steps);
+  if (!measured) return failed(measured.error().message);
+  if ((*engine)->rank() == 0) report_job(o, *job, *measured);
   return 0;
 }
 
@@ -276,10 +275,7 @@ int run_job_rank(const PipelineBenchOptions& o, const RankEnvironment& env) {
 
 int run_pipeline_bench(const PipelineBenchOptions& o, const std::string& troupe_program) {
   int port = free_port();
-  if (port == 0) {
-    std::fprintf(stderr, "troupe: bench pipeline: no free port on 127.0.0.1 for the coordinator\n");
-    return 1;
-  }
+  if (port == 0) return failed("no free port on 127.0.0.1 for the coordinator");
   // The hops are read from the run's trace: one of its own where none was asked for.
   const bool own_trace = o.trace_path.empty();
   const std::string trace =
@@ -291,16 +287,10 @@ int run_pipeline_bench(const PipelineBenchOptions& o, const std::string& troupe_
   launch.ranks = o.pp * o.dp;
   if (!o.job_path.empty()) {
     auto job = load_config_file(o.job_path, o.sets);
-    if (!job) {
-      std::fprintf(stderr, "troupe: bench pipeline: %s\n", job.error().message.c_str());
-      return 1;
-    }
-    if (job->parallel.pp < 2) {
-      std::fprintf(stderr,
-                   "troupe: bench pipeline: %s has [parallel] pp = %lld; a pipeline needs 2 or more\n",
-                   o.job_path.c_str(), static_cast<long long>(job->parallel.pp));
-      return 1;
-    }
+    if (!job) return failed(job.error().message);
+    if (job->parallel.pp < 2)
+      return failed(
+          fmt::format("{} has [parallel] pp = {}; a pipeline needs 2 or more", o.job_path, job->parallel.pp));
     launch.ranks = job->cluster.world_size;
   }
   launch.argv = {troupe_program,
@@ -344,26 +334,10 @@ int run_pipeline_bench_rank(const PipelineBenchOptions& o) {
   if (!o.job_path.empty()) return run_job_rank(o, **env);
   torch::manual_seed(1);
   auto engine = Engine::make(bench_job(o, **env), timed_model(o), **env);
-  if (!engine) {
-    std::fprintf(stderr, "troupe: bench pipeline: %s\n", engine.error().message.c_str());
-    return 1;
-  }
-  double bubble = 0, step_ms = 0;
-  for (int64_t s = 0; s < kWarmUpSteps + o.steps; ++s) {
-    auto r = (*engine)->train_batch();
-    if (!r) {
-      std::fprintf(stderr, "troupe: bench pipeline: %s\n", r.error().message.c_str());
-      return 1;
-    }
-    if (s < kWarmUpSteps) continue;
-    bubble += r->stats.bubble / static_cast<double>(o.steps);
-    step_ms += r->step_ms / static_cast<double>(o.steps);
-  }
-  if (auto finished = (*engine)->finish(); !finished) {
-    std::fprintf(stderr, "troupe: bench pipeline: %s\n", finished.error().message.c_str());
-    return 1;
-  }
-  if ((*engine)->rank() == 0) report(o, bubble, step_ms);
+  if (!engine) return failed(engine.error().message);
+  auto measured = train_and_measure(**engine, o.steps);
+  if (!measured) return failed(measured.error().message);
+  if ((*engine)->rank() == 0) report(o, *measured);
   return 0;
 }
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Each rank's compute in a `troupe run` trace ([trace] path): per step, the time its
-`forward S.M[.C]` and `backward S.M[.C]` spans took and how many there were, and the
-rank's idle fraction over the kept steps (1 - their compute time over the time from
-the first kept step's first pass to the last kept step's last). The first SKIP steps
-(default 2, as the metrics' medians skip them) are left out: they start the ranks.
+`forward S.M[.C]` and `backward[_input|_weight] S.M[.C]` spans took and how many there
+were, and the rank's idle fraction over the kept steps (1 - their compute time over the
+time from the first kept step's first pass to the last kept step's last). The first SKIP
+steps (default 2, as the metrics' medians skip them) are left out: they start the ranks.
 
 usage: scripts/trace_busy.py TRACE.json [SKIP=2]
 """
@@ -13,7 +13,7 @@ import sys
 
 from trace_events import spans
 
-PASS = re.compile(r"(forward|backward) (\d+)\.")
+PASS = re.compile(r"(forward|backward(?:_input|_weight)?) (\d+)\.")
 
 
 def passes_by_rank(trace):

@@ -261,6 +261,12 @@ int main(int argc, char** argv) {
                       "one JSON object with bubble, bubble_formula and the waited hops' median hop_ms");
   };
   add_pipeline_options(bench_pipeline);
+  // With --job the job gives the shape and schedule: timed layers' options would go unused.
+  CLI::Option* job_option = bench_pipeline->get_option("--job");
+  for (const char* timed :
+       {"--pp", "--dp", "--micro-batches", "--schedule", "--layer-ms", "--spin", "--bytes"})
+    job_option->excludes(bench_pipeline->get_option(timed));
+  bench_pipeline->get_option("--set")->needs(job_option);
   auto* bench_pipeline_rank = app.add_subcommand("bench-pipeline-rank", "");  // hidden: one rank of it
   bench_pipeline_rank->group("");
   add_pipeline_options(bench_pipeline_rank);

@@ -742,8 +742,10 @@ Result<std::vector<int64_t>> stage_layer_counts(const JobConfig& job,
   if (!cut.counts.empty()) return cut.counts;  // checked against the model by check_pipeline_layers
   if (cut.method == "uniform")
     return pipeline::partition_uniform(static_cast<int64_t>(layer_elements.size()), parts);
-  const bool by_cost = (cut.method == "profile" || cut.method == "flops") && !layer_costs.empty() &&
-                       layer_costs.size() == layer_elements.size();
+  const bool by_cost = (cut.method == "profile" || cut.method == "flops") && !layer_costs.empty();
+  if (by_cost && layer_costs.size() != layer_elements.size())
+    return make_error(fmt::format("[pipeline] partition = \"{}\" has {} layer costs for a model of {} layers",
+                                  cut.method, layer_costs.size(), layer_elements.size()));
   return pipeline::partition_balanced(by_cost ? layer_costs : layer_elements, parts);
 }
 

@@ -39,7 +39,8 @@ int64_t pipeline_chunks(const JobConfig& job);
 /// pp stages without virtual stages), cut as [pipeline] partition says: the
 /// explicit counts, "uniform", or balanced by `layer_elements` ("parameters") or by
 /// `layer_costs` ("flops": the model's FLOPs per layer; "profile": measured times), by
-/// `layer_elements` when no costs are given. By layer.
+/// `layer_elements` when no costs are given; costs for another number of layers are an
+/// error. By layer.
 Result<std::vector<int64_t>> stage_layer_counts(const JobConfig& job,
                                                 const std::vector<double>& layer_elements,
                                                 const std::vector<double>& layer_costs);

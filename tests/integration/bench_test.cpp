@@ -6,6 +6,8 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -13,6 +15,8 @@
 #include <optional>
 
 #include <nlohmann/json.hpp>
+
+#include <unistd.h>
 
 #include "runtime/busy_core.hpp"
 #include "tests/integration/command.hpp"
@@ -32,6 +36,12 @@ std::vector<nlohmann::json> bench(const std::string& args) {
     if (!json.is_discarded()) lines.push_back(json);
   }
   return lines;
+}
+
+// The one JSON object `bench pipeline --json` prints after any rank output.
+nlohmann::json pipeline_json(const testing::CommandResult& r) {
+  const std::size_t at = r.output.find('{');
+  return nlohmann::json::parse(at == std::string::npos ? std::string() : r.output.substr(at), nullptr, false);
 }
 
 TEST(Bench, CollectivesPrintAlgorithmAndBusBandwidthPerSize) {
@@ -122,7 +132,7 @@ TEST(Bench, PipelinePrintsTheMeasuredBubbleBesideTheFormula) {
                                     " bench pipeline --pp 2 --micro-batches 4 --layer-ms 20 --steps 2 --json",
                                 120);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto json = nlohmann::json::parse(r.output.substr(r.output.find('{')), nullptr, false);
+  auto json = pipeline_json(r);
   ASSERT_FALSE(json.is_discarded()) << r.output;
   EXPECT_EQ(json.at("bench"), "pipeline");
   EXPECT_DOUBLE_EQ(json.at("bubble_formula").get<double>(), 0.2);
@@ -139,7 +149,7 @@ TEST(Bench, PipelineHopsBetweenComputingStages) {
                                     " --layer-ms 10 --steps 2 --json",
                                 120);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto json = nlohmann::json::parse(r.output.substr(r.output.find('{')), nullptr, false);
+  auto json = pipeline_json(r);
   ASSERT_FALSE(json.is_discarded()) << r.output;
   EXPECT_EQ(json.at("dp"), 2);
   EXPECT_EQ(json.at("bytes"), 65536);
@@ -155,15 +165,21 @@ TEST(Bench, PipelineHopsBetweenComputingStages) {
 // The job's own model: the tiny GPT at pp 2 with zbv's two chunks per rank. The plan at
 // unit costs is zbv's, the plan at the passes' measured costs is a bubble too, each pass
 // kind zbv runs has a measured time, and a bubble of a whole step would be a broken run.
+// Computes queued before their input arrived waited on the stream itself: the trace's
+// "compute wait" track holds those waits, named by what they waited for.
 TEST(Bench, PipelineOnTheJobsOwnLayersPrintsThePlanAtTheirCosts) {
+  const std::string trace_path =
+      (std::filesystem::temp_directory_path() / ("bench-job-trace-" + std::to_string(::getpid()) + ".json"))
+          .string();
   auto r = testing::run_command(
       std::string(TROUPE_BINARY) + " bench pipeline --job " + TROUPE_SOURCE_DIR +
           "/configs/tiny-gpt.toml --set cluster.world_size=2 --set parallel.dp=1"
           " --set parallel.pp=2 --set pipeline.schedule=\\\"zbv\\\" --set model.n_layers=4"
-          " --set batch.gradient_accumulation_steps=4 --steps 2 --json",
+          " --set batch.gradient_accumulation_steps=4 --steps 2 --json --trace " +
+          trace_path,
       180);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto json = nlohmann::json::parse(r.output.substr(r.output.find('{')), nullptr, false);
+  auto json = pipeline_json(r);
   ASSERT_FALSE(json.is_discarded()) << r.output;
   EXPECT_EQ(json.at("schedule"), "zbv");
   EXPECT_EQ(json.at("virtual_stages"), 2);
@@ -174,6 +190,36 @@ TEST(Bench, PipelineOnTheJobsOwnLayersPrintsThePlanAtTheirCosts) {
     EXPECT_GT(json.at(pass).get<double>(), 0.0) << pass << ": " << r.output;
   EXPECT_GT(json.at("tokens_per_s").get<double>(), 0.0);
   EXPECT_LT(json.at("bubble").get<double>(), 0.9) << r.output;
+
+  std::ifstream in(trace_path);
+  const nlohmann::json trace = nlohmann::json::parse(in, nullptr, false);
+  std::filesystem::remove(trace_path);
+  ASSERT_FALSE(trace.is_discarded());
+  std::map<std::pair<int64_t, int64_t>, std::string> threads;
+  for (const auto& e : trace.at("traceEvents"))
+    if (e.value("ph", "") == "M" && e.value("name", "") == "thread_name")
+      threads[{e.at("pid").get<int64_t>(), e.at("tid").get<int64_t>()}] = e.at("args").at("name");
+  int waits = 0;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.value("ph", "") != "X" ||
+        threads[{e.at("pid").get<int64_t>(), e.at("tid").get<int64_t>()}] != "compute wait")
+      continue;
+    const std::string name = e.value("name", "");
+    waits += name.rfind("activation ", 0) == 0 || name.rfind("gradient ", 0) == 0;
+  }
+  EXPECT_GT(waits, 0) << "no compute waited on the stream for its input";
+}
+
+// --job takes the shape and schedule from the job: the timed layers' options are refused
+// beside it, not ignored, and --set only goes with it.
+TEST(Bench, PipelineRefusesTimedLayerOptionsBesideAJob) {
+  auto r = testing::run_command(std::string(TROUPE_BINARY) + " bench pipeline --job " + TROUPE_SOURCE_DIR +
+                                "/configs/tiny-gpt.toml --schedule zbv");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--schedule excludes --job"), std::string::npos) << r.output;
+  r = testing::run_command(std::string(TROUPE_BINARY) + " bench pipeline --set parallel.pp=2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--set requires --job"), std::string::npos) << r.output;
 }
 
 TEST(Bench, UnknownKindIsRefused) {

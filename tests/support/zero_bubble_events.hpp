@@ -1,12 +1,12 @@
 // An event-driven zero-bubble scheduler over a V of 2 chunks per rank with split backwards,
 // for the tests (pipeline_events_test plans it, event_scheduler_rank trains with it). It
-// decides as zbv's list scheduler plans: an input half first (a neighbour waits for its
-// gradient), then, once the rank is free, the deepest ready forward, then the oldest weight
-// half, holding no more than 1F1B's stage 0. Forwards of chunk 1 always run: they carry
-// micro-batches already admitted towards the backwards that free memory, and a limit on
-// every forward can hold back the very one that would free it, which stops the pipeline
-// (zbv's plan at unit costs never meets that; real timing can). New micro-batches (forwards
-// of chunk 0) are admitted only with room kept for their way back up.
+// decides as the list scheduler (pipeline/list_schedule.hpp) plans: an input half first (a
+// neighbour waits for its gradient), then, once the rank is free, the deepest ready forward,
+// then the oldest weight half, holding no more than 1F1B's stage 0. Forwards of chunk 1
+// always run: they carry micro-batches already admitted towards the backwards that free
+// memory, and a limit on every forward can hold back the very one that would free it,
+// which stops the pipeline (zbv's plan at unit costs never meets that; real timing can). New micro-batches
+// (forwards of chunk 0) are admitted only with room kept for their way back up.
 #pragma once
 
 #include <cstdint>

@@ -108,7 +108,7 @@ TEST(EventPlan, GreedySchedulersMakeValidPlansWithinTheirBudget) {
       }
 }
 
-// tests/support/zero_bubble_events.hpp decides from events as zbv's list scheduler plans:
+// tests/support/zero_bubble_events.hpp decides from events as the list scheduler plans:
 // it idles less than half 1F1B's bubble and about as little as zbv's plan, in 1F1B's memory.
 TEST(EventPlan, AZeroBubbleSchedulerOverAVIdlesAboutAsLittleAsZbv) {
   for (int64_t p : {2, 4, 8}) {

@@ -498,18 +498,19 @@ TEST(TraceHops, AStagesWaitsFromItsNeighboursComputeEnd) {
   EXPECT_TRUE(critical_hops_ms(nlohmann::json{{"traceEvents", nlohmann::json::array()}}, 2).empty());
 }
 
+// A complete span of `rank`'s thread 1, as a merged trace holds it.
+nlohmann::json span_event(int64_t rank, const std::string& name, double from_ms, double to_ms) {
+  return {{"ph", "X"},    {"pid", rank},         {"tid", 1},
+          {"name", name}, {"ts", from_ms * 1e3}, {"dur", (to_ms - from_ms) * 1e3}};
+}
+
 // Three stages: stage 0 waits from 10 to 30 ms. Stage 2's compute ended at 25 (the last
 // stage's chunk feeding stage 0's next one in interleaved 1F1B: a 5 ms hop), stage 1's at
 // 12 (not the one it waited for). Without wrapping only stage 1 is a neighbour of stage 0.
 TEST(TraceHops, InterleavedStagesWrapAround) {
   nlohmann::json events = nlohmann::json::array();
   const auto span = [&](int64_t rank, double from_ms, double to_ms) {
-    events.push_back({{"ph", "X"},
-                      {"pid", rank},
-                      {"tid", 1},
-                      {"name", "forward 0.0.0"},
-                      {"ts", from_ms * 1e3},
-                      {"dur", (to_ms - from_ms) * 1e3}});
+    events.push_back(span_event(rank, "forward 0.0.0", from_ms, to_ms));
   };
   span(0, 0, 10);
   span(0, 30, 40);
@@ -528,17 +529,9 @@ TEST(TraceHops, InterleavedStagesWrapAround) {
 // waited on the weight half its neighbour ran last.
 TEST(TraceHops, SplitBackwardsCountAsCompute) {
   nlohmann::json events = nlohmann::json::array();
-  const auto span = [&](int64_t rank, const char* name, double from_ms, double to_ms) {
-    events.push_back({{"ph", "X"},
-                      {"pid", rank},
-                      {"tid", 1},
-                      {"name", name},
-                      {"ts", from_ms * 1e3},
-                      {"dur", (to_ms - from_ms) * 1e3}});
-  };
-  span(0, "forward 0.0.0", 0, 10);
-  span(0, "backward_input 0.0.0", 20, 30);
-  span(1, "backward_weight 0.0.0", 10, 18);
+  events.push_back(span_event(0, "forward 0.0.0", 0, 10));
+  events.push_back(span_event(0, "backward_input 0.0.0", 20, 30));
+  events.push_back(span_event(1, "backward_weight 0.0.0", 10, 18));
   const std::vector<double> hops = critical_hops_ms(nlohmann::json{{"traceEvents", events}}, 2);
   ASSERT_EQ(hops.size(), 1u);
   EXPECT_NEAR(hops[0], 2.0, 1e-9);
@@ -549,9 +542,7 @@ TEST(TraceHops, SplitBackwardsCountAsCompute) {
 // 1 and halves of 1 idles its formula's (p − 1)/(3m + p − 1).
 TEST(TracePasses, MediansOfTheKeptStepsAndThePlanAtThem) {
   nlohmann::json events = nlohmann::json::array();
-  const auto span = [&](const std::string& name, double ms) {
-    events.push_back({{"ph", "X"}, {"pid", 0}, {"tid", 1}, {"name", name}, {"ts", 0}, {"dur", ms * 1e3}});
-  };
+  const auto span = [&](const std::string& name, double ms) { events.push_back(span_event(0, name, 0, ms)); };
   span("forward 0.0.0", 100);  // step 0: left out
   span("forward 1.0.0", 10);
   span("forward 1.1.0", 12);
@@ -597,6 +588,11 @@ TEST(Partition, FlopsGiveEachChunkOneBlockOfFour) {
   EXPECT_EQ(*by_flops, (std::vector<int64_t>{2, 1, 1, 2}));
   job.pipeline.partition.method = "uniform";
   EXPECT_EQ(*stage_layer_counts(job, elements, gpt_layer_costs(job)), (std::vector<int64_t>{2, 2, 1, 1}));
+  job.pipeline.partition.method = "flops";  // a trainer's costs for another model: said, not ignored
+  auto mismatched = stage_layer_counts(job, elements, std::vector<double>(5, 1.0));
+  ASSERT_FALSE(mismatched.ok());
+  EXPECT_EQ(mismatched.error().message,
+            "[pipeline] partition = \"flops\" has 5 layer costs for a model of 6 layers");
 }
 
 }  // namespace
