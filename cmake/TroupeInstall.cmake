@@ -3,7 +3,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(TROUPE_LIBRARIES troupe_base troupe_kernels troupe_memory troupe_optim troupe_pipeline troupe_transport troupe_actors troupe_front troupe_sim troupe_runtime)
+set(TROUPE_LIBRARIES troupe_base troupe_kernels troupe_memory troupe_optim troupe_pipeline troupe_transport troupe_actors troupe_front troupe_runtime)
 if(TROUPE_HAVE_CUDA)
   list(APPEND TROUPE_LIBRARIES troupe_kernels_cuda)
 endif()
@@ -19,7 +19,7 @@ install(TARGETS troupe-core RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/trou
 install(FILES ${PROJECT_SOURCE_DIR}/include/troupe/troupe.hpp ${PROJECT_SOURCE_DIR}/include/troupe/scheduler.hpp
   ${PROJECT_SOURCE_DIR}/include/troupe/loss_scaler.hpp ${PROJECT_SOURCE_DIR}/include/troupe/tensor_parallel.hpp
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe)
-foreach(layer base kernels memory optim pipeline transport actors sim runtime)
+foreach(layer base kernels memory optim pipeline transport actors runtime)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${layer}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe/internal/${layer}
     FILES_MATCHING PATTERN "*.hpp")
 endforeach()

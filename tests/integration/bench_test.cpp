@@ -18,8 +18,8 @@
 
 #include <unistd.h>
 
-#include "runtime/busy_core.hpp"
 #include "tests/integration/command.hpp"
+#include "tools/bench/busy_core.hpp"
 
 namespace troupe {
 namespace {

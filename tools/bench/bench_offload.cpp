@@ -1,4 +1,4 @@
-#include "runtime/bench_offload.hpp"
+#include "tools/bench/bench_offload.hpp"
 
 #include <caf/all.hpp>
 
@@ -16,7 +16,7 @@
 #include "memory/aligned_pool.hpp"
 #include "memory/host_buffer.hpp"
 #include "memory/nvme_store.hpp"
-#include "runtime/bench_nvme.hpp"
+#include "tools/bench/bench_nvme.hpp"
 
 namespace troupe {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/bench.hpp"
+#include "tools/bench/bench.hpp"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -15,11 +15,11 @@
 #include <nlohmann/json.hpp>
 
 #include "memory/host_buffer.hpp"
-#include "runtime/bench_rtt.hpp"
-#include "runtime/busy_core.hpp"
 #include "runtime/coordinator.hpp"
 #include "runtime/launch/environment.hpp"
 #include "runtime/launch/launcher.hpp"
+#include "tools/bench/bench_rtt.hpp"
+#include "tools/bench/busy_core.hpp"
 #include "transport/transport.hpp"
 
 namespace troupe {

@@ -1,4 +1,4 @@
-#include "runtime/bench_pipeline.hpp"
+#include "tools/bench/bench_pipeline.hpp"
 
 #include <torch/torch.h>
 
@@ -18,7 +18,6 @@
 #include "base/median.hpp"
 #include "pipeline/schedule.hpp"
 #include "pipeline/simulate.hpp"
-#include "runtime/bench.hpp"
 #include "runtime/config/load.hpp"
 #include "runtime/config/resolve.hpp"
 #include "runtime/gpt_job.hpp"
@@ -26,6 +25,7 @@
 #include "runtime/launch/launcher.hpp"
 #include "sim/trace_hops.hpp"
 #include "sim/trace_passes.hpp"
+#include "tools/bench/bench.hpp"
 #include "troupe/troupe.hpp"
 
 namespace troupe {
@@ -328,7 +328,8 @@ int run_pipeline_bench(const PipelineBenchOptions& o, const std::string& troupe_
 int run_pipeline_bench_rank(const PipelineBenchOptions& o) {
   auto env = detect_rank_environment(process_environment());
   if (!env || !*env) {
-    std::fprintf(stderr, "troupe: bench-pipeline-rank runs under `troupe bench pipeline`, which sets its rank\n");
+    std::fprintf(stderr,
+                 "troupe: bench-pipeline-rank runs under `troupe bench pipeline`, which sets its rank\n");
     return 2;
   }
   if (!o.job_path.empty()) return run_job_rank(o, **env);

@@ -1,4 +1,4 @@
-#include "runtime/bench_nvme.hpp"
+#include "tools/bench/bench_nvme.hpp"
 
 #include <unistd.h>
 

@@ -24,7 +24,7 @@ struct SimulateArguments {
   std::string trace;
   bool json = false;
   int64_t steps = 2;
-  int repeats = 3;  ///< measured compute: timed passes per layer
+  int repeats = 3;      ///< measured compute: timed passes per layer
   double warmup_s = 0;  ///< measured compute: untimed passes for this long first
 };
 

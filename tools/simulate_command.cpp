@@ -1,4 +1,4 @@
-#include "runtime/simulate_command.hpp"
+#include "tools/simulate_command.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -9,10 +9,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "runtime/child_json.hpp"
-#include "runtime/cli/job_arguments.hpp"
 #include "sim/measured_compute.hpp"
 #include "sim/simulation.hpp"
+#include "tools/cli/job_arguments.hpp"
+#include "tools/profile/child_json.hpp"
 
 namespace troupe {
 namespace {

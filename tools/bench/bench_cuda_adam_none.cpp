@@ -1,6 +1,6 @@
 #include <cstdio>
 
-#include "runtime/bench_adam.hpp"
+#include "tools/bench/bench_adam.hpp"
 
 namespace troupe {
 

@@ -1,4 +1,4 @@
-#include "runtime/cli/core_program.hpp"
+#include "tools/cli/core_program.hpp"
 
 #include <unistd.h>
 

@@ -32,11 +32,11 @@ struct PipelineBenchOptions {
   int64_t bytes = 64;  ///< the activation passed between stages
   int64_t micro_batches = 8;
   std::string schedule = "1f1b";
-  int64_t steps = 6;       ///< measured steps, after 2 warm-up steps
-  double layer_ms = 10;    ///< forward time of each stage's layer; backward takes the same
-  bool json = false;       ///< one JSON object: bubble, bubble_formula, hop_ms, ...
-  std::string trace_path;  ///< write the run's trace (a timeline of every stage)
-  std::string job_path;    ///< set: run this job's model (pp, dp, schedule, ... from the job)
+  int64_t steps = 6;              ///< measured steps, after 2 warm-up steps
+  double layer_ms = 10;           ///< forward time of each stage's layer; backward takes the same
+  bool json = false;              ///< one JSON object: bubble, bubble_formula, hop_ms, ...
+  std::string trace_path;         ///< write the run's trace (a timeline of every stage)
+  std::string job_path;           ///< set: run this job's model (pp, dp, schedule, ... from the job)
   std::vector<std::string> sets;  ///< overrides of the job's keys, section.key=value
 };
 

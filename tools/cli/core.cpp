@@ -10,21 +10,21 @@
 #include <CLI/CLI.hpp>
 
 #include "memory/checkpoint_dir.hpp"
-#include "runtime/bench.hpp"
-#include "runtime/bench_adam.hpp"
-#include "runtime/bench_nvme.hpp"
-#include "runtime/bench_offload.hpp"
-#include "runtime/bench_pipeline.hpp"
 #include "runtime/checkpoint.hpp"
-#include "runtime/cli/core_program.hpp"
-#include "runtime/cli/job_arguments.hpp"
 #include "runtime/config/load.hpp"
-#include "runtime/device_profile.hpp"
 #include "runtime/flops_profile.hpp"
 #include "runtime/gpt_job.hpp"
 #include "runtime/parameter_file.hpp"
-#include "runtime/plan_command.hpp"
-#include "runtime/simulate_command.hpp"
+#include "tools/bench/bench.hpp"
+#include "tools/bench/bench_adam.hpp"
+#include "tools/bench/bench_nvme.hpp"
+#include "tools/bench/bench_offload.hpp"
+#include "tools/bench/bench_pipeline.hpp"
+#include "tools/cli/core_program.hpp"
+#include "tools/cli/job_arguments.hpp"
+#include "tools/plan_command.hpp"
+#include "tools/profile/device_profile.hpp"
+#include "tools/simulate_command.hpp"
 
 namespace troupe {
 namespace {

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/cuda/optimizer.cuh"
-#include "runtime/bench_adam.hpp"
+#include "tools/bench/bench_adam.hpp"
 
 namespace troupe {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/child_json.hpp"
+#include "tools/profile/child_json.hpp"
 
 #include <cstdio>
 #include <memory>

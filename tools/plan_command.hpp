@@ -8,7 +8,7 @@
 #include <string>
 
 #include "runtime/config/config.hpp"
-#include "runtime/simulate_command.hpp"
+#include "tools/simulate_command.hpp"
 
 namespace troupe {
 

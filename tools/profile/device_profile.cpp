@@ -1,4 +1,4 @@
-#include "runtime/device_profile.hpp"
+#include "tools/profile/device_profile.hpp"
 
 #include <torch/torch.h>
 #include <unistd.h>
@@ -17,7 +17,7 @@
 #include "base/median.hpp"
 #include "kernels/cpu/optimizer.hpp"
 #include "memory/host_buffer.hpp"
-#include "runtime/child_json.hpp"
+#include "tools/profile/child_json.hpp"
 
 namespace troupe {
 namespace {

@@ -17,7 +17,7 @@ struct AdamBenchOptions {
   int64_t iters = 5;                  ///< timed steps after the warm-up
   int threads = 0;                    ///< adam_step_parallel's threads (1: inline; 0: every hardware thread)
   bool json = false;
-  std::string device = "cpu";  ///< "cuda": the CUDA kernel on GPU 0 (runtime/bench_cuda_adam.cpp)
+  std::string device = "cpu";  ///< "cuda": the CUDA kernel on GPU 0 (tools/bench/bench_cuda_adam.cpp)
 };
 
 /// `--device cuda`: the fused CUDA AdamW over device buffers, timed with CUDA events, beside

@@ -1,4 +1,4 @@
-#include "runtime/bench_rtt.hpp"
+#include "tools/bench/bench_rtt.hpp"
 
 #include <caf/all.hpp>
 
@@ -13,7 +13,7 @@
 
 #include "actors/comm_agent.hpp"
 #include "actors/protocol/comm.hpp"
-#include "runtime/busy_core.hpp"
+#include "tools/bench/busy_core.hpp"
 
 namespace troupe {
 namespace {

@@ -25,8 +25,6 @@
 #include "pipeline/schedule.hpp"
 #include "pipeline/simulate.hpp"
 #include "pipeline/table.hpp"
-#include "runtime/cli/core_program.hpp"
-#include "runtime/cli/job_arguments.hpp"
 #include "runtime/config/load.hpp"
 #include "runtime/config/render.hpp"
 #include "runtime/config/suggest.hpp"
@@ -37,6 +35,8 @@
 #include "runtime/launch/environment.hpp"
 #include "runtime/launch/launcher.hpp"
 #include "runtime/model/gpt_shape.hpp"
+#include "tools/cli/core_program.hpp"
+#include "tools/cli/job_arguments.hpp"
 
 namespace troupe {
 namespace {

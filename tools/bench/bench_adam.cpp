@@ -1,4 +1,4 @@
-#include "runtime/bench_adam.hpp"
+#include "tools/bench/bench_adam.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "runtime/plan_command.hpp"
+#include "tools/plan_command.hpp"
 
 #include <cstdio>
 #include <filesystem>
@@ -8,9 +8,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "runtime/cli/job_arguments.hpp"
 #include "runtime/config/render.hpp"
 #include "sim/planner.hpp"
+#include "tools/cli/job_arguments.hpp"
 
 namespace troupe {
 namespace {
