@@ -160,12 +160,12 @@ Status open_tier(OffloadState& s) {
   auto limit = sub_group_limit(o.sub_group_size, o.host_budget_bytes, o.buffer_count, s.states);
   if (!limit) return limit.error();
   make_groups(s, std::max<std::size_t>(*limit, 1));
-  if (s.states > 0 && o.tier == "nvme") TROUPE_TRY(open_nvme_tier(s));
+  if (s.states > 0 && o.state_on_nvme) TROUPE_TRY(open_nvme_tier(s));
   std::size_t largest = 0;
   for (const Group& g : s.groups)
     if (swaps(s, g)) largest = std::max(largest, buffer_bytes(s, g));
   std::size_t swap_bytes = largest * static_cast<std::size_t>(o.buffer_count);
-  if (s.states > 0 && o.tier != "nvme") TROUPE_TRY(open_cpu_tier(s, swap_bytes));
+  if (s.states > 0 && !o.state_on_nvme) TROUPE_TRY(open_cpu_tier(s, swap_bytes));
   if (largest == 0) return {};
   auto pool = AlignedPool::make(AlignedPoolOptions{largest, static_cast<std::size_t>(o.buffer_count),
                                                    s.options.ledger, MemoryKind::optimizer_state,
@@ -551,8 +551,15 @@ caf::behavior offload_manager_behavior(OffloadManager* self, OffloadManagerOptio
 
 Result<std::unique_ptr<NvmeStore>> open_nvme_store(const OffloadOptions& o, double io_timeout_s,
                                                    std::shared_ptr<MemoryLedger> ledger, Tracer* tracer) {
-  if (auto made = make_directory(o.nvme_dir); !made)
-    return make_error("[offload] nvme_path: " + made.error().message);
+  // nvme_dir is nvme_path/rank<N>: nvme_path itself is made too when missing (its parent
+  // must exist, as troupe check says), then this rank's folder in it.
+  const std::size_t slash = o.nvme_dir.rfind('/');
+  for (const std::string& dir :
+       {slash == std::string::npos || slash == 0 ? std::string() : o.nvme_dir.substr(0, slash), o.nvme_dir}) {
+    if (dir.empty()) continue;
+    if (auto made = make_directory(dir); !made)
+      return make_error("[offload] nvme_path: " + made.error().message);
+  }
   NvmeStoreOptions options;
   options.block_size = static_cast<std::size_t>(o.block_size);
   options.queue_depth = static_cast<unsigned>(o.queue_depth);

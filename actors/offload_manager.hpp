@@ -90,8 +90,8 @@ struct PartitionSpan {
 kernels::AdamParams adam_params_of(const OptimizerRule& rule, int64_t step);
 
 struct OffloadOptions {
-  std::string tier = "cpu";         ///< "cpu" or "nvme": where the optimizer state lives
-  std::string param_tier = "none";  ///< stage 3: "nvme" keeps the parameter partition on NVMe
+  bool state_on_nvme = false;       ///< the optimizer state in files (the nvme tier), else in host memory
+  bool parameters_on_nvme = false;  ///< stage 3: the parameter partition on NVMe too
   std::string nvme_dir;             ///< this rank's folder of the nvme tier (made if missing)
   int64_t host_budget_bytes = 0;    ///< 0 = no limit
   int64_t sub_group_size = 100000000;

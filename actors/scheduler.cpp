@@ -6,8 +6,8 @@
 #include <fmt/format.h>
 
 #include "actors/protocol/comm.hpp"
-#include "actors/protocol/engine.hpp"
 #include "actors/protocol/pipeline.hpp"
+#include "actors/protocol/scheduler.hpp"
 #include "actors/scheduler/state.hpp"
 
 namespace troupe::scheduling {

@@ -1,17 +1,18 @@
-// The scheduler actor (the "engine" actor of ARCHITECTURE.md): runs one training step at
-// a time by walking this rank's program (pipeline/action.hpp), handing each action to the
-// stage actor of its chunk (one per model chunk the rank holds: one, or v with virtual
-// stages) in order, at most `window` of them unfinished at once. It fetches the
-// micro-batches of the program's loads from the data loader ahead of use and hands each
-// to the chunk with its load action. reduce_gradients and optimizer_step go to every
-// chunk: in a pipeline each chunk answers reduce_gradients with its share of the step's
-// loss, gradient square sum, tokens and compute time; the scheduler sums them over its
-// chunks, gathers every rank's over the world and sums them in rank order (the same
-// numbers on every rank), and tells every chunk the global norm (gradients_summed), which
-// their optimizer steps wait for. The last chunk's step_applied ends the step. Chunks share
-// the rank's compute stream under ZeRO 0-1: a chunk gets its next compute action only once
-// the one before it is on the stream (compute_started), so the stream runs them in
-// program order, as the schedule planned, not in the order their inputs happened to arrive.
+// The scheduler actor (ARCHITECTURE.md's "engine", its step driver; troupe calls it the
+// scheduler actor everywhere): runs one training step at a time by walking this rank's
+// program (pipeline/action.hpp), handing each action to the stage actor of its chunk (one
+// per model chunk the rank holds: one, or v with virtual stages) in order, at most
+// `window` of them unfinished at once. It fetches the micro-batches of the program's
+// loads from the data loader ahead of use and hands each to the chunk with its load
+// action. reduce_gradients and optimizer_step go to every chunk: in a pipeline each chunk
+// answers reduce_gradients with its share of the step's loss, gradient square sum, tokens
+// and compute time; the scheduler sums them over its chunks, gathers every rank's over
+// the world and sums them in rank order (the same numbers on every rank), and tells every
+// chunk the global norm (gradients_summed), which their optimizer steps wait for. The
+// last chunk's step_applied ends the step. Chunks share the rank's compute stream under
+// ZeRO 0-1: a chunk gets its next compute action only once the one before it is on the
+// stream (compute_started), so the stream runs them in program order, as the schedule
+// planned, not in the order their inputs happened to arrive.
 //
 // Event-driven (an EventScheduler, pipeline/events.hpp, named by [pipeline] schedule):
 // there is no program to walk; the rank's scheduler hears each action that finishes and
@@ -20,7 +21,7 @@
 // choice that is not ready, or choosing nothing when nothing more can come, fails the step
 // with an error naming the scheduler, what was ready and what it waited for.
 //
-// Protocol (actors/protocol/engine.hpp): train_step → step_report (error set on failure);
+// Protocol (actors/protocol/scheduler.hpp): train_step → step_report (error set on failure);
 // finish_training → collective_done once every rank has finished.
 #pragma once
 

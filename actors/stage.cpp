@@ -75,9 +75,8 @@ IssueQueue::Issue reduce_row_on_device(const DeviceRank& d, const std::shared_pt
 // [offload] param = "nvme": this rank's parameter rows go to files of the nvme tier.
 Result<std::shared_ptr<ParameterSwap>> open_parameter_swap(const StageOptions& o, const ZeroPlan& plan) {
   const OffloadOptions& off = *o.offload;
-  auto piece =
-      parameter_piece_size(off.sub_group_size, off.host_budget_bytes, off.buffer_count,
-                           static_cast<std::size_t>(o.rule.states_per_element()), off.tier == "nvme");
+  auto piece = parameter_piece_size(off.sub_group_size, off.host_budget_bytes, off.buffer_count,
+                                    static_cast<std::size_t>(o.rule.states_per_element()), off.state_on_nvme);
   if (!piece) return piece.error();
   auto store = open_nvme_store(off, o.collective_timeout_s, o.ledger, o.tracer);
   if (!store) return store.error();
@@ -87,7 +86,7 @@ Result<std::shared_ptr<ParameterSwap>> open_parameter_swap(const StageOptions& o
 }
 
 bool parameters_on_nvme(const StageOptions& o) {
-  return o.zero.stage == 3 && o.offload && o.offload->param_tier == "nvme";
+  return o.zero.stage == 3 && o.offload && o.offload->parameters_on_nvme;
 }
 
 // Where this rank holds its reduced block of each tied weight's row, and which shards the

@@ -39,16 +39,13 @@
 
 #include "base/result.hpp"
 #include "base/trace.hpp"
+#include "memory/direct_io.hpp"
 #include "memory/memory_ledger.hpp"
 
 namespace troupe {
 
 /// Called once when a write or read has finished, with its outcome.
 using IoCallback = std::function<void(Status)>;
-
-/// O_DIRECT where the file system allows it, else buffered I/O (prefer); O_DIRECT or an
-/// error naming the directory (require); buffered I/O through the page cache (never).
-enum class DirectIo { prefer, require, never };
 
 struct NvmeStoreOptions {
   /// Bytes per request and per checksum: DeepSpeed's aio block_size. A multiple of 4 KiB.

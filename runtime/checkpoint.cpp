@@ -11,6 +11,7 @@
 
 #include "memory/checkpoint_dir.hpp"
 #include "memory/checkpoint_ranges.hpp"
+#include "runtime/config/choices.hpp"
 
 namespace troupe {
 namespace {
@@ -67,8 +68,8 @@ std::string checkpoint_meta(const JobConfig& job, const std::vector<std::string>
                          {"dp", job.parallel.dp},
                          {"pp", job.parallel.pp},
                          {"zero_stage", job.zero.stage},
-                         {"dtype", job.precision.dtype},
-                         {"offload_optimizer", job.offload.optimizer},
+                         {"dtype", name_of(job.precision.dtype)},
+                         {"offload_optimizer", name_of(job.offload.optimizer)},
                          {"arrays", arrays},
                          {"parameters", parameters}};
   return meta.dump();

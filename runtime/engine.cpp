@@ -22,8 +22,8 @@
 #include "actors/data_loader.hpp"
 #include "actors/model_parameters.hpp"
 #include "actors/protocol/comm.hpp"
-#include "actors/protocol/engine.hpp"
 #include "actors/protocol/pipeline.hpp"
+#include "actors/protocol/scheduler.hpp"
 #include "actors/protocol/stage.hpp"
 #include "actors/scheduler.hpp"
 #include "actors/stage.hpp"
@@ -31,6 +31,7 @@
 #include "memory/nvme_store.hpp"
 #include "pipeline/schedule.hpp"
 #include "runtime/checkpoint.hpp"
+#include "runtime/config/choices.hpp"
 #include "runtime/config/scheduler.hpp"
 #include "runtime/config/token.hpp"
 #include "runtime/coordinator.hpp"
@@ -87,9 +88,9 @@ Result<TransportOptions> transport_options(const JobConfig& config, const RankEn
   o.peer_timeout_s = config.cluster.peer_timeout_s;
   o.collective_timeout_s = config.cluster.collective_timeout_s;
   o.host_id = config.cluster.host_id;
-  o.topology = config.cluster.topology == "flat"        ? Topology::flat
-               : config.cluster.topology == "two_level" ? Topology::two_level
-                                                        : Topology::automatic;
+  o.topology = config.cluster.topology == Topology::flat        ? Topology::flat
+               : config.cluster.topology == Topology::two_level ? Topology::two_level
+                                                                : Topology::automatic;
   o.poll_before_sleep_us = ranks_fit_cores(rank.local_world_size) ? o.poll_before_sleep_us : 0;
   return o;
 }
@@ -116,19 +117,17 @@ ZeroOptions zero_options(const JobConfig& config) {
 
 std::optional<OffloadOptions> offload_options(const JobConfig& config, int64_t rank) {
   const OffloadConfig& c = config.offload;
-  if (c.optimizer == "none") return std::nullopt;
+  if (c.optimizer == OffloadTier::none) return std::nullopt;
   OffloadOptions o;
-  o.tier = c.optimizer;
-  o.param_tier = c.param;
+  o.state_on_nvme = c.optimizer == OffloadTier::nvme;
+  o.parameters_on_nvme = c.param == OffloadTier::nvme;
   o.nvme_dir = c.nvme_path.empty() ? "" : fmt::format("{}/rank{}", c.nvme_path, rank);
   o.host_budget_bytes = c.host_budget_bytes;
   o.sub_group_size = c.sub_group_size;
   o.buffer_count = c.buffer_count;
   o.block_size = c.block_size;
   o.queue_depth = c.queue_depth;
-  o.direct_io = c.direct_io == "require" ? DirectIo::require
-                : c.direct_io == "off"   ? DirectIo::never
-                                         : DirectIo::prefer;
+  o.direct_io = c.direct_io;
   return o;
 }
 
@@ -152,7 +151,7 @@ OptimizerRule optimizer_rule(const OptimizerConfig& c) {
 // will be buffered, the first rank of each host says so once: figures of such a run are
 // the page cache's, not the device's.
 Status check_nvme_tier(const std::optional<OffloadOptions>& offload, const RankEnvironment& rank) {
-  if (!offload || (offload->tier != "nvme" && offload->param_tier != "nvme")) return {};
+  if (!offload || (!offload->state_on_nvme && !offload->parameters_on_nvme)) return {};
   auto probe = open_nvme_store(*offload, 1);
   if (!probe) return probe.error();
   if (!(*probe)->direct() && rank.local_rank == 0)
@@ -214,17 +213,17 @@ Status check_tensor_parallel(const JobConfig& config, const RankEnvironment& ran
                     "disagree",
                     rank.rank));
   const bool profiled = config.parallel.pp > 1 && config.pipeline.partition.counts.empty() &&
-                        config.pipeline.partition.method == "profile";
+                        config.pipeline.partition.method == PartitionMethod::profile;
   const std::pair<bool, const char*> not_yet[] = {
       {pipeline_chunks(config) > 1,
        "virtual pipeline stages ([pipeline] virtual_stages or an interleaved schedule)"},
       {config.parallel.pp > 1 && pipeline::event_scheduler(config.pipeline.schedule) != nullptr,
        "an event-driven [pipeline] schedule (its ranks may order their work differently)"},
       {profiled, "[pipeline] partition = \"profile\""},
-      {config.precision.dtype != "fp32", "a 16-bit [precision] dtype"},
+      {config.precision.dtype != Dtype::fp32, "a 16-bit [precision] dtype"},
       {config.checkpoint.every_steps > 0 || !config.checkpoint.resume.empty(), "[checkpoint]"},
       {!config.model.init_from.empty(), "[model] init_from"},
-      {config.cluster.device == "cuda", "[cluster] device = \"cuda\""}};
+      {config.cluster.device == DeviceKind::cuda, "[cluster] device = \"cuda\""}};
   for (const auto& [used, what] : not_yet)
     if (used)
       return make_error(
@@ -272,7 +271,7 @@ class Engine::Impl {
   std::unique_ptr<GpuRank> gpu;  // before the actor system: its streams outlive the actors
   caf::actor_system_config actor_config;
   std::unique_ptr<caf::actor_system> system;
-  caf::actor comm, loader, driver;  // driver: the scheduler
+  caf::actor comm, loader, scheduler;  // scheduler: the scheduler actor (actors/scheduler.hpp)
   std::vector<caf::actor> stages;   // by chunk: one, or v with virtual stages
   std::shared_ptr<Stream> shared_compute;  // the chunks' compute stream, when they share one
   PipelinePlan plan;
@@ -299,7 +298,7 @@ class Engine::Impl {
     if (shared_compute)
       shared_compute->record().wait_for(
           std::chrono::milliseconds(static_cast<int64_t>(1000 * config.cluster.collective_timeout_s)));
-    for (auto* a : {&checkpoint_writer, &driver, &loader, &collectives, &comm})
+    for (auto* a : {&checkpoint_writer, &scheduler, &loader, &collectives, &comm})
       if (*a) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
     for (auto& chunk : stages)
       if (chunk) caf::anon_send_exit(chunk, caf::exit_reason::user_shutdown);
@@ -410,9 +409,9 @@ class Engine::Impl {
     // the offload manager's "cpu" tier. A trainer's own optimizer factory runs as given.
     so.rule = optimizer_rule(config.optimizer);
     so.lr_schedule = lr_schedule;
-    so.dtype = data_type_of(config.precision.dtype);
-    if (!config.precision.communication_data_type.empty())
-      so.reduce_type = data_type_of(config.precision.communication_data_type);
+    so.dtype = data_type_of(name_of(config.precision.dtype));
+    if (config.precision.communication_data_type)
+      so.reduce_type = data_type_of(name_of(*config.precision.communication_data_type));
     if (config.precision.scales_loss()) so.loss_scale = loss_scale_options(config);
     so.inject_overflow_steps = injected_overflow_steps(rank.rank);
     if (gpu) {
@@ -440,7 +439,7 @@ class Engine::Impl {
     sched.fetch_timeout_s = config.cluster.collective_timeout_s;
     sched.tracer = tr;
     use_event_scheduler(sched);
-    driver = spawn_scheduler(*system, std::move(sched));
+    scheduler = spawn_scheduler(*system, std::move(sched));
   }
 
   // [pipeline] schedule names an event-driven scheduler (pipeline/events.hpp): this rank's
@@ -466,8 +465,9 @@ class Engine::Impl {
   Status plan_stages(Transport& transport, Trainable& t) {
     std::vector<double> costs;
     const bool by_method = config.parallel.pp > 1 && config.pipeline.partition.counts.empty();
-    if (by_method && config.pipeline.partition.method == "profile") TROUPE_TRY(profile(transport, t, costs));
-    if (by_method && config.pipeline.partition.method == "flops") costs = t.layer_costs;
+    if (by_method && config.pipeline.partition.method == PartitionMethod::profile)
+      TROUPE_TRY(profile(transport, t, costs));
+    if (by_method && config.pipeline.partition.method == PartitionMethod::flops) costs = t.layer_costs;
     auto planned = plan_pipeline(config, layers, rank.rank, costs);
     if (!planned) return make_error(fmt::format("rank {}: {}", rank.rank, planned.error().message));
     plan = std::move(*planned);
@@ -868,12 +868,12 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   impl->rank = *found;
   if (!trainable.layers || !trainable.loss || !trainable.data)
     return make_error("Engine::make needs layers, a loss function and a data source");
-  if (impl->config.precision.dtype != "fp32" && trainable.make_optimizer)
+  if (impl->config.precision.dtype != Dtype::fp32 && trainable.make_optimizer)
     return make_error(fmt::format(
         "rank {}: [precision] dtype = \"{}\" runs the [optimizer] as troupe's fused kernels over fp32 "
         "master weights; a trainer's own optimizer factory trains fp32 only: drop make_optimizer or "
         "set dtype = \"fp32\"",
-        impl->rank.rank, impl->config.precision.dtype));
+        impl->rank.rank, name_of(impl->config.precision.dtype)));
   auto parameters = model_parameters(trainable.layers);  // what troupe cannot train stops here
   if (!parameters) return make_error(fmt::format("rank {}: {}", impl->rank.rank, parameters.error().message));
   if (!impl->config.model.init_from.empty())
@@ -906,7 +906,7 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   if (impl->rank.rank == 0)
     for (const std::string& w : warnings) spdlog::warn("{}", w);
   if (!schedule->constant()) impl->lr_schedule = std::make_shared<const LrSchedule>(*schedule);
-  const bool on_gpu = impl->config.cluster.device == "cuda";
+  const bool on_gpu = impl->config.cluster.device == DeviceKind::cuda;
   if (on_gpu) TROUPE_TRY(usable_gpu(impl->rank));
   impl->layers = trainable.layers;
   impl->compute_threads = threads_per_rank(impl->config, impl->rank);
@@ -1003,7 +1003,7 @@ Result<StepResult> Engine::train_batch() {
   std::string error;
   auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::duration<double>(m.step_timeout_s()));
-  self->request(m.driver, timeout, train_step{m.steps_done})
+  self->request(m.scheduler, timeout, train_step{m.steps_done})
       .receive([&](step_report& r) { report = std::move(r); },
                [&](caf::error& e) { error = m.system->render(e); });
   if (error.empty()) error = report.error;
@@ -1046,7 +1046,7 @@ Status Engine::finish() {
   std::string error;
   auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::duration<double>(m.step_timeout_s()));
-  self->request(m.driver, timeout, finish_training{})
+  self->request(m.scheduler, timeout, finish_training{})
       .receive([&](collective_done& d) { error = d.error; },
                [&](caf::error& e) { error = m.system->render(e); });
   if (!error.empty()) return m.fail("finishing: " + error);

@@ -13,6 +13,7 @@
 #include "memory/offload_plan.hpp"
 #include "memory/zero_plan.hpp"
 #include "pipeline/schedule.hpp"
+#include "runtime/config/choices.hpp"
 #include "runtime/config/resolve.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/model/gpt_flops.hpp"
@@ -46,7 +47,7 @@ double per_param(int64_t bytes, int64_t params) {
 }
 
 bool parameters_on_nvme(const JobConfig& job) {
-  return job.zero.stage == 3 && job.offload.param == "nvme";
+  return job.zero.stage == 3 && job.offload.param == OffloadTier::nvme;
 }
 
 // With an nvme tier the host holds, instead of what moved to disk, buffer_count swap
@@ -56,7 +57,8 @@ bool parameters_on_nvme(const JobConfig& job) {
 Status move_to_nvme(const JobConfig& job, const ZeroPlan& plan, ModelStateEstimate& e) {
   const OffloadConfig& o = job.offload;
   auto states = static_cast<std::size_t>(optimizer_states_per_element(job.optimizer));
-  bool state_on_nvme = o.optimizer == "nvme" && states > 0, params_on_nvme = parameters_on_nvme(job);
+  bool state_on_nvme = o.optimizer == OffloadTier::nvme && states > 0,
+       params_on_nvme = parameters_on_nvme(job);
   if (!state_on_nvme && !params_on_nvme) return {};
   auto limit = sub_group_limit(o.sub_group_size, o.host_budget_bytes, o.buffer_count, states);
   if (!limit) return limit.error();
@@ -151,7 +153,7 @@ std::vector<double> layer_elements(const GptShape& shape) {
 int64_t stage_activation_bytes(const JobConfig& job, int64_t s) {
   const int64_t pp = job.parallel.pp, m = job.batch.gradient_accumulation_steps;
   const int64_t tokens = job.batch.micro_batch_size * job.model.seq_len;
-  const int64_t hidden = tokens * job.model.d_model * (job.precision.dtype == "fp32" ? kFloatBytes : 2);
+  const int64_t hidden = tokens * job.model.d_model * (job.precision.dtype == Dtype::fp32 ? kFloatBytes : 2);
   const int64_t input = s == 0 ? tokens * static_cast<int64_t>(sizeof(int64_t)) : hidden;
   const int64_t output = job.model.activation_checkpointing ? 0 : s == pp - 1 ? kFloatBytes : hidden;
   const int64_t held = job.pipeline.schedule == "gpipe" ? m : std::min(m, pp - s);
@@ -177,10 +179,10 @@ Result<ModelStateEstimate> estimate_layers(const JobConfig& job, const LayerSet&
   inputs.limits.prefetch_bucket_size = static_cast<std::size_t>(job.zero.prefetch_bucket_size);
   inputs.limits.max_live_parameters = static_cast<std::size_t>(job.zero.max_live_parameters);
   inputs.limits.max_reuse_distance = static_cast<std::size_t>(job.zero.max_reuse_distance);
-  const bool mixed = job.precision.dtype != "fp32";
+  const bool mixed = job.precision.dtype != Dtype::fp32;
   inputs.element_bytes = mixed ? 2 : kFloatBytes;
   inputs.master_copy = mixed;
-  inputs.reduce_bytes = job.precision.communication_data_type == "fp32" ? kFloatBytes : inputs.element_bytes;
+  inputs.reduce_bytes = job.precision.reduce_dtype() == Dtype::fp32 ? kFloatBytes : inputs.element_bytes;
 
   ModelStateEstimate e;
   e.file = job.source;
@@ -191,7 +193,7 @@ Result<ModelStateEstimate> estimate_layers(const JobConfig& job, const LayerSet&
   // Every kind lives in host memory: the CPU backend is the only one for now. GPU tiers
   // (device memory, pinned host buffers) come with the CUDA backend.
   e.tier = "host";
-  e.dtype = job.precision.dtype;
+  e.dtype = name_of(job.precision.dtype);
   e.bytes = estimate_model_state(*plan, inputs);
 
   // The ZeRO paper's accounting: parameters and gradients of the dtype's size, optimizer
@@ -227,7 +229,7 @@ double autograd_block_bytes(const JobConfig& job) {
                b = static_cast<double>(job.batch.micro_batch_size);
   const double h = static_cast<double>(job.model.d_model), a = static_cast<double>(job.model.n_heads);
   const double t = static_cast<double>(job.parallel.tp);
-  const double width = job.precision.dtype == "fp32" ? 2.0 : 1.0;  // the count is for 16-bit values
+  const double width = job.precision.dtype == Dtype::fp32 ? 2.0 : 1.0;  // the count is for 16-bit values
   const bool sp = job.parallel.sequence_parallel;
   if (job.model.activation_checkpointing) return 2 * s * b * h * width / (sp ? t : 1);
   const double linear = sp ? 34 / t : 10 + 24 / t;
@@ -304,10 +306,11 @@ Result<ModelStateEstimate> estimate_job(const JobConfig& job) {
   }
   TROUPE_TRY(check_gpt_pipeline(job));
   // "profile" cuts by times measured when the job starts: estimated with the "parameters" cut.
-  std::string note = job.pipeline.partition.counts.empty() && job.pipeline.partition.method == "profile"
-                         ? "partition = \"profile\" cuts by times measured when the job starts; estimated "
-                           "here with the \"parameters\" cut"
-                         : "";
+  std::string note =
+      job.pipeline.partition.counts.empty() && job.pipeline.partition.method == PartitionMethod::profile
+          ? "partition = \"profile\" cuts by times measured when the job starts; estimated "
+            "here with the \"parameters\" cut"
+          : "";
   auto counts = stage_layer_counts(job, layer_elements(shape), gpt_layer_costs(job));
   if (!counts)
     return make_error(fmt::format("{}: [pipeline] partition: {}", job.source, counts.error().message));

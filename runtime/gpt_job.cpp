@@ -1,5 +1,6 @@
 #include "runtime/gpt_job.hpp"
 
+#include "runtime/config/choices.hpp"
 #include "runtime/flops_profile.hpp"
 
 #include <torch/torch.h>
@@ -129,7 +130,7 @@ int train_rank(const JobConfig& job, const JobOutputs& outputs, std::string& pha
   auto report = Report::make(job, outputs, e.rank() == 0, e.steps_done());
   if (!report) return fail(report.error().message);
   // MFU's denominator: what rank 0's matrix products reach here with its threads.
-  const double peak = e.rank() == 0 ? gemm_peak_flops(1024, job.precision.dtype) : 0;
+  const double peak = e.rank() == 0 ? gemm_peak_flops(1024, name_of(job.precision.dtype)) : 0;
   const double step_flops = gpt_step_flops(job);
   const int64_t ranks = job.parallel.dp * job.parallel.pp * job.parallel.tp;
   for (int64_t s = e.steps_done(); s < job.train.steps; ++s) {  // a resumed run starts later

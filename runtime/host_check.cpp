@@ -109,7 +109,7 @@ Status check_host_memory(const JobConfig& job, int64_t local_ranks, const std::s
 
 Status check_output_paths(const JobConfig& job, const std::string& metrics_path) {
   const OffloadConfig& o = job.offload;
-  if ((o.optimizer == "nvme" || o.param == "nvme") && !o.nvme_path.empty()) {
+  if ((o.optimizer == OffloadTier::nvme || o.param == OffloadTier::nvme) && !o.nvme_path.empty()) {
     struct stat st {};
     const bool exists = ::stat(o.nvme_path.c_str(), &st) == 0;
     // The tier's directory is made by the ranks when missing, so its parent must do.

@@ -91,9 +91,7 @@ std::vector<double> profile_layers(torch::nn::Sequential layers, const MicroBatc
 Result<PipelinePlan> plan_pipeline(const JobConfig& job, const torch::nn::Sequential& layers, int64_t rank,
                                    const std::vector<double>& costs) {
   PipelinePlan plan;
-  auto order = pipeline::parse_grid_order(job.parallel.order);
-  if (!order) return order.error();
-  plan.grid = pipeline::Grid{job.parallel.dp, job.parallel.pp, *order, job.parallel.tp};
+  plan.grid = pipeline::Grid{job.parallel.dp, job.parallel.pp, job.parallel.order, job.parallel.tp};
   auto place = pipeline::place(plan.grid, rank);
   if (!place) return place.error();
   plan.place = std::move(*place);

@@ -102,10 +102,10 @@ void scale_gradients(const std::vector<torch::Tensor>& parameters, double scale)
 struct Masters {
   std::vector<torch::Tensor> values;  // by parameter, fp32
 
-  static Masters of(const std::vector<torch::Tensor>& parameters, const std::string& dtype) {
+  static Masters of(const std::vector<torch::Tensor>& parameters, Dtype dtype) {
     Masters m;
-    if (dtype == "fp32") return m;
-    const auto low = dtype == "bf16" ? torch::kBFloat16 : torch::kFloat16;
+    if (dtype == Dtype::fp32) return m;
+    const auto low = dtype == Dtype::bf16 ? torch::kBFloat16 : torch::kFloat16;
     torch::NoGradGuard no_grad;
     for (const auto& p : parameters) {
       m.values.push_back(p.detach().clone());

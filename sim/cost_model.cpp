@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "pipeline/topology.hpp"
+#include "runtime/config/choices.hpp"
 #include "runtime/config/resolve.hpp"
 #include "runtime/estimate.hpp"
 #include "runtime/model/gpt_flops.hpp"
@@ -16,13 +17,12 @@
 namespace troupe::sim {
 namespace {
 
-int64_t element_bytes(const std::string& dtype) {
-  return dtype == "fp32" ? 4 : 2;
+int64_t element_bytes(Dtype dtype) {
+  return dtype == Dtype::fp32 ? 4 : 2;
 }
 
 int64_t communication_bytes(const JobConfig& job) {
-  const std::string& c = job.precision.communication_data_type;
-  return element_bytes(c.empty() ? job.precision.dtype : c);
+  return element_bytes(job.precision.reduce_dtype());
 }
 
 struct Groups {
@@ -31,9 +31,7 @@ struct Groups {
 };
 
 Result<Groups> groups_of(const JobConfig& job, int64_t stage) {
-  auto order = pipeline::parse_grid_order(job.parallel.order);
-  if (!order) return order.error();
-  const pipeline::Grid grid{job.parallel.dp, job.parallel.pp, *order, job.parallel.tp};
+  const pipeline::Grid grid{job.parallel.dp, job.parallel.pp, job.parallel.order, job.parallel.tp};
   auto place = pipeline::place(grid, grid.rank_of(stage, 0, 0));
   if (!place) return place.error();
   return Groups{place->tensor_parallel_group, place->data_parallel_group};
@@ -103,7 +101,7 @@ ChunkCost chunk_cost(const JobConfig& job, const ClusterSpec& cluster, const std
 // threads; a rank with fewer (ranks sharing the host) updates proportionally slower.
 Result<double> optimizer_rate(const JobConfig& job, const ClusterSpec& cluster) {
   const DeviceSpec& d = cluster.device;
-  const bool host = d.kind == "gpu" && job.offload.optimizer != "none";
+  const bool host = d.kind == "gpu" && job.offload.optimizer != OffloadTier::none;
   const double rate = host ? d.host_optimizer_elements_per_s : d.optimizer_elements_per_s;
   if (rate <= 0)
     return make_error(
@@ -133,11 +131,11 @@ Result<StageCost> stage_cost(const JobConfig& job, const ClusterSpec& cluster, i
   if (!rate) return rate.error();
   double seconds = static_cast<double>(updated) / *rate;
   const DeviceSpec& d = cluster.device;
-  if (d.kind == "gpu" && job.offload.optimizer != "none" &&
+  if (d.kind == "gpu" && job.offload.optimizer != OffloadTier::none &&
       d.host_link_bandwidth > 0)  // gradients down, parameters up
     seconds += static_cast<double>(updated * (elem + communication_bytes(job))) / d.host_link_bandwidth;
   s.optimizer = seconds_to_nanos(seconds);
-  if (job.offload.optimizer == "nvme") {
+  if (job.offload.optimizer == OffloadTier::nvme) {
     // The moments and the fp32 master copy, read before the update and written after, on
     // the host's NVMe shared by its ranks.
     const double state = static_cast<double>(updated) * (8 + (elem == 2 ? 4 : 0));
@@ -164,7 +162,7 @@ int64_t rank_threads(const JobConfig& job, const ClusterSpec& cluster) {
 }
 
 Result<std::vector<LayerCost>> flops_layer_costs(const JobConfig& job, const ClusterSpec& cluster) {
-  auto rate = cluster.device.gemm_rate(job.precision.dtype);
+  auto rate = cluster.device.gemm_rate(name_of(job.precision.dtype));
   if (!rate) return rate.error();
   const double achieved = *rate * cluster.efficiency;
   const int64_t tokens = job.batch.micro_batch_size * job.model.seq_len;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "pipeline/schedule.hpp"
+#include "runtime/config/choices.hpp"
 #include "runtime/config/load.hpp"
 #include "runtime/config/render.hpp"
 #include "sim/simulation.hpp"
@@ -41,7 +42,7 @@ constexpr double kTie = 0.01;
 // What a layout asks of the runtime beyond plain data parallelism, to break ties: fewer
 // pipeline stages, tensor-parallel ranks, ZeRO partitioning and offload first.
 std::tuple<int64_t, int64_t, int64_t, bool, int64_t> complexity(const Candidate& c) {
-  return {c.pp, c.tp, c.zero, c.offload != "none", c.accumulation};
+  return {c.pp, c.tp, c.zero, c.offload != OffloadTier::none, c.accumulation};
 }
 
 int64_t memory_budget(const ClusterSpec& cluster) {
@@ -53,8 +54,8 @@ int64_t memory_budget(const ClusterSpec& cluster) {
 
 std::string Candidate::describe() const {
   return fmt::format("dp {} × pp {} × tp {}, ZeRO-{}{}, micro {} × {}{}", dp, pp, tp, zero,
-                     offload == "none" ? "" : ", optimizer on " + offload, micro, accumulation,
-                     pp > 1 ? ", " + schedule : "");
+                     offload == OffloadTier::none ? "" : ", optimizer on " + name_of(offload), micro,
+                     accumulation, pp > 1 ? ", " + schedule : "");
 }
 
 std::vector<Candidate> plan_candidates(const JobConfig& base, const ClusterSpec& cluster) {
@@ -73,9 +74,9 @@ std::vector<Candidate> plan_candidates(const JobConfig& base, const ClusterSpec&
         for (const std::string& schedule : schedules_for(pp, accumulation))
           for (int64_t zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero) {
             if (zero == 3 && schedule == "zb_h1") continue;  // split backwards are not run with ZeRO-3
-            std::vector<std::string> tiers{"none"};
-            if (cluster.device.kind == "gpu" && zero >= 1) tiers.push_back("cpu");
-            for (const std::string& tier : tiers)
+            std::vector<OffloadTier> tiers{OffloadTier::none};
+            if (cluster.device.kind == "gpu" && zero >= 1) tiers.push_back(OffloadTier::cpu);
+            for (OffloadTier tier : tiers)
               out.push_back(Candidate{dp, pp, tp, zero, tier, schedule, micro, accumulation});
           }
       }
@@ -95,8 +96,9 @@ Result<JobConfig> apply_candidate(const JobConfig& base, const Candidate& c) {
   job.offload.optimizer = c.offload;
   job.pipeline.schedule = c.schedule;
   job.pipeline.virtual_stages = 0;
+  // Layer counts were made for the job's own layout: a candidate's cut is uniform instead.
+  if (!job.pipeline.partition.counts.empty()) job.pipeline.partition.method = PartitionMethod::uniform;
   job.pipeline.partition.counts.clear();
-  if (job.pipeline.partition.method.empty()) job.pipeline.partition.method = "uniform";
   job.batch.micro_batch_size = c.micro;
   job.batch.gradient_accumulation_steps = c.accumulation;
   return load_config_string(render_config(job), base.source, {});

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/result.hpp"
+#include "runtime/config/choices.hpp"
 #include "runtime/config/config.hpp"
 #include "sim/cluster.hpp"
 #include "sim/cost_model.hpp"
@@ -24,7 +25,7 @@ namespace troupe::sim {
 struct Candidate {
   int64_t dp = 1, pp = 1, tp = 1;
   int64_t zero = 0;
-  std::string offload = "none";  ///< the optimizer's tier
+  OffloadTier offload = OffloadTier::none;  ///< the optimizer's tier
   std::string schedule = "1f1b";
   int64_t micro = 1, accumulation = 1;
   /// "dp 2 × pp 1 × tp 1, ZeRO-1, micro 4 × 2, 1f1b".

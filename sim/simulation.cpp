@@ -10,9 +10,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "actors/protocol/engine.hpp"
+#include "actors/protocol/scheduler.hpp"
 #include "actors/scheduler.hpp"
 #include "pipeline/schedule.hpp"
+#include "runtime/config/choices.hpp"
 #include "runtime/stage_programs.hpp"
 #include "sim/services.hpp"
 #include "sim/sim_stage.hpp"
@@ -49,8 +50,10 @@ void train(caf::event_based_actor* self, World* w, const std::vector<caf::actor>
           });
 }
 
-caf::behavior driver(caf::event_based_actor* self, World* w, const std::vector<caf::actor>* schedulers,
-                     Reports* out, int64_t steps) {
+// Stands in for each rank's Engine (the embedding API): asks every rank's scheduler actor
+// for its steps, each rank's one after another.
+caf::behavior engine_stand_in(caf::event_based_actor* self, World* w,
+                              const std::vector<caf::actor>* schedulers, Reports* out, int64_t steps) {
   for (int64_t r = 0; r < w->ranks(); ++r) train(self, w, schedulers, out, r, 0, steps);
   return {[](int64_t) {}};
 }
@@ -175,7 +178,7 @@ void summarize(const World& w, const Reports& reports, int64_t steps, Simulation
   out.exposed_comm_ms = exposed / static_cast<double>(w.ranks());
   out.step_flops = w.costs.step_flops;
   out.tokens = w.costs.micro_tokens * w.job.batch.gradient_accumulation_steps * w.job.parallel.dp;
-  auto rate = w.cluster.device.gemm_rate(w.job.precision.dtype);
+  auto rate = w.cluster.device.gemm_rate(name_of(w.job.precision.dtype));
   const double step_s = out.step_ms_median() / 1e3;
   if (rate && step_s > 0) out.mfu = out.step_flops / (step_s * static_cast<double>(w.ranks()) * *rate);
 }
@@ -228,7 +231,7 @@ Result<SimulationResult> simulate_job(const JobConfig& job, const ClusterSpec& c
           (*programs)[static_cast<std::size_t>(world.places[static_cast<std::size_t>(r)].stage)];
       schedulers.push_back(spawn_scheduler(system, scheduler_options(world, r, program, loader, comm)));
     }
-    caf::actor drive = system.spawn(driver, &world, &schedulers, &reports, options.steps);
+    caf::actor engines = system.spawn(engine_stand_in, &world, &schedulers, &reports, options.steps);
     while (true) {
       coordinator.run();
       if (world.failure || reports.finished == ranks) break;
@@ -238,7 +241,7 @@ Result<SimulationResult> simulate_job(const JobConfig& job, const ClusterSpec& c
     for (const auto& rank : world.chunks)
       for (const caf::actor& a : rank) caf::anon_send_exit(a, caf::exit_reason::kill);
     for (const caf::actor& a : schedulers) caf::anon_send_exit(a, caf::exit_reason::kill);
-    for (const caf::actor& a : {collectives, loader, comm, drive})
+    for (const caf::actor& a : {collectives, loader, comm, engines})
       caf::anon_send_exit(a, caf::exit_reason::kill);
     coordinator.run();
     world.chunks.clear();

@@ -36,9 +36,7 @@ World::World(JobConfig job_, ClusterSpec cluster_, JobCosts costs_, bool tracing
       costs(std::move(costs_)),
       links(cluster),
       tracing(tracing_) {
-  auto order = pipeline::parse_grid_order(job.parallel.order);
-  grid = pipeline::Grid{job.parallel.dp, job.parallel.pp, order ? *order : pipeline::GridOrder::pp_fastest,
-                        job.parallel.tp};
+  grid = pipeline::Grid{job.parallel.dp, job.parallel.pp, job.parallel.order, job.parallel.tp};
   for (int64_t h = 0; h < cluster.hosts; ++h)
     hosts.push_back(std::make_unique<SharedProcessors>(clock, costs.host_capacity));
   const int64_t n = ranks();

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/config/choices.hpp"
 #include "runtime/config/render.hpp"
 #include "sim/planner.hpp"
 #include "tools/cli/job_arguments.hpp"
@@ -26,7 +27,7 @@ nlohmann::ordered_json candidate_json(const sim::PlannedJob& p) {
           {"pp", c.pp},
           {"tp", c.tp},
           {"zero", c.zero},
-          {"offload", c.offload},
+          {"offload", name_of(c.offload)},
           {"schedule", c.schedule},
           {"micro_batch_size", c.micro},
           {"gradient_accumulation_steps", c.accumulation},

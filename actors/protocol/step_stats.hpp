@@ -1,5 +1,5 @@
 // What a step measured besides its loss and time: the gradients' global norm and the
-// memory each kind held. The stage measures it, the step driver and the embedding API
+// memory each kind held. The stage measures it, the scheduler actor and the embedding API
 // hand it on unchanged.
 #pragma once
 

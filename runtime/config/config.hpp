@@ -11,9 +11,28 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
+#include "memory/direct_io.hpp"
+#include "pipeline/topology.hpp"
 #include "runtime/config/origins.hpp"
+#include "transport/options.hpp"
 
 namespace troupe {
+
+// The keys whose value is one of a few names are enums here; runtime/config/choices.hpp
+// holds their TOML spellings. A few are the layers' own (DirectIo, Topology, GridOrder).
+
+/// [cluster] device: where a rank computes.
+enum class DeviceKind { cpu, cuda };
+/// [pipeline] partition, when it is a method rather than the layer counts.
+enum class PartitionMethod { flops, uniform, parameters, profile };
+/// [offload] optimizer and param: where the optimizer state or the parameters live.
+enum class OffloadTier { none, cpu, nvme };
+/// [precision] dtype and communication_data_type.
+enum class Dtype { fp32, bf16, fp16 };
+/// [optimizer] type.
+enum class OptimizerType { adamw, adam, sgd };
 
 /// [cluster]: who takes part and how long anything may wait.
 struct ClusterConfig {
@@ -24,9 +43,9 @@ struct ClusterConfig {
   double bootstrap_timeout_s = 60;    ///< how long rank 0 waits for all ranks
   double peer_timeout_s = 10;         ///< silence after which a peer counts as lost
   double collective_timeout_s = 120;  ///< bound on any one collective
-  std::string topology = "auto";      ///< all-reduce: "auto", "flat" or "two_level"
+  Topology topology = Topology::automatic;  ///< all-reduce: "auto", "flat" or "two_level"
   std::string host_id;                ///< this machine's identity; empty = host name + boot id
-  std::string device = "cpu";         ///< "cpu" or "cuda" (one GPU per rank, by local rank)
+  DeviceKind device = DeviceKind::cpu;  ///< "cpu" or "cuda" (one GPU per rank, by local rank)
   /// Resolved from token, token_file or $TROUPE_TOKEN (runtime/config/token.hpp); not a
   /// key, never printed. Empty: the job has none (allowed on a loopback coordinator only).
   std::string secret;
@@ -39,7 +58,7 @@ struct ParallelConfig {
   int64_t tp = 1;  ///< tensor-parallel ranks per layer (Megatron's), the innermost axis
   /// The rank order, fastest-varying axis first: "pp,dp" puts a pipeline's stages on
   /// consecutive ranks, "dp,pp" a stage's replicas (pipeline/topology.hpp).
-  std::string order = "pp,dp";
+  pipeline::GridOrder order = pipeline::GridOrder::pp_fastest;
   /// With tp > 1: LayerNorm and the residual stream sharded along the sequence, the
   /// tensor-parallel all-reduces replaced by reduce-scatter and all-gather (Megatron's).
   bool sequence_parallel = false;
@@ -47,9 +66,9 @@ struct ParallelConfig {
 
 /// [pipeline] partition: a method, or the layer count of each stage.
 struct PipelinePartition {
-  std::string method =
-      "flops";  ///< "flops", "uniform", "parameters" or "profile"; empty when counts are given
-  std::vector<int64_t> counts;     ///< explicit layer counts by stage
+  /// "flops", "uniform", "parameters" or "profile"; not used when counts are given.
+  PartitionMethod method = PartitionMethod::flops;
+  std::vector<int64_t> counts;  ///< explicit layer counts by stage
 };
 
 /// [pipeline]: how the layers are cut into stages and the order each stage runs its
@@ -87,9 +106,9 @@ struct OffloadConfig {
   /// Where the optimizer state lives: "none" (beside the partition, LibTorch's optimizer),
   /// "cpu" (host memory, troupe's fused CPU kernels) or "nvme" (files under nvme_path,
   /// swapped through host buffers while the step runs). Stages 1-3.
-  std::string optimizer = "none";
+  OffloadTier optimizer = OffloadTier::none;
   /// Stage 3: where the parameter partition lives: "none", "cpu" or "nvme".
-  std::string param = "none";
+  OffloadTier param = OffloadTier::none;
   /// Directory of the nvme tier; each rank makes a folder of its own in it.
   std::string nvme_path;
   /// Host memory the offload manager may hold (state and swap buffers); 0 = no limit.
@@ -104,7 +123,7 @@ struct OffloadConfig {
   int64_t queue_depth = 8;
   /// "prefer": O_DIRECT where the file system allows it, else buffered, said once;
   /// "require": O_DIRECT or the rank stops; "off": buffered through the page cache.
-  std::string direct_io = "prefer";
+  DirectIo direct_io = DirectIo::prefer;
 };
 
 /// [batch]: DeepSpeed's rule global = micro × accumulation × dp; 0 = derive.
@@ -118,8 +137,6 @@ struct BatchConfig {
   int64_t gradient_accumulation_steps = 0;
   int64_t global_batch_size = 0;
 };
-
-enum class OptimizerType { adamw, adam, sgd };
 
 /// [optimizer]: the optimizer and its hyper-parameters.
 struct OptimizerConfig {
@@ -165,8 +182,8 @@ struct SchedulerConfig {
 /// and optimizer state in the shard owners (DeepSpeed's mixed precision); the gradients are
 /// reduced in communication_data_type.
 struct PrecisionConfig {
-  std::string dtype = "fp32";           ///< "fp32", "bf16" or "fp16"
-  std::string communication_data_type;  ///< "" = dtype (DeepSpeed's default)
+  Dtype dtype = Dtype::fp32;
+  std::optional<Dtype> communication_data_type;  ///< unset ("") = dtype (DeepSpeed's default)
   /// The loss scaler (optim/loss_scaler.hpp) with DeepSpeed's fp16 keys: always on for fp16,
   /// on request for the others (whose range needs none; it still skips overflowing steps).
   bool loss_scaling = false;
@@ -177,7 +194,9 @@ struct PrecisionConfig {
   bool consecutive_hysteresis = false;
   double min_loss_scale = 1;
 
-  bool scales_loss() const { return loss_scaling || dtype == "fp16"; }
+  bool scales_loss() const { return loss_scaling || dtype == Dtype::fp16; }
+  /// The type gradients are reduced in.
+  Dtype reduce_dtype() const { return communication_data_type.value_or(dtype); }
 };
 
 /// [model]: the built-in GPT's shape.

@@ -120,7 +120,7 @@ class ValueReader {
     *out = value->get();
     return {};
   }
-  Status operator()(OptimizerType* out) const;
+  Status operator()(ChoiceRef out) const;
   Status operator()(BetasRef out) const;
   Status operator()(PipelinePartition* out) const;
   Status operator()(MicroBatchRef out) const {
@@ -135,6 +135,7 @@ class ValueReader {
   }
 
  private:
+  Error choice_error(const std::string& got, const std::vector<std::string>& names) const;
   Error type_error() const {
     // A secret is one even when it has the wrong type: only its kind is shown.
     return make_error(fmt::format(
@@ -147,19 +148,28 @@ class ValueReader {
   std::string where_;
 };
 
-Status ValueReader::operator()(OptimizerType* out) const {
+Status ValueReader::operator()(ChoiceRef out) const {
   const auto* value = node_.as_string();
   if (value == nullptr) return type_error();
-  if (auto type = parse_optimizer_type(value->get())) {
-    *out = *type;
-    return {};
+  const std::vector<std::string>& names = *out.names;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == value->get()) {
+      out.set(out.field, i);
+      return {};
+    }
   }
+  return choice_error(value->get(), names);
+}
+
+Error ValueReader::choice_error(const std::string& got, const std::vector<std::string>& names) const {
+  // The names are listed anyway; a guess only for longer words, where it is a typo's (for
+  // device = "gpu", "cpu" would be a wrong guess).
   std::string hint;
-  if (auto close = suggest(value->get(), optimizer_type_names())) {
+  if (auto close = got.size() >= 4 ? suggest(got, names) : std::nullopt; close && !close->empty()) {
     hint = fmt::format("; did you mean {}?", toml_string(*close));
   }
   return make_error(fmt::format("{}: [{}] {} must be {}, got {}{}", where_, spec_.section, spec_.key,
-                                spec_.expect, toml_string(value->get()), hint));
+                                spec_.expect, toml_string(got), hint));
 }
 
 Status ValueReader::operator()(BetasRef out) const {
@@ -183,12 +193,14 @@ Status ValueReader::operator()(BetasRef out) const {
 
 Status ValueReader::operator()(PipelinePartition* out) const {
   if (const auto* method = node_.as_string()) {
-    *out = PipelinePartition{method->get(), {}};  // the method is checked with the rest of the job
+    auto chosen = parse_choice<PartitionMethod>(method->get());
+    if (!chosen) return choice_error(method->get(), choice_names<PartitionMethod>());
+    *out = PipelinePartition{*chosen, {}};
     return {};
   }
   const auto* array = node_.as_array();
   if (array == nullptr || array->empty()) return type_error();
-  PipelinePartition counts{"", {}};
+  PipelinePartition counts{PartitionMethod::flops, {}};
   for (const toml::node& element : *array) {
     const auto* count = element.as_integer();
     if (count == nullptr) return type_error();

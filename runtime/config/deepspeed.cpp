@@ -229,6 +229,9 @@ class Converter {
 
   void walk(const Json& node, const std::string& path) {
     if (done_.count(path)) return;
+    // A top-level key that starts with "_" is a comment (JSON has none; DeepSpeed reads only
+    // the keys it knows): "_comment": "what this job is for".
+    if (!path.empty() && path[0] == '_' && path.find('.') == std::string::npos) return;
     if (!path.empty() && ignored(path)) {
       warnings_.push_back(
           fmt::format("{}: {} is ignored: it tunes DeepSpeed's own implementation or logging, "

@@ -16,11 +16,11 @@ struct ValueText {
   std::string operator()(const double* value) const { return toml_float(*value); }
   std::string operator()(const bool* value) const { return *value ? "true" : "false"; }
   std::string operator()(const std::string* value) const { return toml_string(*value); }
-  std::string operator()(const OptimizerType* value) const {
-    return toml_string(optimizer_type_name(*value));
+  std::string operator()(ChoiceRef choice) const {
+    return toml_string((*choice.names)[choice.get(choice.field)]);
   }
   std::string operator()(const PipelinePartition* partition) const {
-    if (partition->counts.empty()) return toml_string(partition->method);
+    if (partition->counts.empty()) return toml_string(name_of(partition->method));
     return fmt::format("[{}]", fmt::join(partition->counts, ", "));
   }
   // "auto" has been replaced by the size it chose when the job was loaded.

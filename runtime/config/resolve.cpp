@@ -16,6 +16,7 @@
 #include "pipeline/schedule.hpp"
 #include "pipeline/table.hpp"
 #include "pipeline/topology.hpp"
+#include "runtime/config/choices.hpp"
 #include "runtime/config/scheduler.hpp"
 #include "runtime/config/schema.hpp"
 #include "runtime/config/suggest.hpp"
@@ -102,11 +103,6 @@ Status resolve_cluster(ClusterConfig& cluster, const ConfigOrigins& origins) {
   auto secret = resolve_token(cluster, origins);
   if (!secret) return secret.error();
   cluster.secret = std::move(secret).value();
-  TROUPE_TRY(
-      require(cluster.topology == "auto" || cluster.topology == "flat" || cluster.topology == "two_level",
-              origins, "cluster", "topology", cluster.topology));
-  TROUPE_TRY(require(cluster.device == "cpu" || cluster.device == "cuda", origins, "cluster", "device",
-                     cluster.device));
   const std::pair<const char*, double> timeouts[] = {{"bootstrap_timeout_s", cluster.bootstrap_timeout_s},
                                                      {"peer_timeout_s", cluster.peer_timeout_s},
                                                      {"collective_timeout_s", cluster.collective_timeout_s}};
@@ -120,8 +116,6 @@ Status resolve_parallel(JobConfig& config, const ConfigOrigins& origins) {
   ParallelConfig& parallel = config.parallel;
   int64_t& world_size = config.cluster.world_size;
   TROUPE_TRY(require(in_range(parallel.pp, 1, kRanksMax), origins, "parallel", "pp", parallel.pp));
-  TROUPE_TRY(require(pipeline::parse_grid_order(parallel.order).ok(), origins, "parallel", "order",
-                     parallel.order));
   TROUPE_TRY(require(in_range(parallel.tp, 1, kRanksMax), origins, "parallel", "tp", parallel.tp));
   TROUPE_TRY(require(in_range(world_size, 0, kRanksMax), origins, "cluster", "world_size", world_size));
   TROUPE_TRY(require(in_range(parallel.dp, 0, kRanksMax), origins, "parallel", "dp", parallel.dp));
@@ -168,28 +162,22 @@ Status resolve_zero(const ZeroConfig& zero, const ConfigOrigins& origins) {
   return {};
 }
 
-bool is_tier(const std::string& tier) {
-  return tier == "none" || tier == "cpu" || tier == "nvme";
-}
-
 // At stage 0 the shard owner holds the whole model's optimizer state: [offload] moves all
 // of it to the host tier (a GPU rank's ZeRO-Offload) or to NVMe.
 Status resolve_offload(const OffloadConfig& o, int64_t stage, const ConfigOrigins& origins) {
-  TROUPE_TRY(require(is_tier(o.optimizer), origins, "offload", "optimizer", o.optimizer));
-  TROUPE_TRY(require(is_tier(o.param), origins, "offload", "param", o.param));
-  if (o.param != "none" && stage != 3)
+  if (o.param != OffloadTier::none && stage != 3)
     return key_error(origins, "offload", "param",
                      fmt::format("param = \"{}\" needs [zero] stage = 3 (only stage 3 partitions the "
                                  "parameters), got stage {}",
-                                 o.param, stage));
-  if (o.param == "nvme" && o.optimizer == "none")
+                                 name_of(o.param), stage));
+  if (o.param == OffloadTier::nvme && o.optimizer == OffloadTier::none)
     return key_error(
         origins, "offload", "param",
         "param = \"nvme\" needs optimizer = \"cpu\" or \"nvme\": the offload manager updates the "
         "parameters it swaps in from NVMe, so the optimizer must run there too");
   for (const char* key : {"optimizer", "param"}) {
-    const std::string& tier = std::string(key) == "optimizer" ? o.optimizer : o.param;
-    if (tier == "nvme" && o.nvme_path.empty())
+    const OffloadTier tier = std::string(key) == "optimizer" ? o.optimizer : o.param;
+    if (tier == OffloadTier::nvme && o.nvme_path.empty())
       return key_error(origins, "offload", key,
                        fmt::format("{} = \"nvme\" needs nvme_path, the directory of the nvme tier, but "
                                    "nvme_path is not set",
@@ -204,8 +192,6 @@ Status resolve_offload(const OffloadConfig& o, int64_t stage, const ConfigOrigin
                      "offload", "block_size", o.block_size));
   TROUPE_TRY(
       require(o.queue_depth >= 1 && o.queue_depth <= 1024, origins, "offload", "queue_depth", o.queue_depth));
-  TROUPE_TRY(require(o.direct_io == "prefer" || o.direct_io == "require" || o.direct_io == "off", origins,
-                     "offload", "direct_io", o.direct_io));
   return {};
 }
 
@@ -480,11 +466,6 @@ Status resolve_train(const TrainConfig& train, const ConfigOrigins& origins) {
   return {};
 }
 
-const std::vector<std::string>& partition_methods() {
-  static const std::vector<std::string> names = {"flops", "uniform", "parameters", "profile"};
-  return names;
-}
-
 // "unknown X; did you mean Y?" or the list of allowed names.
 std::string one_of(const std::string& got, const std::vector<std::string>& names) {
   if (auto close = suggest(got, names)) return fmt::format("got {}; did you mean {}?", toml_string(got), toml_string(*close));
@@ -577,13 +558,7 @@ Status resolve_pipeline(const JobConfig& job, const ConfigOrigins& origins) {
     }
   }
   const PipelinePartition& cut = p.partition;
-  if (cut.counts.empty()) {
-    const auto& methods = partition_methods();
-    if (std::find(methods.begin(), methods.end(), cut.method) == methods.end())
-      return key_error(origins, "pipeline", "partition",
-                       fmt::format("partition must be a method or layer counts, {}", one_of(cut.method, methods)));
-    return {};
-  }
+  if (cut.counts.empty()) return {};  // a method, which the loader checked
   const int64_t chunks = pipeline_chunks(job);
   if (static_cast<int64_t>(cut.counts.size()) != job.parallel.pp * chunks)
     return key_error(origins, "pipeline", "partition",
@@ -635,12 +610,12 @@ Result<JobConfig> resolve_config(JobConfig raw) {
 // A GPU rank keeps the whole model on its GPU (ZeRO stage 0): the partitions, buckets and
 // gathered rows of stages 1-3 live in host buffers the comm agent and the NVMe tier read.
 Status resolve_device(const JobConfig& raw, const ConfigOrigins& origins) {
-  if (raw.cluster.device == "cuda" && raw.parallel.pp > 1)
+  if (raw.cluster.device == DeviceKind::cuda && raw.parallel.pp > 1)
     return key_error(origins, "parallel", "pp",
                      fmt::format("pp = {} with [cluster] device = \"cuda\": pipeline stages run on CPU ranks "
                                  "so far; set device = \"cpu\" or pp = 1",
                                  raw.parallel.pp));
-  if (raw.cluster.device != "cuda" || raw.zero.stage == 0) return {};
+  if (raw.cluster.device != DeviceKind::cuda || raw.zero.stage == 0) return {};
   return key_error(origins, "zero", "stage",
                    fmt::format("stage = {} with [cluster] device = \"cuda\": a GPU rank trains with stage 0 "
                                "so far (the model whole on every GPU, gradients all-reduced with NCCL, the "
@@ -652,32 +627,29 @@ Status resolve_device(const JobConfig& raw, const ConfigOrigins& origins) {
 // [precision]: bf16 and fp16 on CPU ranks (LibTorch 2's CPU kernels have both).
 Status resolve_precision(const JobConfig& raw, const ConfigOrigins& origins) {
   const PrecisionConfig& p = raw.precision;
-  TROUPE_TRY(require(p.dtype == "fp32" || p.dtype == "bf16" || p.dtype == "fp16", origins, "precision",
-                     "dtype", p.dtype));
   if (auto scaler = LossScaler::make(loss_scale_options(raw)); !scaler) {
     const std::string& why = scaler.error().message;
     return key_error(origins, "precision", why.substr(0, why.find(' ')), why);
   }
-  const std::string& comm = p.communication_data_type;
-  TROUPE_TRY(require(comm.empty() || comm == "fp32" || comm == "bf16" || comm == "fp16", origins, "precision",
-                     "communication_data_type", comm));
-  if (!comm.empty() && comm != p.dtype && comm != "fp32")
+  const std::optional<Dtype> comm = p.communication_data_type;
+  if (comm && *comm != p.dtype && *comm != Dtype::fp32)
     return key_error(origins, "precision", "communication_data_type",
                      fmt::format("communication_data_type = {} with dtype = {}: gradients are reduced in the "
                                  "dtype the model computes in or in fp32; leave it empty or set it to {} or "
                                  "\"fp32\"",
-                                 toml_string(comm), toml_string(p.dtype), toml_string(p.dtype)));
-  if (p.dtype == "fp32") return {};
-  if (raw.cluster.device == "cuda")
+                                 toml_string(name_of(*comm)), toml_string(name_of(p.dtype)),
+                                 toml_string(name_of(p.dtype))));
+  if (p.dtype == Dtype::fp32) return {};
+  if (raw.cluster.device == DeviceKind::cuda)
     return key_error(origins, "precision", "dtype",
                      fmt::format("dtype = {} with [cluster] device = \"cuda\": GPU ranks train fp32 so far; "
                                  "{} runs on device = \"cpu\"",
-                                 toml_string(p.dtype), p.dtype));
-  if (raw.offload.param == "nvme")
+                                 toml_string(name_of(p.dtype)), name_of(p.dtype)));
+  if (raw.offload.param == OffloadTier::nvme)
     return key_error(origins, "precision", "dtype",
                      fmt::format("dtype = {} with [offload] param = \"nvme\": the parameter swap holds fp32 "
                                  "blocks so far; use param = \"none\" or dtype = \"fp32\"",
-                                 toml_string(p.dtype)));
+                                 toml_string(name_of(p.dtype))));
   return {};
 }
 
@@ -698,7 +670,7 @@ Status resolve_checkpoint(const JobConfig& raw, const ConfigOrigins& origins) {
                      "resume = \"latest\" looks under [checkpoint] dir, which is not set; set dir or name "
                      "the checkpoint folder");
   const bool uses = c.every_steps > 0 || !c.resume.empty();
-  if (uses && raw.cluster.device == "cuda")
+  if (uses && raw.cluster.device == DeviceKind::cuda)
     return key_error(origins, "checkpoint", c.every_steps > 0 ? "every_steps" : "resume",
                      "checkpoints of GPU ranks are not built yet (no GPU was lent to test the device "
                      "copies); checkpoints run with [cluster] device = \"cpu\"");
@@ -740,12 +712,13 @@ Result<std::vector<int64_t>> stage_layer_counts(const JobConfig& job,
   const PipelinePartition& cut = job.pipeline.partition;
   const int64_t parts = job.parallel.pp * pipeline_chunks(job);
   if (!cut.counts.empty()) return cut.counts;  // checked against the model by check_pipeline_layers
-  if (cut.method == "uniform")
+  if (cut.method == PartitionMethod::uniform)
     return pipeline::partition_uniform(static_cast<int64_t>(layer_elements.size()), parts);
-  const bool by_cost = (cut.method == "profile" || cut.method == "flops") && !layer_costs.empty();
+  const bool by_cost = (cut.method == PartitionMethod::profile || cut.method == PartitionMethod::flops) &&
+                       !layer_costs.empty();
   if (by_cost && layer_costs.size() != layer_elements.size())
     return make_error(fmt::format("[pipeline] partition = \"{}\" has {} layer costs for a model of {} layers",
-                                  cut.method, layer_costs.size(), layer_elements.size()));
+                                  name_of(cut.method), layer_costs.size(), layer_elements.size()));
   return pipeline::partition_balanced(by_cost ? layer_costs : layer_elements, parts);
 }
 

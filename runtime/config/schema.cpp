@@ -26,10 +26,11 @@ std::vector<KeySpec> make_key_specs() {
       {"cluster", "collective_timeout_s", "a positive number of seconds up to 86400 (a day)",
        [](C& c) -> FieldRef { return &c.cluster.collective_timeout_s; }},
       {"cluster", "topology", R"(one of "auto", "flat" or "two_level")",
-       [](C& c) -> FieldRef { return &c.cluster.topology; }},
+       [](C& c) -> FieldRef { return choice_ref(&c.cluster.topology); }},
       {"cluster", "host_id", "a string (empty = this machine's host name and boot id)",
        [](C& c) -> FieldRef { return &c.cluster.host_id; }},
-      {"cluster", "device", R"(one of "cpu" or "cuda")", [](C& c) -> FieldRef { return &c.cluster.device; }},
+      {"cluster", "device", R"(one of "cpu" or "cuda")",
+       [](C& c) -> FieldRef { return choice_ref(&c.cluster.device); }},
 
       {"parallel", "dp", "an integer from 0 to 65536 (0 = world_size / (pp × tp))",
        [](C& c) -> FieldRef { return &c.parallel.dp; }},
@@ -40,7 +41,7 @@ std::vector<KeySpec> make_key_specs() {
       {"parallel", "sequence_parallel", "true or false (with tp > 1: shard the sequence between layers)",
        [](C& c) -> FieldRef { return &c.parallel.sequence_parallel; }},
       {"parallel", "order", R"(one of "pp,dp" or "dp,pp" (the fastest-varying axis first))",
-       [](C& c) -> FieldRef { return &c.parallel.order; }},
+       [](C& c) -> FieldRef { return choice_ref(&c.parallel.order); }},
 
       {"pipeline", "schedule",
        R"(one of "gpipe", "1f1b", "interleaved_1f1b", "zb_h1" or "zbv", or a registered scheduler's name)",
@@ -69,9 +70,9 @@ std::vector<KeySpec> make_key_specs() {
        [](C& c) -> FieldRef { return &c.zero.param_persistence_threshold; }},
 
       {"offload", "optimizer", R"(one of "none", "cpu" or "nvme")",
-       [](C& c) -> FieldRef { return &c.offload.optimizer; }},
+       [](C& c) -> FieldRef { return choice_ref(&c.offload.optimizer); }},
       {"offload", "param", R"(one of "none", "cpu" or "nvme")",
-       [](C& c) -> FieldRef { return &c.offload.param; }},
+       [](C& c) -> FieldRef { return choice_ref(&c.offload.param); }},
       {"offload", "nvme_path", "a directory path (needed when a tier is \"nvme\")",
        [](C& c) -> FieldRef { return &c.offload.nvme_path; }},
       {"offload", "host_budget_bytes", "an integer from 0 to 2^50 (bytes; 0 = no limit)",
@@ -85,7 +86,7 @@ std::vector<KeySpec> make_key_specs() {
       {"offload", "queue_depth", "an integer from 1 to 1024",
        [](C& c) -> FieldRef { return &c.offload.queue_depth; }},
       {"offload", "direct_io", R"(one of "prefer", "require" or "off")",
-       [](C& c) -> FieldRef { return &c.offload.direct_io; }},
+       [](C& c) -> FieldRef { return choice_ref(&c.offload.direct_io); }},
 
       {"batch", "micro_batch_size", "a positive integer up to 2^20, or \"auto\"",
        [](C& c) -> FieldRef {
@@ -99,7 +100,7 @@ std::vector<KeySpec> make_key_specs() {
        [](C& c) -> FieldRef { return &c.batch.memory_budget_bytes; }},
 
       {"optimizer", "type", R"(one of "adamw", "adam" or "sgd")",
-       [](C& c) -> FieldRef { return &c.optimizer.type; }},
+       [](C& c) -> FieldRef { return choice_ref(&c.optimizer.type); }},
       {"optimizer", "lr", "a positive number", [](C& c) -> FieldRef { return &c.optimizer.lr; }},
       {"optimizer", "betas", "an array of two numbers [beta1, beta2], each at least 0 and below 1",
        [](C& c) -> FieldRef {
@@ -158,9 +159,9 @@ std::vector<KeySpec> make_key_specs() {
        [](C& c) -> FieldRef { return &c.scheduler.decay_mom_rate; }},
 
       {"precision", "dtype", R"(one of "fp32", "bf16" or "fp16")",
-       [](C& c) -> FieldRef { return &c.precision.dtype; }},
+       [](C& c) -> FieldRef { return choice_ref(&c.precision.dtype); }},
       {"precision", "communication_data_type", R"(empty (the dtype), "fp32", "bf16" or "fp16")",
-       [](C& c) -> FieldRef { return &c.precision.communication_data_type; }},
+       [](C& c) -> FieldRef { return choice_ref(&c.precision.communication_data_type); }},
       {"precision", "loss_scaling", "true or false (fp16 always scales)",
        [](C& c) -> FieldRef { return &c.precision.loss_scaling; }},
       {"precision", "loss_scale", "0 (dynamic) or a finite static scale above 0",
@@ -273,28 +274,15 @@ std::string_view expect_of(std::string_view section, std::string_view key) {
 }
 
 std::string_view optimizer_type_name(OptimizerType type) {
-  switch (type) {
-    case OptimizerType::adamw:
-      return "adamw";
-    case OptimizerType::adam:
-      return "adam";
-    case OptimizerType::sgd:
-      return "sgd";
-  }
-  TROUPE_CHECK(false, "OptimizerType out of range");
-  return "";
+  return name_of(type);
 }
 
 std::optional<OptimizerType> parse_optimizer_type(std::string_view name) {
-  for (OptimizerType type : {OptimizerType::adamw, OptimizerType::adam, OptimizerType::sgd}) {
-    if (optimizer_type_name(type) == name) return type;
-  }
-  return std::nullopt;
+  return parse_choice<OptimizerType>(name);
 }
 
 const std::vector<std::string>& optimizer_type_names() {
-  static const std::vector<std::string> names = {"adamw", "adam", "sgd"};
-  return names;
+  return choice_names<OptimizerType>();
 }
 
 std::string unknown_section_message(std::string_view section) {

@@ -13,6 +13,7 @@
 #include <variant>
 #include <vector>
 
+#include "runtime/config/choices.hpp"
 #include "runtime/config/config.hpp"
 
 namespace troupe {
@@ -30,8 +31,8 @@ struct MicroBatchRef {
 };
 
 /// A pointer to the field one key fills; the alternative says the key's TOML type.
-using FieldRef = std::variant<int64_t*, double*, bool*, std::string*, OptimizerType*, BetasRef,
-                              PipelinePartition*, MicroBatchRef>;
+using FieldRef = std::variant<int64_t*, double*, bool*, std::string*, ChoiceRef, BetasRef, PipelinePartition*,
+                              MicroBatchRef>;
 
 /// One key of one section.
 struct KeySpec {

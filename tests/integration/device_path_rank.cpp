@@ -19,11 +19,11 @@
 #include "actors/comm_agent.hpp"
 #include "actors/data_loader.hpp"
 #include "actors/protocol/comm.hpp"
-#include "actors/protocol/engine.hpp"
+#include "actors/protocol/scheduler.hpp"
 #include "actors/protocol/stage.hpp"
+#include "actors/scheduler.hpp"
 #include "actors/stage.hpp"
 #include "actors/staged_comm.hpp"
-#include "actors/scheduler.hpp"
 #include "pipeline/schedule.hpp"
 #include "tests/support/rank_transport.hpp"
 
@@ -98,11 +98,11 @@ int train(caf::actor_system& system, caf::actor agent, int64_t rank, int64_t wor
   sched.comm_agent = agent;
   sched.program = *pipeline::make_program("1f1b", {1, kAccumulation}, 0);
   sched.micro_count = kAccumulation;
-  caf::actor driver = spawn_scheduler(system, std::move(sched));
+  caf::actor scheduler = spawn_scheduler(system, std::move(sched));
   caf::scoped_actor self{system};
   int failures = 0;
   for (int step = 0; step < steps && failures == 0; ++step)
-    self->request(driver, std::chrono::seconds(60), train_step{step})
+    self->request(scheduler, std::chrono::seconds(60), train_step{step})
         .receive(
             [&](step_report& r) {
               if (!r.error.empty()) {
@@ -132,7 +132,7 @@ int train(caf::actor_system& system, caf::actor agent, int64_t rank, int64_t wor
             std::fprintf(stderr, "collect: %s\n", system.render(e).c_str());
             ++failures;
           });
-  for (auto* a : {&driver, &loader, &stage}) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+  for (auto* a : {&scheduler, &loader, &stage}) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
   return failures;
 }
 

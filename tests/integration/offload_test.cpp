@@ -217,7 +217,8 @@ TEST(Offload, NvmeTrainsWithAStateLargerThanTheHostBudget) {
 }
 
 // `troupe run` refuses a bad nvme_path before any rank starts; a rank started by another
-// launcher finds it too, when its engine starts, naming its own folder.
+// launcher finds it too, when its engine starts, naming the folder it could not make. A
+// missing folder whose parent exists is made.
 TEST(Offload, AnNvmePathThatIsMissingOrNotADirectoryIsNamed) {
   Trained missing = train(nvme("/nonexistent/troupe-nvme"), 2, 60);
   EXPECT_EQ(missing.result.exit_code, 2) << missing.result.output;
@@ -240,8 +241,16 @@ TEST(Offload, AnNvmePathThatIsMissingOrNotADirectoryIsNamed) {
                                " --set parallel.dp=1 --set zero.stage=2" + nvme("/nonexistent/troupe-nvme"),
                            60);
   EXPECT_EQ(rank.exit_code, 1) << rank.output;
-  EXPECT_NE(rank.output.find("/nonexistent/troupe-nvme/rank0"), std::string::npos) << rank.output;
-  EXPECT_NE(rank.output.find("No such file or directory"), std::string::npos) << rank.output;
+  EXPECT_NE(rank.output.find("[offload] nvme_path: creating /nonexistent/troupe-nvme failed: No such file or "
+                             "directory"),
+            std::string::npos)
+      << rank.output;
+
+  // A missing nvme_path whose parent exists is made, as troupe check says it will be.
+  const std::string made = testing::make_temp_dir() + "/made-here";
+  Trained fresh = train(nvme(made), 2, 60);
+  EXPECT_EQ(fresh.result.exit_code, 0) << fresh.result.output;
+  EXPECT_EQ(testing::run_command("test -d " + made + "/rank0 && test -d " + made + "/rank1").exit_code, 0);
 }
 
 // Trains with `settings(dir)` while flipping bytes at `offset` of rank 0's file `name` in

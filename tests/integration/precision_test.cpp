@@ -26,7 +26,7 @@ using testing::TrainedRun;
 
 constexpr int kLongRun = 200;
 const std::string kBf16 = " --set precision.dtype=\\\"bf16\\\"";
-// DeepSpeed's communication_data_type = "fp32": bf16 gradients widened and reduced in fp32.
+// DeepSpeed's communication_data_type = Dtype::fp32: bf16 gradients widened and reduced in fp32.
 const std::string kFp32Reduce = " --set precision.communication_data_type=\\\"fp32\\\"";
 
 struct Job {

@@ -127,7 +127,8 @@ TEST(Simulation, TheSameSeedGivesTheSameTimelineAndAnotherSeedAnother) {
 
 TEST(Simulation, ASlowRankSlowsEveryone) {
   JobConfig job = job_of(dp_pipeline_job());
-  job.pipeline.partition.method = "uniform";  // stage 1 holds two of the six blocks: the most any holds
+  // Stage 1 holds two of the six blocks: the most any holds.
+  job.pipeline.partition.method = PartitionMethod::uniform;
   ClusterSpec even = jittery(1), slow = jittery(1);
   even.jitter = slow.jitter = 0;
   slow.faults.push_back(Fault{FaultKind::slow_rank, 5, -1, 2.0, 0, "cluster.toml:9:1"});

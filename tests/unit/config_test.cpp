@@ -1039,9 +1039,9 @@ TEST(ConfigRender, RoundTripGivesAnEqualConfig) {
                  1.5,
                  0.25,
                  7,
-                 "two_level",
+                 Topology::two_level,
                  "rack-2/node-3",
-                 "cpu",
+                 DeviceKind::cpu,
                  ""};
   raw.parallel = {2, 1, 1};
   raw.zero = {1, 12345, false, 6, 7, 8, 9};
@@ -1129,7 +1129,7 @@ TEST(ConfigResolve, UnknownTopologyIsRefusedNamingTheAllowedOnes) {
 TEST(ConfigDevice, CpuOrCudaAndNothingElse) {
   auto cuda = load("[cluster]\ndevice = \"cuda\"\n[batch]\nmicro_batch_size = 2\n");
   ASSERT_TRUE(cuda.ok()) << cuda.error().message;
-  EXPECT_EQ(cuda->cluster.device, "cuda");
+  EXPECT_EQ(cuda->cluster.device, DeviceKind::cuda);
   EXPECT_EQ(error_of(load("[cluster]\ndevice = \"gpu\"\n[batch]\nmicro_batch_size = 2\n")),
             "job.toml:2:10: [cluster] device must be one of \"cpu\" or \"cuda\", got \"gpu\"");
 }
@@ -1154,8 +1154,8 @@ TEST(ConfigOffload, LoadsEveryKey) {
       "host_budget_bytes = 1048576\nsub_group_size = 4096\nbuffer_count = 3\nblock_size = 8192\n"
       "queue_depth = 16\n[batch]\nmicro_batch_size = 2\n");
   ASSERT_TRUE(config.ok()) << config.error().message;
-  EXPECT_EQ(config->offload.optimizer, "nvme");
-  EXPECT_EQ(config->offload.param, "cpu");
+  EXPECT_EQ(config->offload.optimizer, OffloadTier::nvme);
+  EXPECT_EQ(config->offload.param, OffloadTier::cpu);
   EXPECT_EQ(config->offload.nvme_path, "/tmp/x");
   EXPECT_EQ(config->offload.host_budget_bytes, 1048576);
   EXPECT_EQ(config->offload.sub_group_size, 4096);
@@ -1166,7 +1166,7 @@ TEST(ConfigOffload, LoadsEveryKey) {
       "[zero]\nstage = 3\n[offload]\noptimizer = \"cpu\"\nparam = \"nvme\"\nnvme_path = \"/tmp/x\"\n"
       "[batch]\nmicro_batch_size = 2\n");
   ASSERT_TRUE(swapped.ok()) << swapped.error().message;
-  EXPECT_EQ(swapped->offload.param, "nvme");
+  EXPECT_EQ(swapped->offload.param, OffloadTier::nvme);
   // Stage 0 offloads the whole model's optimizer state.
   auto whole =
       load("[offload]\noptimizer = \"nvme\"\nnvme_path = \"/tmp/x\"\n[batch]\nmicro_batch_size = 2\n");

@@ -581,14 +581,14 @@ TEST(Partition, FlopsGiveEachChunkOneBlockOfFour) {
       "[batch]\nmicro_batch_size = 8\ngradient_accumulation_steps = 8\n"
       "[model]\nseq_len = 128\nd_model = 256\nn_layers = 4\nn_heads = 4\n";
   JobConfig job = job_of(text);
-  EXPECT_EQ(job.pipeline.partition.method, "flops");
+  EXPECT_EQ(job.pipeline.partition.method, PartitionMethod::flops);
   const std::vector<double> elements(6, 1.0);
   auto by_flops = stage_layer_counts(job, elements, gpt_layer_costs(job));
   ASSERT_TRUE(by_flops.ok());
   EXPECT_EQ(*by_flops, (std::vector<int64_t>{2, 1, 1, 2}));
-  job.pipeline.partition.method = "uniform";
+  job.pipeline.partition.method = PartitionMethod::uniform;
   EXPECT_EQ(*stage_layer_counts(job, elements, gpt_layer_costs(job)), (std::vector<int64_t>{2, 2, 1, 1}));
-  job.pipeline.partition.method = "flops";  // a trainer's costs for another model: said, not ignored
+  job.pipeline.partition.method = PartitionMethod::flops;  // costs for another model: said, not ignored
   auto mismatched = stage_layer_counts(job, elements, std::vector<double>(5, 1.0));
   ASSERT_FALSE(mismatched.ok());
   EXPECT_EQ(mismatched.error().message,

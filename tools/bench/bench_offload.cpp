@@ -32,7 +32,7 @@ double median(std::vector<double> v) {
 Result<std::vector<double>> time_passes(caf::actor_system& system, const OffloadBenchOptions& o,
                                         const std::string& tier, PartitionSpan partition, Tracer* tracer) {
   OffloadManagerOptions m;
-  m.offload.tier = tier;
+  m.offload.state_on_nvme = tier == "nvme";
   m.offload.nvme_dir = o.dir;
   m.offload.direct_io = DirectIo::require;  // figures of the device, never of the page cache
   m.offload.sub_group_size = o.sub_group_size;

@@ -128,11 +128,14 @@ void print_warnings(const JobConfig& job) {
     std::fprintf(stderr, "troupe: warning: %s\n", warning.c_str());
 }
 
-int check_job(const JobArguments& a) {
+// `here`: also whether this machine can run the job's ranks (off for a job written for
+// another cluster, such as the simulator's).
+int check_job(const JobArguments& a, bool here) {
   auto job = load_config_file(a.file, overrides_of(a));
   if (!job) return report_config_error(job.error());
   print_warnings(*job);
-  if (auto fits = check_this_machine(*job, ""); !fits) return report_config_error(fits.error());
+  if (here)
+    if (auto fits = check_this_machine(*job, ""); !fits) return report_config_error(fits.error());
   std::printf("%s", render_config(*job).c_str());
   return 0;
 }
@@ -233,6 +236,10 @@ int main(int argc, char** argv) {
   bool as_toml = false;  // what check prints in any case: the flag says so for a DeepSpeed JSON
   check->add_flag("--toml", as_toml,
                   "print the job as TOML (for a DeepSpeed JSON config, its TOML equivalent)");
+  bool elsewhere = false;
+  check->add_flag(
+      "--not-here", elsewhere,
+      "check the job alone, not whether this machine can run its ranks (a job for another cluster)");
 
   JobArguments estimate_args;
   bool estimate_as_json = false;
@@ -279,7 +286,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
 
-  if (*check) return check_job(check_args);
+  if (*check) return check_job(check_args, !elsewhere);
   if (*estimate) return print_estimate(estimate_args, estimate_as_json);
   if (*show) return show_schedule(schedule_args);
   if (*launch) {

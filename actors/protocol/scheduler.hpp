@@ -1,4 +1,4 @@
-// Messages of the step driver (engine actor): the embedding API asks it for steps.
+// Messages of the scheduler actor (actors/scheduler.hpp): the embedding API asks it for steps.
 #pragma once
 
 #include <caf/meta/type_name.hpp>
