@@ -2,14 +2,14 @@
 // (ZeRO-Offload / ZeRO-Infinity) and runs the optimizer over the partition with troupe's
 // fused CPU kernels (kernels/cpu/optimizer.hpp).
 //
-//   tier "cpu":  the state lives in host memory; a pass updates every sub-group.
-//   tier "nvme": the state lives in files (memory/nvme_store.hpp), one per sub-group,
+//   in memory:   the state lives in host memory; a pass updates every sub-group.
+//   on NVMe (state_on_nvme): the state lives in files (memory/nvme_store.hpp), one per sub-group,
 //                and moves through a bounded pool of swap buffers. A pass reads the state
 //                of the next sub-groups while the current one is updated on the stream
 //                and the previous ones are written back — read i+1, update i, write i−1 —
 //                with at most buffer_count sub-groups in flight, so a step takes about
 //                max(I/O time, compute time) instead of their sum.
-//   param "nvme": (stage 3, either tier) the parameters of the swapped rows live in a
+//   parameters on NVMe (parameters_on_nvme; stage 3, either tier): the swapped rows live in a
 //                ParameterSwap; each of their pieces is a sub-group whose parameters
 //                travel in the same swap buffer as its state: read, update, write back.
 //

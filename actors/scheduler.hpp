@@ -1,5 +1,4 @@
-// The scheduler actor (ARCHITECTURE.md's "engine", its step driver; troupe calls it the
-// scheduler actor everywhere): runs one training step at a time by walking this rank's
+// The scheduler actor: runs one training step at a time by walking this rank's
 // program (pipeline/action.hpp), handing each action to the stage actor of its chunk (one
 // per model chunk the rank holds: one, or v with virtual stages) in order, at most
 // `window` of them unfinished at once. It fetches the micro-batches of the program's

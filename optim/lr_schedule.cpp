@@ -10,16 +10,27 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
-Status check_type(const LrScheduleOptions& o) {
-  for (const char* known : {"", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle"})
-    if (o.type == known) return {};
-  return make_error(
-      fmt::format("[scheduler] type = \"{}\" is not a schedule troupe has: WarmupLR, WarmupDecayLR, "
-                  "WarmupCosineLR or OneCycle",
-                  o.type));
+}  // namespace
+
+const char* lr_schedule_name(LrScheduleType type) {
+  switch (type) {
+    case LrScheduleType::constant:
+      return "";
+    case LrScheduleType::warmup_lr:
+      return "WarmupLR";
+    case LrScheduleType::warmup_decay_lr:
+      return "WarmupDecayLR";
+    case LrScheduleType::warmup_cosine_lr:
+      return "WarmupCosineLR";
+    case LrScheduleType::one_cycle:
+      return "OneCycle";
+  }
+  return "?";
 }
 
-}  // namespace
+const char* warmup_type_name(WarmupType type) {
+  return type == WarmupType::linear ? "linear" : "log";
+}
 
 LrSchedule::LrSchedule(const LrScheduleOptions& options, double optimizer_lr, bool has_betas)
     : o_(options),
@@ -29,32 +40,27 @@ LrSchedule::LrSchedule(const LrScheduleOptions& options, double optimizer_lr, bo
 
 Result<LrSchedule> LrSchedule::make(const LrScheduleOptions& o, double optimizer_lr, bool has_betas,
                                     std::vector<std::string>* warnings) {
-  TROUPE_TRY(check_type(o));
   auto warn = [&](std::string w) {
     if (warnings) warnings->push_back(std::move(w));
   };
-  const bool warms = o.type == "WarmupLR" || o.type == "WarmupDecayLR" || o.type == "WarmupCosineLR";
-  if (warms) {
+  if (warms_up(o.type)) {
     if (o.warmup_num_steps <= 0)
       return make_error(
           fmt::format("[scheduler] warmup_num_steps = {}: the warm-up must be a positive number of "
                       "steps",
                       o.warmup_num_steps));
-    if (o.warmup_type != "log" && o.warmup_type != "linear")
-      return make_error(fmt::format("[scheduler] warmup_type = \"{}\": the warm-up is \"log\" or \"linear\"",
-                                    o.warmup_type));
   }
-  if (o.type == "WarmupDecayLR" || o.type == "WarmupCosineLR") {
+  if (o.type == LrScheduleType::warmup_decay_lr || o.type == LrScheduleType::warmup_cosine_lr) {
     if (o.total_num_steps < 0)
-      return make_error(
-          fmt::format("[scheduler] {} needs total_num_steps, the step its decay ends at", o.type));
+      return make_error(fmt::format("[scheduler] {} needs total_num_steps, the step its decay ends at",
+                                    lr_schedule_name(o.type)));
     if (o.total_num_steps < std::max<int64_t>(2, o.warmup_num_steps))
       warn(fmt::format(
           "[scheduler] total_num_steps = {} is less than warmup_num_steps = {}: the rate drops to its "
           "floor as the warm-up ends",
           o.total_num_steps, o.warmup_num_steps));
   }
-  if (o.type == "OneCycle") {
+  if (o.type == LrScheduleType::one_cycle) {
     if (!o.cycle_min_lr || !o.cycle_max_lr)
       return make_error("[scheduler] OneCycle needs cycle_min_lr and cycle_max_lr");
     if (o.cycle_first_step_size <= 0)
@@ -71,14 +77,14 @@ Result<LrSchedule> LrSchedule::make(const LrScheduleOptions& o, double optimizer
 
 // g of the warm-up at iteration 0 <= it < W: logarithmic or linear.
 double LrSchedule::warmup_fraction(int64_t it) const {
-  if (o_.warmup_type == "linear") return static_cast<double>(it) / static_cast<double>(warmup_);
+  if (o_.warmup_type == WarmupType::linear) return static_cast<double>(it) / static_cast<double>(warmup_);
   return std::log(static_cast<double>(it + 1)) / std::log(static_cast<double>(warmup_));
 }
 
 UpdateHyper LrSchedule::at(int64_t it) const {
-  if (o_.type.empty()) return UpdateHyper{optimizer_lr_, std::nullopt, std::nullopt};
-  if (o_.type == "OneCycle") return one_cycle(it);
-  if (o_.type == "WarmupCosineLR") {
+  if (o_.type == LrScheduleType::constant) return UpdateHyper{optimizer_lr_, std::nullopt, std::nullopt};
+  if (o_.type == LrScheduleType::one_cycle) return one_cycle(it);
+  if (o_.type == LrScheduleType::warmup_cosine_lr) {
     if (it < 0) return UpdateHyper{0.0, std::nullopt, std::nullopt};
     double ratio;
     if (it < warmup_) {
@@ -91,15 +97,15 @@ UpdateHyper LrSchedule::at(int64_t it) const {
     return UpdateHyper{optimizer_lr_ * ratio, std::nullopt, std::nullopt};
   }
   const double low = o_.warmup_min_lr;
-  const double high = o_.warmup_max_lr             ? *o_.warmup_max_lr
-                      : o_.type == "WarmupDecayLR" ? 0.001
-                                                   : optimizer_lr_;
+  const double high = o_.warmup_max_lr                             ? *o_.warmup_max_lr
+                      : o_.type == LrScheduleType::warmup_decay_lr ? 0.001
+                                                                   : optimizer_lr_;
   double g = 1;
   if (it < 0)
     g = 0;
   else if (it < warmup_)
     g = warmup_fraction(it);
-  else if (o_.type == "WarmupDecayLR")
+  else if (o_.type == LrScheduleType::warmup_decay_lr)
     g = std::max(0.0, static_cast<double>(o_.total_num_steps - it) /
                           static_cast<double>(std::max<int64_t>(1, o_.total_num_steps - warmup_)));
   return UpdateHyper{low + (high - low) * g, std::nullopt, std::nullopt};

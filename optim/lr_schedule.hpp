@@ -30,14 +30,28 @@
 
 namespace troupe {
 
+/// [scheduler] type: none (a constant rate) or one of DeepSpeed's four schedules.
+enum class LrScheduleType { constant, warmup_lr, warmup_decay_lr, warmup_cosine_lr, one_cycle };
+/// How a warm-up rises: ln(it + 1) / ln(W), or it / W.
+enum class WarmupType { log, linear };
+
+/// DeepSpeed's spelling of each: "" (constant), "WarmupLR", ..., "OneCycle"; "log", "linear".
+const char* lr_schedule_name(LrScheduleType type);
+const char* warmup_type_name(WarmupType type);
+/// WarmupLR, WarmupDecayLR and WarmupCosineLR start with a warm-up.
+inline bool warms_up(LrScheduleType type) {
+  return type == LrScheduleType::warmup_lr || type == LrScheduleType::warmup_decay_lr ||
+         type == LrScheduleType::warmup_cosine_lr;
+}
+
 struct LrScheduleOptions {
-  std::string type;  ///< "" (a constant rate), WarmupLR, WarmupDecayLR, WarmupCosineLR or OneCycle
+  LrScheduleType type = LrScheduleType::constant;
   // WarmupLR, WarmupDecayLR
   double warmup_min_lr = 0;
   std::optional<double> warmup_max_lr;  ///< unset: WarmupLR the optimizer's lr, WarmupDecayLR 0.001
   int64_t warmup_num_steps = 1000;
-  std::string warmup_type = "log";  ///< or "linear"
-  int64_t total_num_steps = -1;     ///< WarmupDecayLR, WarmupCosineLR: required
+  WarmupType warmup_type = WarmupType::log;
+  int64_t total_num_steps = -1;  ///< WarmupDecayLR, WarmupCosineLR: required
   // WarmupCosineLR
   double warmup_min_ratio = 0;
   double cos_min_ratio = 1e-4;
@@ -71,7 +85,7 @@ class LrSchedule {
   UpdateHyper at(int64_t it) const;
   /// The update after `applied` non-skipped updates: at(applied − 1).
   UpdateHyper for_update(int64_t applied) const { return at(applied - 1); }
-  bool constant() const { return o_.type.empty(); }
+  bool constant() const { return o_.type == LrScheduleType::constant; }
 
  private:
   LrSchedule(const LrScheduleOptions& options, double optimizer_lr, bool has_betas);

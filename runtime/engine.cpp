@@ -88,9 +88,7 @@ Result<TransportOptions> transport_options(const JobConfig& config, const RankEn
   o.peer_timeout_s = config.cluster.peer_timeout_s;
   o.collective_timeout_s = config.cluster.collective_timeout_s;
   o.host_id = config.cluster.host_id;
-  o.topology = config.cluster.topology == Topology::flat        ? Topology::flat
-               : config.cluster.topology == Topology::two_level ? Topology::two_level
-                                                                : Topology::automatic;
+  o.topology = config.cluster.topology;
   o.poll_before_sleep_us = ranks_fit_cores(rank.local_world_size) ? o.poll_before_sleep_us : 0;
   return o;
 }
@@ -113,6 +111,19 @@ ZeroOptions zero_options(const JobConfig& config) {
   o.persistence_threshold = z.param_persistence_threshold;
   o.gradient_clipping = config.optimizer.gradient_clipping;
   return o;
+}
+
+// The element type of the compute and of the reduction, for the stage and the kernels.
+DataType data_type_of(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::bf16:
+      return DataType::bf16;
+    case Dtype::fp16:
+      return DataType::f16;
+    case Dtype::fp32:
+      break;
+  }
+  return DataType::f32;
 }
 
 std::optional<OffloadOptions> offload_options(const JobConfig& config, int64_t rank) {
@@ -409,9 +420,9 @@ class Engine::Impl {
     // the offload manager's "cpu" tier. A trainer's own optimizer factory runs as given.
     so.rule = optimizer_rule(config.optimizer);
     so.lr_schedule = lr_schedule;
-    so.dtype = data_type_of(name_of(config.precision.dtype));
+    so.dtype = data_type_of(config.precision.dtype);
     if (config.precision.communication_data_type)
-      so.reduce_type = data_type_of(name_of(*config.precision.communication_data_type));
+      so.reduce_type = data_type_of(*config.precision.communication_data_type);
     if (config.precision.scales_loss()) so.loss_scale = loss_scale_options(config);
     so.inject_overflow_steps = injected_overflow_steps(rank.rank);
     if (gpu) {

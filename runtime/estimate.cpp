@@ -193,7 +193,7 @@ Result<ModelStateEstimate> estimate_layers(const JobConfig& job, const LayerSet&
   // Every kind lives in host memory: the CPU backend is the only one for now. GPU tiers
   // (device memory, pinned host buffers) come with the CUDA backend.
   e.tier = "host";
-  e.dtype = name_of(job.precision.dtype);
+  e.dtype = job.precision.dtype;
   e.bytes = estimate_model_state(*plan, inputs);
 
   // The ZeRO paper's accounting: parameters and gradients of the dtype's size, optimizer
@@ -401,12 +401,13 @@ std::string render_estimate(const ModelStateEstimate& e) {
     out +=
         fmt::format("  {:<{}}  {:<{}}  {:>{}}  {:>11.2f}\n", rows[i].kind, kind_width, tiers[i], tier_width,
                     group_thousands(rows[i].bytes), bytes_width, per_param(rows[i].bytes, e.params));
-  out += fmt::format("ZeRO formula ({}): {} = {:.2f} bytes/param at N = {}", e.dtype, e.formula,
+  out += fmt::format("ZeRO formula ({}): {} = {:.2f} bytes/param at N = {}", name_of(e.dtype), e.formula,
                      e.formula_bytes_per_param, e.dp);
   if (e.stage == 3)
-    out += fmt::format(", plus the live window: {} elements gathered at the peak ({:.2f} bytes/param)",
-                       group_thousands(e.live_window_elements),
-                       per_param((e.dtype == "fp32" ? kFloatBytes : 2) * e.live_window_elements, e.params));
+    out +=
+        fmt::format(", plus the live window: {} elements gathered at the peak ({:.2f} bytes/param)",
+                    group_thousands(e.live_window_elements),
+                    per_param((e.dtype == Dtype::fp32 ? kFloatBytes : 2) * e.live_window_elements, e.params));
   out += "\n";
   return out;
 }
@@ -424,7 +425,7 @@ std::string estimate_json(const ModelStateEstimate& e) {
       {"communication_bytes", e.bytes[MemoryKind::communication]},
       {"model_state_bytes", e.bytes.model_state()},
       {"formula", e.formula},
-      {"dtype", e.dtype},
+      {"dtype", name_of(e.dtype)},
       {"formula_bytes_per_param", e.formula_bytes_per_param},
   };
   if (e.stage == 3) j["live_window_elements"] = e.live_window_elements;

@@ -45,7 +45,7 @@ struct ModelStateEstimate {
   std::string tier = "host";
   /// [precision] dtype: "fp32", or "bf16"/"fp16" (2-byte parameters and gradients, an fp32
   /// master copy with the optimizer state).
-  std::string dtype = "fp32";
+  Dtype dtype = Dtype::fp32;
   /// The ZeRO paper's model-state bytes per parameter for this stage and dp: fp32
   /// everywhere 4 (parameters) + 4 (gradients) + 4 × optimizer states (Adam: 16; 8 + 8/N;
   /// 4 + 12/N; 16/N); mixed precision 2 + 2 + K with K = 4 × (states + 1) (Adam: 16;

@@ -17,7 +17,8 @@ const std::vector<std::string>& choice_names<Topology>() {
 
 template <>
 const std::vector<std::string>& choice_names<pipeline::GridOrder>() {
-  static const std::vector<std::string> names = {"pp,dp", "dp,pp"};
+  static const std::vector<std::string> names = {pipeline::grid_order_name(pipeline::GridOrder::pp_fastest),
+                                                 pipeline::grid_order_name(pipeline::GridOrder::dp_fastest)};
   return names;
 }
 
@@ -48,6 +49,26 @@ const std::vector<std::string>& choice_names<OptimizerType>() {
 template <>
 const std::vector<std::string>& choice_names<Dtype>() {
   static const std::vector<std::string> names = {"fp32", "bf16", "fp16"};
+  return names;
+}
+
+// DeepSpeed's spellings, which optim/ keeps for its own messages.
+template <>
+const std::vector<std::string>& choice_names<LrScheduleType>() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> all;
+    for (auto t : {LrScheduleType::constant, LrScheduleType::warmup_lr, LrScheduleType::warmup_decay_lr,
+                   LrScheduleType::warmup_cosine_lr, LrScheduleType::one_cycle})
+      all.push_back(lr_schedule_name(t));
+    return all;
+  }();
+  return names;
+}
+
+template <>
+const std::vector<std::string>& choice_names<WarmupType>() {
+  static const std::vector<std::string> names = {warmup_type_name(WarmupType::log),
+                                                 warmup_type_name(WarmupType::linear)};
   return names;
 }
 

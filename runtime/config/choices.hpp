@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/check.hpp"
 #include "runtime/config/config.hpp"
 
 namespace troupe {
@@ -37,11 +38,18 @@ template <>
 const std::vector<std::string>& choice_names<OptimizerType>();
 template <>
 const std::vector<std::string>& choice_names<Dtype>();
+template <>
+const std::vector<std::string>& choice_names<LrScheduleType>();
+template <>
+const std::vector<std::string>& choice_names<WarmupType>();
 
 /// E's TOML spelling, e.g. name_of(OffloadTier::nvme) == "nvme".
 template <class E>
 const std::string& name_of(E value) {
-  return choice_names<E>()[static_cast<std::size_t>(value)];
+  const auto& names = choice_names<E>();
+  const auto index = static_cast<std::size_t>(value);
+  TROUPE_CHECK(index < names.size(), "an enum value without its name in choices.cpp");
+  return names[index];
 }
 
 /// The value spelt `name`, or nullopt.

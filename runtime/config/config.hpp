@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "memory/direct_io.hpp"
+#include "optim/lr_schedule.hpp"
 #include "pipeline/topology.hpp"
 #include "runtime/config/origins.hpp"
 #include "transport/options.hpp"
@@ -21,7 +22,10 @@
 namespace troupe {
 
 // The keys whose value is one of a few names are enums here; runtime/config/choices.hpp
-// holds their TOML spellings. A few are the layers' own (DirectIo, Topology, GridOrder).
+// holds their TOML spellings. A few are the layers' own (DirectIo, Topology, GridOrder,
+// LrScheduleType, WarmupType). [pipeline] schedule stays a name: a trainer may register
+// schedulers of its own (pipeline/schedule.hpp), so the set is open; the job's resolution
+// checks it against the registry.
 
 /// [cluster] device: where a rank computes.
 enum class DeviceKind { cpu, cuda };
@@ -103,11 +107,13 @@ struct ZeroConfig {
 /// [offload]: ZeRO-Offload / ZeRO-Infinity memory tiers, managed per rank by the
 /// offload manager actor.
 struct OffloadConfig {
-  /// Where the optimizer state lives: "none" (beside the partition, LibTorch's optimizer),
-  /// "cpu" (host memory, troupe's fused CPU kernels) or "nvme" (files under nvme_path,
-  /// swapped through host buffers while the step runs). Stages 1-3.
+  /// Where the optimizer state lives, at any stage: "none" (in memory beside the
+  /// partition), "cpu" (host memory; on a CPU rank the same as "none"; troupe's fused
+  /// kernels update both) or "nvme" (files under nvme_path, swapped through host buffers
+  /// while the step runs). A GPU rank's "cpu" moves it off the device (ZeRO-Offload).
   OffloadTier optimizer = OffloadTier::none;
-  /// Stage 3: where the parameter partition lives: "none", "cpu" or "nvme".
+  /// Stage 3: where the parameter partition lives: "none", "cpu" (the same on a CPU rank)
+  /// or "nvme".
   OffloadTier param = OffloadTier::none;
   /// Directory of the nvme tier; each rank makes a folder of its own in it.
   std::string nvme_path;
@@ -156,11 +162,12 @@ struct OptimizerConfig {
 /// None): warmup_max_lr then means the optimizer's lr (WarmupLR) or 0.001 (WarmupDecayLR),
 /// the second step size and stair count the first's.
 struct SchedulerConfig {
-  std::string type;  ///< "" = the optimizer's constant lr; WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle
+  /// "" = the optimizer's constant lr; WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle
+  LrScheduleType type = LrScheduleType::constant;
   double warmup_min_lr = 0;
   double warmup_max_lr = -1;
   int64_t warmup_num_steps = 1000;
-  std::string warmup_type = "log";
+  WarmupType warmup_type = WarmupType::log;  ///< "log" or "linear"
   int64_t total_num_steps = -1;
   double warmup_min_ratio = 0;
   double cos_min_ratio = 1e-4;

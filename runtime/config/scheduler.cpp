@@ -34,8 +34,7 @@ Result<LrSchedule> make_lr_schedule(const JobConfig& job, std::vector<std::strin
   auto schedule = LrSchedule::make(lr_schedule_options(job.scheduler), job.optimizer.lr, betas, warnings);
   if (!schedule) return schedule.error();
   const SchedulerConfig& s = job.scheduler;
-  const bool warms = s.type == "WarmupLR" || s.type == "WarmupDecayLR" || s.type == "WarmupCosineLR";
-  if (warnings && warms && s.warmup_num_steps > job.train.steps)
+  if (warnings && warms_up(s.type) && s.warmup_num_steps > job.train.steps)
     warnings->push_back(
         fmt::format("[scheduler] warmup_num_steps = {} is longer than the run ([train] steps = {}): "
                     "the rate never finishes its warm-up",

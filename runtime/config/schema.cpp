@@ -117,7 +117,7 @@ std::vector<KeySpec> make_key_specs() {
 
       {"scheduler", "type",
        R"(one of "WarmupLR", "WarmupDecayLR", "WarmupCosineLR" or "OneCycle" ("" = a constant lr))",
-       [](C& c) -> FieldRef { return &c.scheduler.type; }},
+       [](C& c) -> FieldRef { return choice_ref(&c.scheduler.type); }},
       {"scheduler", "warmup_min_lr", "a non-negative number",
        [](C& c) -> FieldRef { return &c.scheduler.warmup_min_lr; }},
       {"scheduler", "warmup_max_lr", "a non-negative number, or -1 for the default",
@@ -125,7 +125,7 @@ std::vector<KeySpec> make_key_specs() {
       {"scheduler", "warmup_num_steps", "a positive integer",
        [](C& c) -> FieldRef { return &c.scheduler.warmup_num_steps; }},
       {"scheduler", "warmup_type", R"(one of "log" or "linear")",
-       [](C& c) -> FieldRef { return &c.scheduler.warmup_type; }},
+       [](C& c) -> FieldRef { return choice_ref(&c.scheduler.warmup_type); }},
       {"scheduler", "total_num_steps",
        "a non-negative integer (required by WarmupDecayLR and WarmupCosineLR)",
        [](C& c) -> FieldRef { return &c.scheduler.total_num_steps; }},
@@ -271,18 +271,6 @@ std::string_view expect_of(std::string_view section, std::string_view key) {
   const KeySpec* spec = find_key(section, key);
   TROUPE_CHECK(spec != nullptr, "expect_of() of a key that is not in the schema");
   return spec->expect;
-}
-
-std::string_view optimizer_type_name(OptimizerType type) {
-  return name_of(type);
-}
-
-std::optional<OptimizerType> parse_optimizer_type(std::string_view name) {
-  return parse_choice<OptimizerType>(name);
-}
-
-const std::vector<std::string>& optimizer_type_names() {
-  return choice_names<OptimizerType>();
 }
 
 std::string unknown_section_message(std::string_view section) {

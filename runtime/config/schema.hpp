@@ -62,11 +62,6 @@ const KeySpec* find_key(std::string_view section, std::string_view key);
 /// What `section.key` accepts (its KeySpec::expect). The key must exist.
 std::string_view expect_of(std::string_view section, std::string_view key);
 
-/// The TOML spelling of each optimizer: "adamw", "adam", "sgd".
-std::string_view optimizer_type_name(OptimizerType type);
-std::optional<OptimizerType> parse_optimizer_type(std::string_view name);
-const std::vector<std::string>& optimizer_type_names();
-
 /// "unknown section [clustr]; did you mean [cluster]?", or the list of sections when no
 /// name is close. No location prefix.
 std::string unknown_section_message(std::string_view section);

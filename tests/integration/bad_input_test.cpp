@@ -63,9 +63,10 @@ TEST(BadInput, LearningRateSchedulesNameTheKeyTheyCannotRun) {
   const std::string batch = "[batch]\nmicro_batch_size = 2\n";
   auto r = run_on("check", "[scheduler]\ntype = \"WarmupCosine\"\n" + batch, &path);
   expect_refused(r, path + ":2:");
-  expect_refused(r,
-                 "type = \"WarmupCosine\" is not a schedule troupe has: WarmupLR, WarmupDecayLR, "
-                 "WarmupCosineLR or OneCycle");
+  expect_refused(
+      r,
+      "[scheduler] type must be one of \"WarmupLR\", \"WarmupDecayLR\", \"WarmupCosineLR\" or "
+      "\"OneCycle\" (\"\" = a constant lr), got \"WarmupCosine\"; did you mean \"WarmupCosineLR\"?");
   r = run_on("check", "[scheduler]\ntype = \"WarmupLR\"\nwarmup_num_steps = 0\n" + batch, &path);
   expect_refused(r, path + ":3:");
   expect_refused(r, "[scheduler] warmup_num_steps must be a positive integer, got 0");
@@ -73,7 +74,7 @@ TEST(BadInput, LearningRateSchedulesNameTheKeyTheyCannotRun) {
   expect_refused(r, "[scheduler] WarmupDecayLR needs total_num_steps");
   r = run_on("check", "[scheduler]\ntype = \"WarmupLR\"\nwarmup_type = \"exp\"\n" + batch, &path);
   expect_refused(r, path + ":3:");
-  expect_refused(r, "warmup_type = \"exp\": the warm-up is \"log\" or \"linear\"");
+  expect_refused(r, "[scheduler] warmup_type must be one of \"log\" or \"linear\", got \"exp\"");
   r = run_on("check", "[scheduler]\ntype = \"OneCycle\"\ncycle_max_lr = 0.01\n" + batch, &path);
   expect_refused(r, "[scheduler] OneCycle needs cycle_min_lr and cycle_max_lr");
   r = run_on("check", "[scheduler]\ntype = \"OneCycle\"\ncycle_min_mom = 1.5\n" + batch, &path);

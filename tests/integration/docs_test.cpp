@@ -82,7 +82,7 @@ TEST(Docs, EveryCommandOfTheGettingStartedGuideRunsInOrder) {
     said += r.output;
   }
   // What the guide says its commands do and leave behind.
-  for (const char* made : {"metrics.jsonl", "reference.jsonl", "gpt.pt", "trace.json"})
+  for (const char* made : {"metrics.jsonl", "reference.jsonl", "gpt.pt", "trace.json", "plan.toml"})
     EXPECT_EQ(testing::run_command(std::string("test -s ") + dir + "/" + made).exit_code, 0) << made;
   auto kept = testing::run_command("ls " + dir + "/checkpoints");
   EXPECT_EQ(kept.output, "step-00000040\nstep-00000060\n");
@@ -120,10 +120,10 @@ TEST(Docs, EveryCommandTheReadmeListsIsRunByTheGuide) {
   for (const ShellBlock& block : shell_blocks("docs/GETTING-STARTED.md")) guide += block.text;
   std::istringstream readme(testing::read_file(source("README.md")));
   const std::regex listed("^- `troupe ([a-z-]+)");
-  // Run elsewhere: rank and launch start ranks of other programs (launcher_test,
-  // install_test), profile-device measures for minutes (profile_test), plan simulates
-  // every layout (simulate_test), bench its own ranks (bench_test).
-  const std::vector<std::string> elsewhere = {"rank", "launch", "profile-device", "plan", "bench"};
+  // Run elsewhere: rank and launch start ranks of other programs (offload_test,
+  // install_test), profile-device measures for minutes (profile_test), bench starts ranks
+  // of its own (bench_test).
+  const std::vector<std::string> elsewhere = {"rank", "launch", "profile-device", "bench"};
   int commands = 0;
   for (std::string line; std::getline(readme, line);) {
     std::smatch m;

@@ -1,5 +1,5 @@
 // Pipeline parity: the GPT cut into 2 or 4 stages, each stage a rank (or a data-parallel
-// group of ranks under ZeRO stages 0-2) exchanging activations and their gradients over
+// group of ranks under ZeRO stages 0-3) exchanging activations and their gradients over
 // real processes and UCX, trains step for step like plain single-process LibTorch
 // (`troupe run --reference`) on the same global batches: losses within 1e-5 relative,
 // gradient norms within 1e-4, final parameters (laid end to end from every stage) within

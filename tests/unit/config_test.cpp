@@ -1116,12 +1116,42 @@ TEST(ConfigSuggest, ShortWordsNeedACloserMatch) {
 namespace troupe {
 namespace {
 
-TEST(ConfigResolve, UnknownTopologyIsRefusedNamingTheAllowedOnes) {
+TEST(ConfigLoad, UnknownTopologyIsRefusedNamingTheAllowedOnes) {
   auto r =
       load_config_string("[cluster]\ntopology = \"ring\"\n[batch]\nmicro_batch_size = 1\n", "job.toml", {});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("job.toml:2:"), std::string::npos) << r.error().message;
   EXPECT_NE(r.error().message.find("\"two_level\""), std::string::npos) << r.error().message;
+}
+
+// A key of a few names is an enum from the moment the job loads: a misspelling is refused
+// at its line with the names allowed, and a guess where the word is long enough to be a typo.
+TEST(ConfigLoad, NamedChoicesAreRefusedAtTheirLineWithTheNamesAllowed) {
+  const std::string batch = "[batch]\nmicro_batch_size = 1\n";
+  EXPECT_EQ(
+      load_config_string("[scheduler]\ntype = \"WarmupCosine\"\n" + batch, "job.toml", {}).error().message,
+      "job.toml:2:8: [scheduler] type must be one of \"WarmupLR\", \"WarmupDecayLR\", \"WarmupCosineLR\" or "
+      "\"OneCycle\" (\"\" = a constant lr), got \"WarmupCosine\"; did you mean \"WarmupCosineLR\"?");
+  EXPECT_EQ(
+      load_config_string("[scheduler]\nwarmup_type = \"exp\"\n" + batch, "job.toml", {}).error().message,
+      "job.toml:2:15: [scheduler] warmup_type must be one of \"log\" or \"linear\", got \"exp\"");
+  EXPECT_EQ(load_config_string("[offload]\noptimizer = \"nvmee\"\n" + batch, "job.toml", {}).error().message,
+            "job.toml:2:13: [offload] optimizer must be one of \"none\", \"cpu\" or \"nvme\", got \"nvmee\"; "
+            "did you "
+            "mean \"nvme\"?");
+  EXPECT_EQ(load_config_string("[pipeline]\npartition = \"flopz\"\n" + batch, "job.toml", {}).error().message,
+            "job.toml:2:13: [pipeline] partition must be one of \"flops\", \"uniform\", \"parameters\" or "
+            "\"profile\", or an array of layer counts by stage, got \"flopz\"; did you mean \"flops\"?");
+  EXPECT_EQ(
+      load_config_string("[precision]\ndtype = 16\n" + batch, "job.toml", {}).error().message,
+      "job.toml:2:9: [precision] dtype must be one of \"fp32\", \"bf16\" or \"fp16\", got 16 (an integer)");
+  auto linear = load_config_string("[scheduler]\ntype = \"WarmupLR\"\nwarmup_type = \"linear\"\n" + batch,
+                                   "job.toml", {});
+  ASSERT_TRUE(linear.ok()) << linear.error().message;
+  EXPECT_EQ(linear->scheduler.type, LrScheduleType::warmup_lr);
+  EXPECT_EQ(linear->scheduler.warmup_type, WarmupType::linear);
+  EXPECT_EQ(linear->precision.communication_data_type, std::nullopt);
+  EXPECT_EQ(linear->precision.reduce_dtype(), Dtype::fp32);
 }
 
 // ---- [cluster] device ----
