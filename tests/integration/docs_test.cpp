@@ -3,7 +3,8 @@
 // configs/, with build/ first on the path; the README's blocks run too (`make run` as what
 // the Makefile's run target runs, `make test` being CI's own command); each command the
 // README lists is run by one of those blocks; each "yes" of the README's feature table
-// links a test file that exists and is built; and the README stays a first page.
+// links a test file that exists and is built; the README's minimal job trains; and the README
+// stays a first page.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,15 +29,15 @@ struct ShellBlock {
   std::string text;
 };
 
-// The ```sh blocks of a markdown file.
-std::vector<ShellBlock> shell_blocks(const std::string& markdown) {
+// The ```sh blocks of a markdown file (or those of another fence, such as toml).
+std::vector<ShellBlock> shell_blocks(const std::string& markdown, const std::string& fence = "```sh") {
   std::vector<ShellBlock> blocks;
   std::istringstream in(testing::read_file(source(markdown)));
   bool inside = false;
   int number = 0;
   for (std::string line; std::getline(in, line);) {
     ++number;
-    if (!inside && line == "```sh") {
+    if (!inside && line == fence) {
       inside = true;
       blocks.push_back({number + 1, ""});
     } else if (inside && line == "```") {
@@ -160,6 +161,19 @@ TEST(Docs, EveryWorksInTheReadmeTablePointsAtItsTest) {
     EXPECT_GE(links, 1) << "a claim without its test: " << line;
   }
   EXPECT_GE(rows, 10);
+}
+
+// The README's minimal job is one troupe accepts, and trains.
+TEST(Docs, TheReadmesMinimalJobTrains) {
+  const auto jobs = shell_blocks("README.md", "```toml");
+  ASSERT_EQ(jobs.size(), 1u);
+  const std::string dir = testing::make_temp_dir();
+  testing::write_file(dir + "/job.toml", jobs[0].text);
+  auto r = testing::run_command(std::string(TROUPE_BINARY) + " run " + dir + "/job.toml --set train.steps=3" +
+                                    " --set cluster.coordinator=" + testing::free_coordinator(),
+                                120);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("step 3/3"), std::string::npos) << r.output;
 }
 
 TEST(Docs, TheReadmeIsAFirstPage) {
