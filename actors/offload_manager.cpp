@@ -551,15 +551,8 @@ caf::behavior offload_manager_behavior(OffloadManager* self, OffloadManagerOptio
 
 Result<std::unique_ptr<NvmeStore>> open_nvme_store(const OffloadOptions& o, double io_timeout_s,
                                                    std::shared_ptr<MemoryLedger> ledger, Tracer* tracer) {
-  // nvme_dir is nvme_path/rank<N>: nvme_path itself is made too when missing (its parent
-  // must exist, as troupe check says), then this rank's folder in it.
-  const std::size_t slash = o.nvme_dir.rfind('/');
-  for (const std::string& dir :
-       {slash == std::string::npos || slash == 0 ? std::string() : o.nvme_dir.substr(0, slash), o.nvme_dir}) {
-    if (dir.empty()) continue;
-    if (auto made = make_directory(dir); !made)
-      return make_error("[offload] nvme_path: " + made.error().message);
-  }
+  if (auto made = make_directory(o.nvme_dir); !made)
+    return make_error("[offload] nvme_path: " + made.error().message);
   NvmeStoreOptions options;
   options.block_size = static_cast<std::size_t>(o.block_size);
   options.queue_depth = static_cast<unsigned>(o.queue_depth);

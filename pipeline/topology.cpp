@@ -4,15 +4,6 @@
 
 namespace troupe::pipeline {
 
-Result<GridOrder> parse_grid_order(std::string_view order) {
-  if (order == "pp,dp") return GridOrder::pp_fastest;
-  if (order == "dp,pp") return GridOrder::dp_fastest;
-  return make_error(
-      fmt::format("order \"{}\" is not a rank order: \"pp,dp\" (a pipeline's stages on "
-                  "consecutive ranks) or \"dp,pp\" (a stage's replicas on consecutive ranks)",
-                  order));
-}
-
 const char* grid_order_name(GridOrder order) {
   return order == GridOrder::pp_fastest ? "pp,dp" : "dp,pp";
 }

@@ -18,7 +18,6 @@
 
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "base/result.hpp"
@@ -28,7 +27,6 @@ namespace troupe::pipeline {
 enum class GridOrder { pp_fastest, dp_fastest };
 
 /// "pp,dp" or "dp,pp"; an error names the allowed values.
-Result<GridOrder> parse_grid_order(std::string_view order);
 const char* grid_order_name(GridOrder order);
 
 struct Grid {

@@ -158,11 +158,15 @@ OptimizerRule optimizer_rule(const OptimizerConfig& c) {
 }
 
 // The nvme tier's folder must be usable before any step: checked when the engine starts,
-// so a bad nvme_path stops the job at once with the path and the reason. When its I/O
-// will be buffered, the first rank of each host says so once: figures of such a run are
-// the page cache's, not the device's.
-Status check_nvme_tier(const std::optional<OffloadOptions>& offload, const RankEnvironment& rank) {
+// so a bad nvme_path stops the job at once with the path and the reason. nvme_path is made
+// here when missing (its parent must exist, as troupe check says); each rank's store makes
+// its own folder in it. When its I/O will be buffered, the first rank of each host says so
+// once: figures of such a run are the page cache's, not the device's.
+Status check_nvme_tier(const OffloadConfig& config, const std::optional<OffloadOptions>& offload,
+                       const RankEnvironment& rank) {
   if (!offload || (!offload->state_on_nvme && !offload->parameters_on_nvme)) return {};
+  if (auto made = make_directory(config.nvme_path); !made)
+    return make_error("[offload] nvme_path: " + made.error().message);
   auto probe = open_nvme_store(*offload, 1);
   if (!probe) return probe.error();
   if (!(*probe)->direct() && rank.local_rank == 0)
@@ -924,7 +928,9 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   torch::set_num_threads(static_cast<int>(impl->compute_threads));
   if (!impl->config.trace.path.empty()) impl->tracer = std::make_unique<Tracer>(impl->rank.rank);
 
-  if (auto usable = check_nvme_tier(offload_options(impl->config, impl->rank.rank), impl->rank); !usable)
+  if (auto usable =
+          check_nvme_tier(impl->config.offload, offload_options(impl->config, impl->rank.rank), impl->rank);
+      !usable)
     return make_error(fmt::format("rank {}: {}", impl->rank.rank, usable.error().message));
   auto options = transport_options(impl->config, impl->rank);
   if (!options) return options.error();

@@ -16,12 +16,6 @@ const char* data_type_name(DataType t) {
   return "?";
 }
 
-DataType data_type_of(std::string_view name) {
-  if (name == "bf16") return DataType::bf16;
-  if (name == "fp16") return DataType::f16;
-  return DataType::f32;
-}
-
 }  // namespace troupe
 
 namespace troupe::kernels {

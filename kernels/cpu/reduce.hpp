@@ -9,7 +9,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <string_view>
 
 namespace troupe {
 
@@ -20,8 +19,6 @@ constexpr std::size_t element_bytes(DataType t) {
   return t == DataType::f32 ? 4 : 2;
 }
 const char* data_type_name(DataType t);
-/// The type data_type_name() names ("fp32", "bf16", "fp16"); anything else is fp32.
-DataType data_type_of(std::string_view name);
 
 }  // namespace troupe
 

@@ -24,14 +24,14 @@ std::string source(const std::string& path) {
   return std::string(TROUPE_SOURCE_DIR) + "/" + path;
 }
 
-struct ShellBlock {
+struct FencedBlock {
   int line = 0;  ///< where the block's first command is
   std::string text;
 };
 
-// The ```sh blocks of a markdown file (or those of another fence, such as toml).
-std::vector<ShellBlock> shell_blocks(const std::string& markdown, const std::string& fence = "```sh") {
-  std::vector<ShellBlock> blocks;
+// The ```sh blocks of a markdown file, or those of another fence (```toml).
+std::vector<FencedBlock> fenced_blocks(const std::string& markdown, const std::string& fence = "```sh") {
+  std::vector<FencedBlock> blocks;
   std::istringstream in(testing::read_file(source(markdown)));
   bool inside = false;
   int number = 0;
@@ -72,11 +72,11 @@ testing::CommandResult run_block(const std::string& dir, const std::string& bin,
 }
 
 TEST(Docs, EveryCommandOfTheGettingStartedGuideRunsInOrder) {
-  ASSERT_GE(shell_blocks("docs/GETTING-STARTED.md").size(), 8u);
+  ASSERT_GE(fenced_blocks("docs/GETTING-STARTED.md").size(), 8u);
   std::string bin;
   const std::string dir = document_workspace(bin);
   std::string said;
-  for (const ShellBlock& block : shell_blocks("docs/GETTING-STARTED.md")) {
+  for (const FencedBlock& block : fenced_blocks("docs/GETTING-STARTED.md")) {
     SCOPED_TRACE("docs/GETTING-STARTED.md:" + std::to_string(block.line));
     auto r = run_block(dir, bin, block.text);
     ASSERT_EQ(r.exit_code, 0) << block.text << "\n" << r.output;
@@ -102,7 +102,7 @@ TEST(Docs, EveryCommandOfTheReadmeRuns) {
   ASSERT_NE(testing::read_file(source(".ci/run")).find("make test"), std::string::npos);
   std::string bin;
   const std::string dir = document_workspace(bin);
-  for (const ShellBlock& block : shell_blocks("README.md")) {
+  for (const FencedBlock& block : fenced_blocks("README.md")) {
     std::string text = block.text;
     text = std::regex_replace(text, std::regex("^make run( .*)?$", std::regex::multiline),
                               "troupe run configs/tiny-gpt.toml");
@@ -118,7 +118,7 @@ TEST(Docs, EveryCommandOfTheReadmeRuns) {
 // Each command in the README's list ("- `troupe NAME ...`") is run by a block of the guide.
 TEST(Docs, EveryCommandTheReadmeListsIsRunByTheGuide) {
   std::string guide;
-  for (const ShellBlock& block : shell_blocks("docs/GETTING-STARTED.md")) guide += block.text;
+  for (const FencedBlock& block : fenced_blocks("docs/GETTING-STARTED.md")) guide += block.text;
   std::istringstream readme(testing::read_file(source("README.md")));
   const std::regex listed("^- `troupe ([a-z-]+)");
   // Run elsewhere: rank and launch start ranks of other programs (offload_test,
@@ -165,7 +165,7 @@ TEST(Docs, EveryWorksInTheReadmeTablePointsAtItsTest) {
 
 // The README's minimal job is one troupe accepts, and trains.
 TEST(Docs, TheReadmesMinimalJobTrains) {
-  const auto jobs = shell_blocks("README.md", "```toml");
+  const auto jobs = fenced_blocks("README.md", "```toml");
   ASSERT_EQ(jobs.size(), 1u);
   const std::string dir = testing::make_temp_dir();
   testing::write_file(dir + "/job.toml", jobs[0].text);

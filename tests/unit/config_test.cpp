@@ -15,6 +15,7 @@
 #include "runtime/config/load.hpp"
 #include "runtime/config/render.hpp"
 #include "runtime/config/resolve.hpp"
+#include "runtime/config/schema.hpp"
 #include "runtime/config/suggest.hpp"
 #include "runtime/config/token.hpp"
 #include "runtime/devices.hpp"
@@ -1124,6 +1125,24 @@ TEST(ConfigLoad, UnknownTopologyIsRefusedNamingTheAllowedOnes) {
   EXPECT_NE(r.error().message.find("\"two_level\""), std::string::npos) << r.error().message;
 }
 
+// The sentence a named-choice key's error gives lists the names its enum has, every one:
+// the key table's words and choices.cpp's spellings cannot drift apart.
+TEST(ConfigLoad, EachNamedChoiceSaysEveryNameItTakes) {
+  int choices = 0;
+  for (const KeySpec& spec : key_specs()) {
+    JobConfig probe;
+    const FieldRef field = spec.field(probe);
+    if (!std::holds_alternative<ChoiceRef>(field)) continue;
+    ++choices;
+    for (const std::string& name : *std::get<ChoiceRef>(field).names) {
+      if (name.empty()) continue;
+      EXPECT_NE(spec.expect.find("\"" + name + "\""), std::string_view::npos)
+          << "[" << spec.section << "] " << spec.key << " does not name \"" << name << "\": " << spec.expect;
+    }
+  }
+  EXPECT_GE(choices, 11);
+}
+
 // A key of a few names is an enum from the moment the job loads: a misspelling is refused
 // at its line with the names allowed, and a guess where the word is long enough to be a typo.
 TEST(ConfigLoad, NamedChoicesAreRefusedAtTheirLineWithTheNamesAllowed) {
@@ -1142,6 +1161,10 @@ TEST(ConfigLoad, NamedChoicesAreRefusedAtTheirLineWithTheNamesAllowed) {
   EXPECT_EQ(load_config_string("[pipeline]\npartition = \"flopz\"\n" + batch, "job.toml", {}).error().message,
             "job.toml:2:13: [pipeline] partition must be one of \"flops\", \"uniform\", \"parameters\" or "
             "\"profile\", or an array of layer counts by stage, got \"flopz\"; did you mean \"flops\"?");
+  EXPECT_EQ(load_config_string("[parallel]\norder = \"pp-dp\"\n" + batch, "job.toml", {}).error().message,
+            "job.toml:2:9: [parallel] order must be one of \"pp,dp\" or \"dp,pp\" (the fastest-varying axis "
+            "first), "
+            "got \"pp-dp\"; did you mean \"pp,dp\"?");
   EXPECT_EQ(
       load_config_string("[precision]\ndtype = 16\n" + batch, "job.toml", {}).error().message,
       "job.toml:2:9: [precision] dtype must be one of \"fp32\", \"bf16\" or \"fp16\", got 16 (an integer)");

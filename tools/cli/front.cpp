@@ -134,8 +134,8 @@ int check_job(const JobArguments& a, bool here) {
   auto job = load_config_file(a.file, overrides_of(a));
   if (!job) return report_config_error(job.error());
   print_warnings(*job);
-  if (here)
-    if (auto fits = check_this_machine(*job, ""); !fits) return report_config_error(fits.error());
+  if (auto fits = here ? check_this_machine(*job, "") : Status{}; !fits)
+    return report_config_error(fits.error());
   std::printf("%s", render_config(*job).c_str());
   return 0;
 }
