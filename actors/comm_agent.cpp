@@ -2,12 +2,16 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
+#include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "actors/envelope.hpp"
@@ -98,17 +102,66 @@ namespace {
 // closed (it waits a bounded time for transfers in flight), so they live as long as it.
 class FailedBuffers {
  public:
-  void keep(std::shared_ptr<HostBuffer> buffer) {
+  void keep(std::shared_ptr<Buffer> buffer) {
     std::lock_guard lock(mutex_);
     buffers_.push_back(std::move(buffer));
   }
 
  private:
   std::mutex mutex_;
-  std::vector<std::shared_ptr<HostBuffer>> buffers_;
+  std::vector<std::shared_ptr<Buffer>> buffers_;
+};
+
+/// Internal: a span's writer the agent waited for is done.
+struct writer_done {};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, writer_done& x) {
+  return f(caf::meta::type_name("writer_done"), x);
+}
+
+// Requests go to the transport in the order they arrived, each once its spans' writers
+// are done (BufferSpan::ready): one whose bytes are not whole yet holds back those after
+// it, so every rank still issues its collectives in the order its actors asked. Waiting
+// is a callback on the event that messages the agent, never a blocked thread.
+class InOrderGate {
+ public:
+  using Wake = std::function<void()>;
+
+  void submit(std::vector<Event> writers, std::function<void()> issue, const Wake& wake) {
+    held_.push_back(Held{std::move(writers), std::move(issue)});
+    release(wake);
+  }
+
+  // Issues the held requests whose writers are done, in order; arms the first that waits.
+  void release(const Wake& wake) {
+    while (!held_.empty()) {
+      Held& head = held_.front();
+      auto waiting =
+          std::find_if(head.writers.begin(), head.writers.end(), [](const Event& e) { return !e.done(); });
+      if (waiting != head.writers.end()) {
+        if (!armed_) waiting->on_complete(wake);
+        armed_ = true;
+        return;
+      }
+      std::function<void()> issue = std::move(head.issue);
+      held_.pop_front();
+      issue();
+    }
+  }
+
+  void woken() { armed_ = false; }
+
+ private:
+  struct Held {
+    std::vector<Event> writers;
+    std::function<void()> issue;
+  };
+  std::deque<Held> held_;
+  bool armed_ = false;  // a callback will wake the agent for the head's writer
 };
 
 struct CommAgentState {
+  InOrderGate gate;
   std::shared_ptr<FailedBuffers> failed_buffers = std::make_shared<FailedBuffers>();  // outlives transport
   std::shared_ptr<Transport> transport;
   Tracer* tracer = nullptr;
@@ -123,7 +176,7 @@ using CommAgent = caf::stateful_actor<CommAgentState>;
 // A buffer the transport is done with is let go before the requester hears of it, so
 // memory the requester frees next (a gathered row in ZeRO stage 3) really is freed;
 // after a failure the transport may still touch it, so it is kept until the transport closes.
-using Buffers = std::vector<std::shared_ptr<HostBuffer>>;
+using Buffers = std::vector<std::shared_ptr<Buffer>>;
 
 void let_go(Status status, Buffers& buffers, FailedBuffers& failed) {
   for (auto& buffer : buffers)
@@ -157,6 +210,113 @@ Completion reply(caf::actor to, uint64_t tag, Buffers keep, std::shared_ptr<Fail
   };
 }
 
+// Each request's buffer handles move into the completion (pointers are taken first),
+// which is made before the transport is called: neither the request message nor anything
+// on this agent's thread may keep a buffer alive once the collective can complete, even
+// while this thread is descheduled (see take()).
+void issue_all_reduce(CommAgent* self, all_reduce_request& r) {
+  Tracer::Scope span(self->state.tracer, "comm_agent", "all_reduce_request");
+  void* data = r.buffer.data();
+  Completion done = reply(r.reply_to, r.tag, take(r.buffer), self->state.failed_buffers);
+  self->state.transport->all_reduce(data, r.buffer.count, r.buffer.type, r.op, std::move(done), r.comm);
+}
+
+void issue_reduce_scatter(CommAgent* self, reduce_scatter_request& r) {
+  Tracer::Scope span(self->state.tracer, "comm_agent", "reduce_scatter_request");
+  const void* input = r.input.data();
+  void* output = r.output.data();
+  Completion done = reply(r.reply_to, r.tag, take(r.input, r.output), self->state.failed_buffers);
+  self->state.transport->reduce_scatter(input, output, r.output.count, r.output.type, r.op, std::move(done),
+                                        r.comm);
+}
+
+void issue_all_gather(CommAgent* self, all_gather_request& r) {
+  Tracer::Scope span(self->state.tracer, "comm_agent", "all_gather_request");
+  const void* input = r.input.data();
+  void* output = r.output.data();
+  Completion done = reply(r.reply_to, r.tag, take(r.input, r.output), self->state.failed_buffers);
+  self->state.transport->all_gather(input, output, r.input.count, r.input.type, std::move(done), r.comm);
+}
+
+void issue_broadcast(CommAgent* self, broadcast_request& r) {
+  Tracer::Scope span(self->state.tracer, "comm_agent", "broadcast_request");
+  void* data = r.buffer.data();
+  Completion done = reply(r.reply_to, r.tag, take(r.buffer), self->state.failed_buffers);
+  self->state.transport->broadcast(data, r.buffer.count, r.buffer.type, r.root, std::move(done), r.comm);
+}
+
+void issue_send(CommAgent* self, send_request& r) {
+  Tracer::Scope span(self->state.tracer, "comm_agent", "send_request");
+  const void* data = r.buffer.data();
+  std::size_t bytes = r.buffer.bytes();
+  Completion done = reply(r.reply_to, r.tag, take(r.buffer), self->state.failed_buffers);
+  if (r.key)
+    self->state.transport->send_keyed(data, bytes, r.peer, *r.key, std::move(done));
+  else
+    self->state.transport->send(data, bytes, r.peer, std::move(done));
+}
+
+void issue_recv(CommAgent* self, recv_request& r) {
+  Tracer::Scope span(self->state.tracer, "comm_agent", "recv_request");
+  void* data = r.buffer.data();
+  std::size_t bytes = r.buffer.bytes();
+  Completion done = reply(r.reply_to, r.tag, take(r.buffer), self->state.failed_buffers);
+  if (r.arrival)
+    done = [done = std::move(done), arrival = std::move(r.arrival)](Status status) mutable {
+      arrival->ok = status.ok();
+      arrival->arrived.complete();
+      done(std::move(status));
+    };
+  if (r.key)
+    self->state.transport->recv_keyed(data, bytes, r.peer, *r.key, std::move(done));
+  else
+    self->state.transport->recv(data, bytes, r.peer, std::move(done));
+}
+
+std::vector<const BufferSpan*> spans_of(const all_reduce_request& r) {
+  return {&r.buffer};
+}
+std::vector<const BufferSpan*> spans_of(const broadcast_request& r) {
+  return {&r.buffer};
+}
+std::vector<const BufferSpan*> spans_of(const send_request& r) {
+  return {&r.buffer};
+}
+std::vector<const BufferSpan*> spans_of(const recv_request& r) {
+  return {&r.buffer};
+}
+std::vector<const BufferSpan*> spans_of(const reduce_scatter_request& r) {
+  return {&r.input, &r.output};
+}
+std::vector<const BufferSpan*> spans_of(const all_gather_request& r) {
+  return {&r.input, &r.output};
+}
+
+InOrderGate::Wake wake(CommAgent* self) {
+  return [me = caf::actor_cast<caf::weak_actor_ptr>(self)] {
+    if (auto strong = me.lock()) caf::anon_send(caf::actor_cast<caf::actor>(strong), writer_done{});
+  };
+}
+
+// The transport moves host memory: a span in device memory is refused (a GPU rank's
+// device collectives actor takes those); the rest go through the gate, in order.
+template <class Request>
+void submit(CommAgent* self, Request r, void (*issue)(CommAgent*, Request&)) {
+  std::vector<Event> writers;
+  for (const BufferSpan* span : spans_of(r)) {
+    if (!span->owner) continue;
+    if (!span->placement().on_host())
+      return self->send(r.reply_to,
+                        collective_done{r.tag, fmt::format("the comm agent moves host memory; a span of this "
+                                                           "request is in {} memory (device spans go to the "
+                                                           "rank's device collectives)",
+                                                           describe(span->placement()))});
+    writers.push_back(span->ready);
+  }
+  self->state.gate.submit(
+      std::move(writers), [self, r = std::move(r), issue]() mutable { issue(self, r); }, wake(self));
+}
+
 caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> transport, Tracer* tracer,
                                   std::shared_ptr<Registry> registry) {
   self->state.transport = std::move(transport);
@@ -177,64 +337,15 @@ caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> tr
         Tracer::Scope span(tracer, "comm_agent", "remote_send");
         self->state.courier.send(r.rank, r.role, r.index, std::move(r.message));
       },
-      // Each request's buffer handles move into the completion (pointers are taken first),
-      // which is made before the transport is called: neither the request message nor
-      // anything on this agent's thread may keep a buffer alive once the collective can
-      // complete, even while this thread is descheduled (see take()).
-      [=](all_reduce_request& r) {
-        Tracer::Scope span(tracer, "comm_agent", "all_reduce_request");
-        void* data = r.buffer.data();
-        Completion done = reply(r.reply_to, r.tag, take(r.buffer), self->state.failed_buffers);
-        self->state.transport->all_reduce(data, r.buffer.count, r.buffer.type, r.op, std::move(done), r.comm);
-      },
-      [=](reduce_scatter_request& r) {
-        Tracer::Scope span(tracer, "comm_agent", "reduce_scatter_request");
-        const void* input = r.input.data();
-        void* output = r.output.data();
-        Completion done = reply(r.reply_to, r.tag, take(r.input, r.output), self->state.failed_buffers);
-        self->state.transport->reduce_scatter(input, output, r.output.count, r.output.type, r.op,
-                                              std::move(done), r.comm);
-      },
-      [=](all_gather_request& r) {
-        Tracer::Scope span(tracer, "comm_agent", "all_gather_request");
-        const void* input = r.input.data();
-        void* output = r.output.data();
-        Completion done = reply(r.reply_to, r.tag, take(r.input, r.output), self->state.failed_buffers);
-        self->state.transport->all_gather(input, output, r.input.count, r.input.type, std::move(done),
-                                          r.comm);
-      },
-      [=](broadcast_request& r) {
-        Tracer::Scope span(tracer, "comm_agent", "broadcast_request");
-        void* data = r.buffer.data();
-        Completion done = reply(r.reply_to, r.tag, take(r.buffer), self->state.failed_buffers);
-        self->state.transport->broadcast(data, r.buffer.count, r.buffer.type, r.root, std::move(done),
-                                         r.comm);
-      },
-      [=](send_request& r) {
-        Tracer::Scope span(tracer, "comm_agent", "send_request");
-        const void* data = r.buffer.data();
-        std::size_t bytes = r.buffer.count * element_bytes(r.buffer.type);
-        Completion done = reply(r.reply_to, r.tag, take(r.buffer), self->state.failed_buffers);
-        if (r.key)
-          self->state.transport->send_keyed(data, bytes, r.peer, *r.key, std::move(done));
-        else
-          self->state.transport->send(data, bytes, r.peer, std::move(done));
-      },
-      [=](recv_request& r) {
-        Tracer::Scope span(tracer, "comm_agent", "recv_request");
-        void* data = r.buffer.data();
-        std::size_t bytes = r.buffer.count * element_bytes(r.buffer.type);
-        Completion done = reply(r.reply_to, r.tag, take(r.buffer), self->state.failed_buffers);
-        if (r.arrival)
-          done = [done = std::move(done), arrival = std::move(r.arrival)](Status status) mutable {
-            arrival->ok = status.ok();
-            arrival->arrived.complete();
-            done(std::move(status));
-          };
-        if (r.key)
-          self->state.transport->recv_keyed(data, bytes, r.peer, *r.key, std::move(done));
-        else
-          self->state.transport->recv(data, bytes, r.peer, std::move(done));
+      [=](all_reduce_request& r) { submit(self, std::move(r), issue_all_reduce); },
+      [=](reduce_scatter_request& r) { submit(self, std::move(r), issue_reduce_scatter); },
+      [=](all_gather_request& r) { submit(self, std::move(r), issue_all_gather); },
+      [=](broadcast_request& r) { submit(self, std::move(r), issue_broadcast); },
+      [=](send_request& r) { submit(self, std::move(r), issue_send); },
+      [=](recv_request& r) { submit(self, std::move(r), issue_recv); },
+      [=](writer_done&) {
+        self->state.gate.woken();
+        self->state.gate.release(wake(self));
       },
       [=](barrier_request& r) {
         Tracer::Scope span(tracer, "comm_agent", "barrier_request");

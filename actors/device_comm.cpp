@@ -3,6 +3,8 @@
 #include <caf/all.hpp>
 
 #include <map>
+#include <optional>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -12,10 +14,11 @@
 namespace troupe {
 namespace {
 
+// What a call in flight holds: its spans keep the device memory it reads and writes.
 struct Pending {
   uint64_t tag = 0;
   caf::actor reply_to;
-  std::shared_ptr<void> keep;
+  BufferSpan input, output;
 };
 
 struct DeviceCommState {
@@ -33,46 +36,45 @@ struct DeviceCommState {
 };
 using DeviceComm = caf::stateful_actor<DeviceCommState>;
 
-const char* name_of(DeviceCollective kind) {
-  switch (kind) {
-    case DeviceCollective::all_reduce:
-      return "all_reduce";
-    case DeviceCollective::reduce_scatter:
-      return "reduce_scatter";
-    case DeviceCollective::all_gather:
-      return "all_gather";
-    case DeviceCollective::broadcast:
-      return "broadcast";
-  }
-  return "collective";
-}
-
-Status launch(NcclGroup& group, const device_collective_request& r, void* stream) {
-  switch (r.kind) {
-    case DeviceCollective::all_reduce:
-      return group.all_reduce(r.output, r.count, r.type, r.op, stream);
-    case DeviceCollective::reduce_scatter:
-      return group.reduce_scatter(r.input, r.output, r.count, r.type, r.op, stream);
-    case DeviceCollective::all_gather:
-      return group.all_gather(r.input, r.output, r.count, r.type, stream);
-    case DeviceCollective::broadcast:
-      return group.broadcast(r.output, r.count, r.type, r.root, stream);
+Status launch(NcclGroup& group, const CollectiveCall& c, void* stream) {
+  switch (c.kind) {
+    case CollectiveKind::all_reduce:
+      return group.all_reduce(c.output.data(), c.count, c.type(), c.op, stream);
+    case CollectiveKind::reduce_scatter:
+      return group.reduce_scatter(c.input.data(), c.output.data(), c.count, c.type(), c.op, stream);
+    case CollectiveKind::all_gather:
+      return group.all_gather(c.input.data(), c.output.data(), c.count, c.type(), stream);
+    case CollectiveKind::broadcast:
+      return group.broadcast(c.output.data(), c.count, c.type(), static_cast<int>(c.root), stream);
   }
   return make_error("an unknown device collective");
 }
 
-void issue(DeviceComm* self, device_collective_request& r) {
+// Why NCCL cannot run `c` here, or nothing.
+std::optional<std::string> refusal(const CollectiveCall& c) {
+  for (const BufferSpan* span : {&c.input, &c.output})
+    if (span->placement().space != MemorySpace::device)
+      return fmt::format(
+          "NCCL runs collectives on device memory; this {} has a span in {} memory (host "
+          "spans go to the comm agent)",
+          name_of(c.kind), describe(span->placement()));
+  if (c.comm != world_communicator)
+    return fmt::format("the rank's NCCL communicator spans the world; this {} asked for communicator {}",
+                       name_of(c.kind), c.comm);
+  return std::nullopt;
+}
+
+void issue(DeviceComm* self, CollectiveCall c) {
   auto& s = self->state;
-  s.stream->wait(r.ready);
+  if (auto refused = refusal(c)) return self->send(c.reply_to, collective_done{c.tag, *refused});
+  s.stream->wait(c.input.ready);  // on the device: NCCL starts once their writers are done
+  s.stream->wait(c.output.ready);
   auto launched = std::make_shared<Status>();
-  std::string label = fmt::format("nccl {} {} B", name_of(r.kind), r.count * element_bytes(r.type));
-  s.stream->enqueue(label, [&] { *launched = launch(*s.group, r, s.stream->native()); });
-  if (!*launched) {
-    caf::anon_send(r.reply_to, collective_done{r.tag, launched->error().message});
-    return;
-  }
+  std::string label = fmt::format("nccl {} {} B", name_of(c.kind), c.count * element_bytes(c.type()));
+  s.stream->enqueue(label, [&] { *launched = launch(*s.group, c, s.stream->native()); });
+  if (!*launched) return self->send(c.reply_to, collective_done{c.tag, launched->error().message});
   uint64_t serial = s.next_serial++;
-  s.pending[serial] = Pending{r.tag, r.reply_to, std::move(r.keep)};
+  s.pending[serial] = Pending{c.tag, std::move(c.reply_to), std::move(c.input), std::move(c.output)};
   // On the driver's callback thread: a message of one number to a weak handle, nothing else.
   s.stream->record().on_complete([me = caf::actor_cast<caf::weak_actor_ptr>(self), serial] {
     if (auto strong = me.lock())
@@ -85,13 +87,16 @@ caf::behavior device_comm_behavior(DeviceComm* self, std::shared_ptr<NcclGroup> 
   self->state.group = std::move(group);
   self->state.stream = std::move(stream);
   return {
-      [=](device_collective_request& r) { issue(self, r); },
+      [=](all_reduce_request& r) { issue(self, call_of(r)); },
+      [=](reduce_scatter_request& r) { issue(self, call_of(r)); },
+      [=](all_gather_request& r) { issue(self, call_of(r)); },
+      [=](broadcast_request& r) { issue(self, call_of(r)); },
       [=](device_collective_finished& f) {
         auto it = self->state.pending.find(f.serial);
         if (it == self->state.pending.end()) return;
         Pending done = std::move(it->second);
         self->state.pending.erase(it);
-        done.keep.reset();  // the device memory may go before the requester hears of it
+        done.input = done.output = BufferSpan{};  // the device memory may go before the reply
         self->send(done.reply_to, collective_done{done.tag, ""});
       },
   };

@@ -1,10 +1,12 @@
 // The device comm actor: the one issuer of a GPU rank's NCCL collectives (NCCL needs one
 // thread per communicator and the same order on every rank). Requests are issued in the
 // order they arrive — the stage issues them through its IssueQueue, in program order — on
-// the rank's comm stream, each after the event that made its input ready; completion
+// the rank's comm stream, each after the events of its spans' writers (BufferSpan::ready),
+// waited for on the device; completion
 // comes back as collective_done through a host callback of the comm stream, so no thread
 // ever blocks on the GPU. A failed launch answers with the error; the actor goes on.
-// Protocol: actors/protocol/device_comm.hpp.
+// Protocol: the comm agent's requests (actors/protocol/comm.hpp) over spans in device
+// memory, on the world communicator; anything else is answered with an error saying why.
 #pragma once
 
 #include <caf/actor.hpp>

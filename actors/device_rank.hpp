@@ -13,15 +13,20 @@
 
 #include "actors/issuing_stream.hpp"
 #include "base/result.hpp"
+#include "memory/buffer.hpp"
 
 namespace troupe {
 
 struct DeviceRank {
   torch::Device device = torch::kCPU;
+  /// Where its memory is, as buffers say (Buffer::placement): device N of a GPU; a CPU
+  /// stream standing in for a device (the device path run on the CPU) calls its memory
+  /// device 0 too, so spans in it take the device's path (the device collectives).
+  Placement memory = Placement::on_device(0);
   std::shared_ptr<Stream> stream;    ///< the rank's compute stream (a CudaStream)
   std::shared_ptr<Stream> d2h, h2d;  ///< its copy streams (the host mirror of [offload])
   IssuingStream::Scope scope;
-  caf::actor collectives;  ///< device_collective_request → collective_done (NCCL or staged)
+  caf::actor collectives;  ///< the comm agent's requests on device spans (NCCL or staged)
   /// Page-locks host memory until the handle goes (cudaHostRegister), so copies to and
   /// from it run asynchronously at full rate; null: host memory stays pageable.
   std::function<Result<std::shared_ptr<void>>(void* data, std::size_t bytes)> pin;

@@ -199,7 +199,7 @@ void step_device_adam(const DeviceAdam& adam, const OptimizerRule& rule, const S
 
 TorchPieces torch_pieces(const ShardOwnerState& s) {
   TorchPieces pieces;
-  bool whole = s.options.store->stage() == 0;
+  bool whole = s.options.store->policy().every_rank_updates_everything();
   for (std::size_t k = 0; k < s.parameters.size(); ++k)
     for (const ParameterRun& run : s.runs[k]) {
       auto offset = static_cast<int64_t>(run.offset), count = static_cast<int64_t>(run.count);

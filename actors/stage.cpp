@@ -8,7 +8,6 @@
 
 #include "actors/model_parameters.hpp"
 #include "actors/protocol/comm.hpp"
-#include "actors/protocol/device_comm.hpp"
 #include "actors/protocol/stage.hpp"
 #include "actors/protocol/zero.hpp"
 #include "actors/shard_owner.hpp"
@@ -33,43 +32,39 @@ void fail(StageActor* self, const std::string& error) {
 
 namespace {
 
-// A gradient row is ready on the compute thread: reduce it across ranks.
+// What the compute stream has been given so far, as an event: a GPU rank's kernels may
+// still be running when a row is posted, while a CPU rank's compute thread has written it.
+Event written_so_far(const StageOptions& o) {
+  return o.device ? o.device->stream->record() : Event::completed();
+}
+
+// The actor that moves `span`'s memory: the comm agent for host memory, the rank's device
+// collectives (NCCL, or staged through the host) for a device's.
+const caf::actor& collectives_for(const StageOptions& o, const BufferSpan& span) {
+  return span.placement().on_host() ? o.comm_agent : o.device->collectives;
+}
+
+// A gradient row is ready (on the compute thread, or on LibTorch's autograd thread for a
+// device): reduce it across ranks once the work that wrote it has run.
 IssueQueue::Issue reduce_row(const StageOptions& o, caf::actor self, std::size_t row, std::size_t slot,
-                             BufferSpan span, int64_t stage) {
-  if (stage == 0)
-    return [comm = o.comm_agent, group = o.place.group, self, row, span = std::move(span)]() mutable {
-      caf::anon_send(comm, all_reduce_request{tag(Tag::gradients, row), std::move(span), ReduceOp::sum,
-                                              group, self});
+                             BufferSpan span) {
+  span.ready = written_so_far(o);
+  caf::actor to = collectives_for(o, span);
+  if (!o.zero.policy.reduce_scatters())
+    return [to, group = o.place.group, self, row, span = std::move(span)]() mutable {
+      caf::anon_send(
+          to, all_reduce_request{tag(Tag::gradients, row), std::move(span), ReduceOp::sum, group, self});
     };
   // In place: this rank's block of the row receives the sum of every rank's (each rank's
   // gradients are of its 1/dp share of the loss: the seed of compute.cpp's backward).
   BufferSpan mine = span;
   mine.count = span.count / static_cast<std::size_t>(o.dp);
   mine.offset_bytes += static_cast<std::size_t>(o.rank) * mine.count * element_bytes(span.type);
-  return [comm = o.comm_agent, group = o.place.group, self, row, slot, span = std::move(span),
-          mine = std::move(mine)]() mutable {
-    caf::anon_send(comm,
-                   reduce_scatter_request{tag(Tag::gradients, row, slot), std::move(span), std::move(mine),
-                                          ReduceOp::sum, group, self});
-  };
-}
-
-// A GPU rank's gradient row (stage 0): all-reduced in device memory once the kernels
-// launched so far on the compute stream (the ones that made it) have run. Called where
-// the row completes: on the compute thread or LibTorch's autograd thread for the device.
-IssueQueue::Issue reduce_row_on_device(const DeviceRank& d, const std::shared_ptr<ParameterStore>& store,
-                                       caf::actor self, std::size_t row, const BufferSpan& span) {
-  device_collective_request r;
-  r.tag = tag(Tag::gradients, row);
-  r.kind = DeviceCollective::all_reduce;
-  r.output = store->device_gradients().data_ptr<float>() + span.offset_bytes / sizeof(float);
-  r.input = r.output;
-  r.count = span.count;
-  r.op = ReduceOp::sum;
-  r.ready = d.stream->record();  // the device stream itself: what has been launched
-  r.keep = store;
-  r.reply_to = std::move(self);
-  return [to = d.collectives, r = std::move(r)]() mutable { caf::anon_send(to, std::move(r)); };
+  return
+      [to, group = o.place.group, self, row, slot, span = std::move(span), mine = std::move(mine)]() mutable {
+        caf::anon_send(to, reduce_scatter_request{tag(Tag::gradients, row, slot), std::move(span),
+                                                  std::move(mine), ReduceOp::sum, group, self});
+      };
 }
 
 // [offload] param = "nvme": this rank's parameter rows go to files of the nvme tier.
@@ -86,7 +81,7 @@ Result<std::shared_ptr<ParameterSwap>> open_parameter_swap(const StageOptions& o
 }
 
 bool parameters_on_nvme(const StageOptions& o) {
-  return o.zero.stage == 3 && o.offload && o.offload->parameters_on_nvme;
+  return o.zero.policy.partitions_parameters() && o.offload && o.offload->parameters_on_nvme;
 }
 
 // Where this rank holds its reduced block of each tied weight's row, and which shards the
@@ -94,7 +89,9 @@ bool parameters_on_nvme(const StageOptions& o) {
 void place_ties(StageState& s, std::vector<bool>& outside_norm) {
   const ParameterStore& store = *s.store;
   const FlatLayout& layout = store.layout();
-  const std::size_t shards = store.stage() == 0 ? store.plan().parameter_of.size() : layout.row_count();
+  // The norm's shards: whole parameters when every rank updates everything, else rows.
+  const bool whole = store.policy().every_rank_updates_everything();
+  const std::size_t shards = whole ? store.plan().parameter_of.size() : layout.row_count();
   outside_norm.assign(shards, false);
   for (const TiedWeight& t : s.options.ties) {
     const auto& of = store.plan().parameter_of;
@@ -106,18 +103,14 @@ void place_ties(StageState& s, std::vector<bool>& outside_norm) {
     // The tie sums what the stage reduced: fp32 when gradients are reduced in fp32.
     const auto flat = store.reduced_gradients() ? store.reduced_gradients() : store.flat_gradients();
     const DataType type = store.reduce_type();
-    switch (store.stage()) {
-      case 0:
-        slot.gradient = typed_span(flat, row.begin, layout.row_elements(k), type);
-        break;
-      case 1:
-        slot.gradient = typed_span(flat, layout.block_begin(k, s.options.rank), row.block, type);
-        break;
-      default:
-        slot.gradient = typed_span(store.partition_gradients(), row.partition_offset, row.block, type);
-    }
+    if (whole)
+      slot.gradient = typed_span(flat, row.begin, layout.row_elements(k), type);
+    else if (store.policy().keeps_flat_gradients())
+      slot.gradient = typed_span(flat, layout.block_begin(k, s.options.rank), row.block, type);
+    else
+      slot.gradient = typed_span(store.partition_gradients(), row.partition_offset, row.block, type);
     s.ties.push_back(std::move(slot));
-    if (!t.owner) outside_norm[store.stage() == 0 ? t.parameter : k] = true;
+    if (!t.owner) outside_norm[whole ? t.parameter : k] = true;
   }
   // A replicated parameter of a tensor-parallel group counts once, on shard 0.
   const TensorParallelPlace& tp = s.options.tensor_parallel;
@@ -126,7 +119,7 @@ void place_ties(StageState& s, std::vector<bool>& outside_norm) {
     const auto& of = store.plan().parameter_of;
     std::size_t position = static_cast<std::size_t>(std::find(of.begin(), of.end(), p) - of.begin());
     if (position == of.size()) continue;  // borrowed: its owner's row counts
-    const std::size_t shard = store.stage() == 0 ? p : layout.row_of_parameter(position);
+    const std::size_t shard = whole ? p : layout.row_of_parameter(position);
     if (shard < outside_norm.size()) outside_norm[shard] = true;
   }
   s.tie_marks = std::make_shared<HostBuffer>(std::max<std::size_t>(1, s.ties.size()) * sizeof(float));
@@ -144,7 +137,7 @@ Status build(StageActor* self) {
   auto parameters = model_parameters(s.options.model);
   if (!parameters) return parameters.error();
   ZeroPlanInput input;
-  input.stage = z.stage;
+  input.policy = z.policy;
   input.dp = s.options.dp;
   input.layers = parameters->owned_counts();
   input.borrowed = parameters->borrowed;
@@ -168,25 +161,25 @@ Status build(StageActor* self) {
   try {
     s.store = std::make_shared<ParameterStore>(
         std::move(*plan), std::move(parameters->tensors), s.options.rank, s.options.ledger, std::move(swap),
-        s.options.device.has_value(), s.options.dtype, s.options.reduce_type);
+        s.options.device ? std::optional(s.options.device->memory) : std::nullopt, s.options.dtype,
+        s.options.reduce_type);
     s.loss = std::make_shared<HostBuffer>((1 + s.store->layout().parameter_count()) * sizeof(float));
   } catch (const std::exception& e) {
     return make_error(e.what());
   }
   const FlatLayout& layout = s.store->layout();
-  if (z.stage >= 2) {
+  const ZeroPlan& zero_plan = s.store->plan();
+  if (z.policy.reduces_every_micro_batch()) {  // through bucket buffers
     std::size_t largest = 0;
     for (std::size_t k = 0; k < layout.row_count(); ++k)
-      if (z.stage < 3 || !s.store->plan().persistent_rows[k])
-        largest = std::max(largest, layout.row_elements(k));
+      if (!zero_plan.persistent(k)) largest = std::max(largest, layout.row_elements(k));
     s.pool = std::make_shared<BucketPool>(z.overlap_comm, largest, s.options.ledger,
                                           s.options.collective_timeout_s, s.options.tracer,
                                           element_bytes(s.store->reduce_type()));
-    if (z.stage == 3)
-      for (std::size_t k = 0; k < layout.row_count(); ++k)
-        if (s.store->plan().persistent_rows[k]) s.pool->add_dedicated(k, layout.row_elements(k));
+    for (std::size_t k = 0; k < layout.row_count(); ++k)
+      if (zero_plan.persistent(k)) s.pool->add_dedicated(k, layout.row_elements(k));
   }
-  if (z.stage == 3) {
+  if (z.policy.gathers_before_use()) {
     s.fetcher = std::make_unique<ParameterFetcher>(
         s.store, z.limits,
         [comm = s.options.comm_agent, me, group = s.group()](std::size_t row, BufferSpan in, BufferSpan out) {
@@ -194,8 +187,6 @@ Status build(StageActor* self) {
                                                   group, me});
         },
         s.issue, s.options.collective_timeout_s, s.options.tracer);
-  }
-  if (z.stage == 3) {
     std::vector<std::string> names;
     for (const auto& item : s.options.model->named_children()) names.push_back(item.key());
     s.sequence_check = std::make_unique<LayerSequenceCheck>(
@@ -212,10 +203,8 @@ Status build(StageActor* self) {
   ParameterFetcher* fetcher = s.fetcher.get();
   s.rows = std::make_unique<GradientRows>(
       s.store, s.pool,
-      [o = s.options, me, stage = z.stage, issue = s.issue, store = s.store](
-          std::size_t row, std::size_t slot, BufferSpan span) {
-        issue->issue(o.device ? reduce_row_on_device(*o.device, store, me, row, span)
-                              : reduce_row(o, me, row, slot, std::move(span), stage));
+      [o = s.options, me, issue = s.issue](std::size_t row, std::size_t slot, BufferSpan span) {
+        issue->issue(reduce_row(o, me, row, slot, std::move(span)));
       },
       fetcher ? GradientRows::RowDone([fetcher](std::size_t row) { fetcher->release(row); })
               : GradientRows::RowDone());
@@ -335,7 +324,7 @@ void report_share(StageActor* self, double square_sum) {
       p.step, s.last_stage() && replica_zero && shard_zero ? static_cast<double>(*s.loss->as<float>()) : 0.0,
       s.last_stage() && shard_zero ? s.flow.tokens : 0,
       s.flow.busy_s / static_cast<double>(copies),  // summed: one replica's
-      s.options.zero.stage == 0 && !replica_zero ? 0.0 : square_sum};
+      s.options.zero.policy.every_rank_updates_everything() && !replica_zero ? 0.0 : square_sum};
   p.answer_ready = true;
   answer_gradients_ready(self);
 }
@@ -345,7 +334,7 @@ void on_square_sum(StageActor* self, double sum) {
   if (s.options.place.stages > 1) return report_share(self, sum);
   const int64_t tokens = s.flow.tokens * s.options.dp;  // every replica loads as many
   const bool tensor_parallel = s.options.tensor_parallel.size > 1;
-  if (s.options.zero.stage == 0 && !tensor_parallel)  // every rank holds every reduced gradient
+  if (s.options.zero.policy.every_rank_updates_everything() && !tensor_parallel)  // every rank has the norm
     return gradients_known(self, static_cast<double>(*s.loss->as<float>()), sum, tokens, s.flow.busy_s);
   *s.norm->as<float>() = static_cast<float>(sum);
   self->send(s.options.comm_agent,
@@ -400,13 +389,14 @@ void gather_updated(StageActor* self) {
   auto& p = s.progress;
   p.gathers_left = 0;
   caf::actor me = caf::actor_cast<caf::actor>(self);
-  for (std::size_t k = 0; s.options.zero.stage > 0 && k < layout.row_count(); ++k) {
+  const ZeroPolicy& policy = s.store->policy();
+  for (std::size_t k = 0; k < layout.row_count(); ++k) {
+    if (!policy.gathers_after_update(s.store->plan().persistent(k))) continue;
     const auto& row = layout.row(k);
     std::size_t size = layout.row_elements(k);
     BufferSpan in, out;
     const DataType type = s.store->dtype();
-    if (s.options.zero.stage == 3) {  // only the persistent rows stay gathered
-      if (!s.store->plan().persistent_rows[k]) continue;
+    if (policy.partitions_parameters()) {  // a persistent row: into its own buffer
       in = typed_span(s.store->partition_parameters(), row.partition_offset, row.block, type);
       out = typed_span(s.store->row_buffer(k), 0, size, type);
     } else {
@@ -448,7 +438,7 @@ void on_collective(StageActor* self, const collective_done& done) {
   auto& p = s.progress;
   switch (kind_of(done.tag)) {
     case Tag::gradients:
-      if (s.options.zero.stage < 2) return on_row_reduced(self);
+      if (s.store->policy().keeps_flat_gradients()) return on_row_reduced(self);  // reduced in place
       {
         const auto& row = s.store->layout().row(row_of(done.tag));
         BufferSpan block = typed_span(s.pool->buffer(slot_of(done.tag)),
@@ -591,7 +581,7 @@ void begin_step(StageActor* self, int64_t step, int64_t micro_count) {
   s.progress.step = step;
   s.progress.micro_count = micro_count;
   s.options.ledger->reset_peaks();
-  if (s.options.zero.stage >= 2) self->send(s.owner, begin_accumulation{});
+  if (!s.options.zero.policy.keeps_flat_gradients()) self->send(s.owner, begin_accumulation{});
 }
 
 namespace {

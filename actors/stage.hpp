@@ -45,6 +45,7 @@
 #include "base/trace.hpp"
 #include "memory/fetch_planner.hpp"
 #include "memory/memory_ledger.hpp"
+#include "memory/zero_policy.hpp"
 #include "optim/loss_scaler.hpp"
 #include "optim/lr_schedule.hpp"
 #include "transport/transport.hpp"
@@ -53,7 +54,7 @@ namespace troupe {
 
 /// ZeRO's settings, as the [zero] section and [optimizer] gradient_clipping give them.
 struct ZeroOptions {
-  int64_t stage = 0;
+  ZeroPolicy policy;                     ///< what the ZeRO stage partitions: decided once, for the job
   int64_t reduce_bucket_size = 6553600;  ///< elements
   bool overlap_comm = true;
   FetchPlanner::Limits limits;

@@ -31,111 +31,108 @@ typename Inspector::result_type inspect(Inspector& f, staged_in& x) {
   return f(caf::meta::type_name("staged_in"), x.serial);
 }
 
-// A staging buffer, page-locked once (when the options can) and used again by later
-// requests of its size: a GPU rank stages the same row sizes every step.
-struct StagingBuffer {
-  std::shared_ptr<HostBuffer> host;
-  std::shared_ptr<void> pinned;  // after the buffer: unpinned before it goes
-};
-
 struct Staged {
-  device_collective_request request;
-  StagingBuffer staging;  // size × count elements for the gathers and scatters, else count
+  CollectiveCall call;
+  std::shared_ptr<HostBuffer> staging;  // size × count elements for the gathers and scatters, else count
 };
 
 struct StagedCommState {
   StagedCommOptions options;
-  std::map<uint64_t, Staged> pending;              // by serial
-  std::multimap<std::size_t, StagingBuffer> idle;  // by bytes
+  std::map<uint64_t, Staged> pending;                            // by serial
+  std::multimap<std::size_t, std::shared_ptr<HostBuffer>> idle;  // by bytes
   uint64_t next_serial = 0;
   static inline const char* name = "staged_comm";
 };
 using StagedComm = caf::stateful_actor<StagedCommState>;
 
-std::size_t element(const device_collective_request& r) {
-  return element_bytes(r.type);
+std::size_t element(const CollectiveCall& c) {
+  return element_bytes(c.type());
 }
 
 // Whether the host buffer holds every rank's block (reduce-scatter input, all-gather output).
-bool whole_world(DeviceCollective kind) {
-  return kind == DeviceCollective::reduce_scatter || kind == DeviceCollective::all_gather;
+bool whole_world(CollectiveKind kind) {
+  return kind == CollectiveKind::reduce_scatter || kind == CollectiveKind::all_gather;
 }
 
-std::size_t my_block(const StagedCommState& s, const device_collective_request& r) {
-  return static_cast<std::size_t>(s.options.rank) * r.count * element(r);
+std::size_t my_block(const StagedCommState& s, const CollectiveCall& c) {
+  return static_cast<std::size_t>(s.options.rank) * c.count * element(c);
 }
 
-StagingBuffer take_staging(StagedCommState& s, std::size_t bytes) {
+// A staging buffer, page-locked once (when the options can) and used again by later
+// requests of its size: a GPU rank stages the same row sizes every step.
+std::shared_ptr<HostBuffer> take_staging(StagedCommState& s, std::size_t bytes) {
   if (auto it = s.idle.find(bytes); it != s.idle.end()) {
-    StagingBuffer reused = std::move(it->second);
+    auto reused = std::move(it->second);
     s.idle.erase(it);
     return reused;
   }
-  StagingBuffer fresh{std::make_shared<HostBuffer>(bytes, s.options.ledger, MemoryKind::communication),
-                      nullptr};
+  auto fresh = std::make_shared<HostBuffer>(bytes, s.options.ledger, MemoryKind::communication);
   if (s.options.pin) {
     // Pageable memory still copies correctly, only synchronously and slower: go on.
-    if (auto pinned = s.options.pin(fresh.host->data(), bytes))
-      fresh.pinned = std::move(*pinned);
+    if (auto pinned = s.options.pin(fresh->data(), bytes))
+      fresh->hold_page_lock(std::move(*pinned));
     else
       spdlog::warn("staged collectives: a staging buffer stays pageable: {}", pinned.error().message);
   }
   return fresh;
 }
 
-void stage_out(StagedComm* self, device_collective_request& r) {
+void stage_out(StagedComm* self, CollectiveCall c) {
   auto& s = self->state;
+  if (c.comm != world_communicator)
+    return self->send(c.reply_to,
+                      collective_done{c.tag, fmt::format("staged collectives span the world; this {} asked "
+                                                         "for communicator {}",
+                                                         name_of(c.kind), c.comm)});
   uint64_t serial = s.next_serial++;
-  std::size_t blocks = whole_world(r.kind) ? static_cast<std::size_t>(s.options.size) : 1;
-  StagingBuffer staging = take_staging(s, blocks * r.count * element(r));
-  std::byte* into = staging.host->data() + (r.kind == DeviceCollective::all_gather ? my_block(s, r) : 0);
-  const void* from =
-      r.kind == DeviceCollective::all_reduce || r.kind == DeviceCollective::broadcast ? r.output : r.input;
-  std::size_t bytes = (r.kind == DeviceCollective::reduce_scatter ? blocks : 1) * r.count * element(r);
-  s.options.d2h->wait(r.ready);
-  s.options.d2h->copy(into, from, bytes, fmt::format("stage out {}", serial));
+  std::size_t blocks = whole_world(c.kind) ? static_cast<std::size_t>(s.options.size) : 1;
+  auto staging = take_staging(s, blocks * c.count * element(c));
+  std::byte* into = staging->data() + (c.kind == CollectiveKind::all_gather ? my_block(s, c) : 0);
+  std::size_t bytes = (c.kind == CollectiveKind::reduce_scatter ? blocks : 1) * c.count * element(c);
+  s.options.d2h->wait(c.input.ready);
+  s.options.d2h->wait(c.output.ready);
+  s.options.d2h->copy(into, c.input.data(), bytes, fmt::format("stage out {}", serial));
   s.options.d2h->notify(s.options.d2h->record(), caf::actor_cast<caf::actor>(self),
                         caf::make_message(staged_out{serial}));
-  s.pending.emplace(serial, Staged{std::move(r), std::move(staging)});
+  s.pending.emplace(serial, Staged{std::move(c), std::move(staging)});
 }
 
 // The host collective over the staging buffer; the comm agent answers with the serial.
 void reduce_on_host(StagedComm* self, uint64_t serial) {
   auto& s = self->state;
   Staged& st = s.pending.at(serial);
-  const device_collective_request& r = st.request;
+  const CollectiveCall& c = st.call;
   caf::actor me = caf::actor_cast<caf::actor>(self);
   auto span = [&](std::size_t offset_bytes, std::size_t count) {
-    return BufferSpan{st.staging.host, offset_bytes, count, r.type};
+    return BufferSpan{st.staging, offset_bytes, count, c.type()};
   };
-  std::size_t all = static_cast<std::size_t>(s.options.size) * r.count;
-  switch (r.kind) {
-    case DeviceCollective::all_reduce:
+  std::size_t all = static_cast<std::size_t>(s.options.size) * c.count;
+  switch (c.kind) {
+    case CollectiveKind::all_reduce:
       return self->send(s.options.comm_agent,
-                        all_reduce_request{serial, span(0, r.count), r.op, world_communicator, me});
-    case DeviceCollective::reduce_scatter:
+                        all_reduce_request{serial, span(0, c.count), c.op, world_communicator, me});
+    case CollectiveKind::reduce_scatter:
       return self->send(s.options.comm_agent,
-                        reduce_scatter_request{serial, span(0, all), span(my_block(s, r), r.count), r.op,
+                        reduce_scatter_request{serial, span(0, all), span(my_block(s, c), c.count), c.op,
                                                world_communicator, me});
-    case DeviceCollective::all_gather:
-      return self->send(s.options.comm_agent, all_gather_request{serial, span(my_block(s, r), r.count),
+    case CollectiveKind::all_gather:
+      return self->send(s.options.comm_agent, all_gather_request{serial, span(my_block(s, c), c.count),
                                                                  span(0, all), world_communicator, me});
-    case DeviceCollective::broadcast:
+    case CollectiveKind::broadcast:
       return self->send(s.options.comm_agent,
-                        broadcast_request{serial, span(0, r.count), r.root, world_communicator, me});
+                        broadcast_request{serial, span(0, c.count), c.root, world_communicator, me});
   }
 }
 
 void stage_in(StagedComm* self, uint64_t serial) {
   auto& s = self->state;
   Staged& st = s.pending.at(serial);
-  const device_collective_request& r = st.request;
+  const CollectiveCall& c = st.call;
   const std::byte* from =
-      st.staging.host->data() + (r.kind == DeviceCollective::reduce_scatter ? my_block(s, r) : 0);
-  std::size_t bytes =
-      (r.kind == DeviceCollective::all_gather ? static_cast<std::size_t>(s.options.size) : 1) * r.count *
-      element(r);
-  s.options.h2d->copy(r.output, from, bytes, fmt::format("stage in {}", serial));
+      st.staging->data() + (c.kind == CollectiveKind::reduce_scatter ? my_block(s, c) : 0);
+  std::size_t bytes = (c.kind == CollectiveKind::all_gather ? static_cast<std::size_t>(s.options.size) : 1) *
+                      c.count * element(c);
+  s.options.h2d->copy(c.output.data(), from, bytes, fmt::format("stage in {}", serial));
   s.options.h2d->notify(s.options.h2d->record(), caf::actor_cast<caf::actor>(self),
                         caf::make_message(staged_in{serial}));
 }
@@ -146,10 +143,10 @@ void finish(StagedComm* self, uint64_t serial, const std::string& error) {
   if (it == s.pending.end()) return;
   Staged done = std::move(it->second);
   s.pending.erase(it);
-  caf::actor to = done.request.reply_to;
-  uint64_t tag = done.request.tag;
-  done.request = device_collective_request{};  // what the request kept goes before the reply
-  std::size_t bytes = done.staging.host->bytes();
+  caf::actor to = std::move(done.call.reply_to);
+  uint64_t tag = done.call.tag;
+  done.call = CollectiveCall{};  // what the request's spans held goes before the reply
+  std::size_t bytes = done.staging->bytes();
   s.idle.emplace(bytes, std::move(done.staging));
   self->send(to, collective_done{tag, error});
 }
@@ -157,7 +154,10 @@ void finish(StagedComm* self, uint64_t serial, const std::string& error) {
 caf::behavior staged_comm_behavior(StagedComm* self, StagedCommOptions options) {
   self->state.options = std::move(options);
   return {
-      [=](device_collective_request& r) { stage_out(self, r); },
+      [=](all_reduce_request& r) { stage_out(self, call_of(r)); },
+      [=](reduce_scatter_request& r) { stage_out(self, call_of(r)); },
+      [=](all_gather_request& r) { stage_out(self, call_of(r)); },
+      [=](broadcast_request& r) { stage_out(self, call_of(r)); },
       [=](staged_out& o) { reduce_on_host(self, o.serial); },
       [=](collective_done& d) {
         if (!d.error.empty()) return finish(self, d.tag, "staged collective: " + d.error);

@@ -2,12 +2,14 @@
 // one GPU, which NCCL refuses — staged through host memory: each request's input is
 // copied to a host buffer on the d2h stream, reduced across ranks by the comm agent over
 // UCX, and the result copied back on the h2d stream. Same protocol as the device comm
-// actor (device_collective_request → collective_done), so a stage can use either.
+// actor and the comm agent (actors/protocol/comm.hpp), so a stage can use either; the
+// copy out waits on the d2h stream for the spans' writers (BufferSpan::ready). Staging
+// runs on the world communicator: a request for another is answered with an error.
 //
 // Order: requests arrive in program order (the stage's IssueQueue); each goes to the comm
 // agent when its copy out has run, and copies complete in stream order, so the host
-// collectives keep that order on every rank. The staging buffer and the request's `keep`
-// are let go, on this actor's thread, before the requester hears collective_done; the
+// collectives keep that order on every rank. The staging buffer and the request's
+// spans are let go, on this actor's thread, before the requester hears collective_done; the
 // staging buffers (pinned when the options can) wait for the next request of their size.
 //
 // It works on any Stream: with CudaStreams it moves device memory through pinned host

@@ -284,9 +284,17 @@ Status prune_checkpoints(const std::string& root, int64_t keep_last) {
   const auto& complete = listed->complete;
   const std::size_t keep = static_cast<std::size_t>(std::max<int64_t>(1, keep_last));
   std::error_code ec;
+  // Renamed out of the complete ones first: a process killed while removing one leaves a
+  // staging folder (removed by the next prune), never a checkpoint missing some files
+  // under a complete name.
   for (std::size_t i = 0; i + keep < complete.size(); ++i) {
-    fs::remove_all(complete[i].second, ec);
-    if (ec) return make_error(fmt::format("removing {} failed: {}", complete[i].second, ec.message()));
+    const std::string& path = complete[i].second;
+    const std::string doomed = path + kPartial;
+    fs::remove_all(doomed, ec);
+    if (!ec && ::rename(path.c_str(), doomed.c_str()) != 0)
+      ec = std::error_code(errno, std::generic_category());
+    if (!ec) fs::remove_all(doomed, ec);
+    if (ec) return make_error(fmt::format("removing {} failed: {}", path, ec.message()));
   }
   if (complete.empty()) return {};
   for (const auto& [step, path] : listed->partial)

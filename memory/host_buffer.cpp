@@ -4,11 +4,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 #include <utility>
 
 namespace troupe {
 
-HostBuffer::HostBuffer(std::size_t bytes, std::size_t align) : bytes_(bytes) {
+HostBuffer::HostBuffer(std::size_t bytes, std::size_t align) {
+  bytes_ = bytes;
   if (bytes == 0) return;
   align = std::max(align, alignment);
   std::size_t rounded = (bytes + align - 1) / align * align;
@@ -24,22 +26,45 @@ HostBuffer::HostBuffer(std::size_t bytes, std::shared_ptr<MemoryLedger> ledger, 
 }
 
 HostBuffer::~HostBuffer() {
+  page_lock_.reset();  // unregistered before the bytes go
   std::free(data_);
 }
 
+void HostBuffer::hold_page_lock(std::shared_ptr<void> registration) {
+  page_lock_ = std::move(registration);
+  placement_ = Placement::pinned_host();
+}
+
 HostBuffer::HostBuffer(HostBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)),
-      bytes_(std::exchange(other.bytes_, 0)),
-      charge_(std::move(other.charge_)) {}
+    : charge_(std::move(other.charge_)), page_lock_(std::move(other.page_lock_)) {
+  data_ = std::exchange(other.data_, nullptr);
+  bytes_ = std::exchange(other.bytes_, 0);
+  placement_ = std::exchange(other.placement_, Placement::host());
+}
 
 HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
   if (this != &other) {
+    page_lock_.reset();
     std::free(data_);
     data_ = std::exchange(other.data_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
+    placement_ = std::exchange(other.placement_, Placement::host());
     charge_ = std::move(other.charge_);
+    page_lock_ = std::move(other.page_lock_);
   }
   return *this;
+}
+
+std::string describe(Placement placement) {
+  switch (placement.space) {
+    case MemorySpace::host:
+      return "host";
+    case MemorySpace::pinned_host:
+      return "pinned host";
+    case MemorySpace::device:
+      return "device " + std::to_string(placement.device);
+  }
+  return "unknown memory";
 }
 
 }  // namespace troupe

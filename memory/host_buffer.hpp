@@ -1,5 +1,6 @@
 // HostBuffer: an owned, 64-byte (or more) aligned block of host memory for tensors and
-// transfers. Move-only; the bytes are freed when the buffer is destroyed.
+// transfers (a Buffer placed on the host). Move-only; the bytes are freed when the buffer
+// is destroyed.
 // Thread safety: like a std::vector — one owner; hand it over, don't share it.
 #pragma once
 
@@ -7,11 +8,12 @@
 #include <cstdint>
 #include <memory>
 
+#include "memory/buffer.hpp"
 #include "memory/memory_ledger.hpp"
 
 namespace troupe {
 
-class HostBuffer {
+class HostBuffer : public Buffer {
  public:
   /// Alignment of every HostBuffer: a cache line, enough for AVX-512 loads.
   static constexpr std::size_t alignment = 64;
@@ -23,29 +25,19 @@ class HostBuffer {
   /// power of two, at least `alignment`) is 4096 for buffers that O_DIRECT reads land in.
   HostBuffer(std::size_t bytes, std::shared_ptr<MemoryLedger> ledger, MemoryKind kind,
              std::size_t align = alignment);
-  ~HostBuffer();
+  ~HostBuffer() override;
   HostBuffer(HostBuffer&& other) noexcept;
   HostBuffer& operator=(HostBuffer&& other) noexcept;
   HostBuffer(const HostBuffer&) = delete;
   HostBuffer& operator=(const HostBuffer&) = delete;
 
-  std::byte* data() { return data_; }
-  const std::byte* data() const { return data_; }
-  std::size_t bytes() const { return bytes_; }
-
-  template <class T>
-  T* as() {
-    return reinterpret_cast<T*>(data_);
-  }
-  template <class T>
-  const T* as() const {
-    return reinterpret_cast<const T*>(data_);
-  }
+  /// The bytes stay page-locked while `registration` lives (a cudaHostRegister handle,
+  /// let go before the bytes are freed): placement() says pinned_host from here on.
+  void hold_page_lock(std::shared_ptr<void> registration);
 
  private:
-  std::byte* data_ = nullptr;
-  std::size_t bytes_ = 0;
   MemoryCharge charge_;
+  std::shared_ptr<void> page_lock_;
 };
 
 }  // namespace troupe

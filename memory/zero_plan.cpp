@@ -22,14 +22,14 @@ Result<ZeroPlan> plan_bucketed(const ZeroPlanInput& in, const std::vector<std::s
     reversed.push_back(counts[i]);
     alone.push_back(dedicated(in, i));
   }
-  auto layout = FlatLayout::make_bucketed(reversed, in.stage == 0 ? 1 : in.dp, in.reduce_bucket_size,
+  auto layout = FlatLayout::make_bucketed(reversed, in.policy.blocks_per_row(in.dp), in.reduce_bucket_size,
                                           FlatLayout::default_align, alone);
   if (!layout) return layout.error();
   plan.layout = std::move(*layout);
   return plan;
 }
 
-// Stage 3, after the layout: the rows each layer needs, its own and its borrowed ones.
+// Partitioned parameters, after the layout: the rows each layer needs, its own and its borrowed ones.
 void add_borrowed_rows(const ZeroPlanInput& in, ZeroPlan& plan) {
   std::vector<std::size_t> position(plan.parameter_of.size());  // model index -> layout position
   for (std::size_t p = 0; p < plan.parameter_of.size(); ++p) position[plan.parameter_of[p]] = p;
@@ -118,16 +118,14 @@ Status check_borrowed(const ZeroPlanInput& in) {
 }  // namespace
 
 Result<ZeroPlan> plan_zero(const ZeroPlanInput& in) {
-  if (in.stage < 0 || in.stage > 3)
-    return make_error(fmt::format("ZeRO stage must be 0, 1, 2 or 3, got {}", in.stage));
   if (in.dp < 1) return make_error(fmt::format("ZeRO needs dp of at least 1, got {}", in.dp));
   if (in.reduce_bucket_size < 1) return make_error("ZeRO's reduce_bucket_size must be positive");
   TROUPE_TRY(check_borrowed(in));
   std::vector<std::size_t> counts;
   for (const auto& layer : in.layers) counts.insert(counts.end(), layer.begin(), layer.end());
-  auto plan = in.stage == 3 ? plan_by_layer(in) : plan_bucketed(in, counts);
+  auto plan = in.policy.partitions_parameters() ? plan_by_layer(in) : plan_bucketed(in, counts);
   if (!plan) return plan.error();
-  plan->stage = in.stage;
+  plan->policy = in.policy;
   for (std::size_t c : counts) plan->parameter_elements += c;
   return plan;
 }
@@ -165,7 +163,7 @@ MemoryBytes estimate_model_state(const ZeroPlan& plan, const ModelStateInputs& i
   int64_t bucket = 0, persistent = 0;
   for (std::size_t k = 0; k < layout.row_count(); ++k) {
     auto size = static_cast<int64_t>(layout.row_elements(k));
-    if (plan.stage == 3 && k < plan.persistent_rows.size() && plan.persistent_rows[k])
+    if (plan.persistent(k))
       persistent += size;
     else
       bucket = std::max(bucket, size);
@@ -176,31 +174,28 @@ MemoryBytes estimate_model_state(const ZeroPlan& plan, const ModelStateInputs& i
   const int64_t widened = reduced != item ? reduced : 0;  // stages 0-1: the fp32 copy reduced
   // The optimizer's fp32 state per element it updates, with the master copy under mixed precision.
   const int64_t state = (in.optimizer_states_per_element + (in.master_copy ? 1 : 0)) * kFloatBytes;
-  switch (plan.stage) {
-    case 0:  // the model's own tensors; gradients in one flat buffer; full optimizer state
+  const ZeroPolicy& policy = plan.policy;
+  switch (policy.parameter_home()) {
+    case ParameterHome::model_tensors:
       b[MemoryKind::parameters] = model * item;
-      b[MemoryKind::gradients] = total * (item + widened);
-      b[MemoryKind::optimizer_state] = model * state;
       break;
-    case 1:  // flat parameters and gradients, optimizer state for the partition
+    case ParameterHome::flat:
       b[MemoryKind::parameters] = total * item;
-      b[MemoryKind::gradients] = total * (item + widened);
-      b[MemoryKind::optimizer_state] = partition * state;
       break;
-    case 2:  // flat parameters; gradients only for the partition, through bucket buffers
-      b[MemoryKind::parameters] = total * item;
-      b[MemoryKind::gradients] = partition * reduced;
-      b[MemoryKind::optimizer_state] = partition * state;
-      b[MemoryKind::communication] = in.bucket_buffers * bucket * reduced;
-      break;
-    default: {  // the partition, plus the rows gathered at the peak
-      auto gathered = static_cast<int64_t>(stage3_peak_gathered(plan, in.limits));
-      b[MemoryKind::parameters] = (partition + gathered) * item;
-      b[MemoryKind::gradients] = partition * reduced;
-      b[MemoryKind::optimizer_state] = partition * state;
-      b[MemoryKind::communication] = (in.bucket_buffers * bucket + persistent) * reduced;
-    }
+    case ParameterHome::partition:  // plus the rows gathered at the peak
+      b[MemoryKind::parameters] =
+          (partition + static_cast<int64_t>(stage3_peak_gathered(plan, in.limits))) * item;
   }
+  // Flat gradients of the whole model, or the partition's filled through bucket buffers
+  // (and the persistent row's buffer of its own).
+  if (policy.keeps_flat_gradients()) {
+    b[MemoryKind::gradients] = total * (item + widened);
+  } else {
+    b[MemoryKind::gradients] = partition * reduced;
+    b[MemoryKind::communication] = (in.bucket_buffers * bucket + persistent) * reduced;
+  }
+  // The optimizer's fp32 state for what this rank updates.
+  b[MemoryKind::optimizer_state] = (policy.partitions_optimizer_state() ? partition : model) * state;
   return b;
 }
 

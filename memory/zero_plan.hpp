@@ -1,12 +1,13 @@
 // ZeroPlan: how one stage's parameters are laid out and partitioned for a ZeRO stage,
 // and the model-state bytes each rank will hold as a result.
 //
-// Stages 0-2 lay parameters out in reverse model order (the order backward produces
-// gradients) in rows of at most reduce_bucket_size elements: each row is one
-// gradient bucket. Stage 0 does not partition (one block per row, all-reduced); stages
-// 1 and 2 split every row into dp blocks. Stage 3 gives each layer a row of its own
-// (gathered before the layer runs, freed after) and puts the parameters of at most
-// param_persistence_threshold elements into one persistent row that stays gathered.
+// Unless the policy partitions parameters (stages 0-2), parameters are laid out in reverse
+// model order (the order backward produces gradients) in rows of at most
+// reduce_bucket_size elements: each row is one gradient bucket, cut into one block (stage
+// 0, all-reduced) or dp blocks (stages 1-2). Partitioned parameters (stage 3) give each
+// layer a row of its own (gathered before the layer runs, freed after) and put the
+// parameters of at most param_persistence_threshold elements into one persistent row
+// that stays gathered.
 //
 // A tensor several layers use (tied weights) is laid out once, in the first layer that
 // uses it; the later ones borrow it. In stage 3 a layer's rows are then its own and the
@@ -27,11 +28,12 @@
 #include "memory/fetch_planner.hpp"
 #include "memory/flat_layout.hpp"
 #include "memory/memory_ledger.hpp"
+#include "memory/zero_policy.hpp"
 
 namespace troupe {
 
 struct ZeroPlanInput {
-  int64_t stage = 0;
+  ZeroPolicy policy;
   int64_t dp = 1;
   /// Element counts of each layer's parameters, layers in model order: the tensors a
   /// layer is the first to use (a tensor shared by several layers counts once).
@@ -41,7 +43,7 @@ struct ZeroPlanInput {
   std::vector<std::vector<std::size_t>> borrowed;
   std::size_t reduce_bucket_size = 6553600;
   std::size_t persistence_threshold = 100000;
-  /// Stage 3: elements each rank's block of a row is aligned to (see FlatLayout::make);
+  /// Partitioned parameters: elements each rank's block of a row is aligned to (see FlatLayout::make);
   /// page_block_align when the parameter partition lives on NVMe.
   std::size_t block_align = FlatLayout::default_align;
   /// By parameter index (or empty: none): parameters that get a row of their own, never
@@ -55,17 +57,19 @@ struct ZeroPlanInput {
 constexpr std::size_t page_block_align = 1024;
 
 struct ZeroPlan {
-  int64_t stage = 0;
+  ZeroPolicy policy;
   FlatLayout layout;
   /// Layout position -> model parameter index (layers' parameters concatenated).
   std::vector<std::size_t> parameter_of;
-  /// Stage 3: the rows each layer needs gathered, its own first (if it has one), then
-  /// those of the tensors it borrows; empty when all it uses stays gathered.
+  /// Partitioned parameters: the rows each layer needs gathered, its own first (if it has
+  /// one), then those of the tensors it borrows; empty when all it uses stays gathered.
   std::vector<std::vector<std::size_t>> layer_rows;
-  /// Stage 3: the layer whose parameters each row holds (-1 for the persistent row).
+  /// Partitioned parameters: the layer whose parameters each row holds (-1 for the
+  /// persistent row).
   std::vector<int64_t> row_layer;
-  /// Stage 3: rows that stay gathered.
+  /// Partitioned parameters: rows that stay gathered (else every row is false).
   std::vector<bool> persistent_rows;
+  bool persistent(std::size_t row) const { return row < persistent_rows.size() && persistent_rows[row]; }
   std::size_t parameter_elements = 0;  ///< the model's parameters, without padding
 };
 

@@ -26,10 +26,10 @@ std::string array_name(int64_t rank, int64_t virtual_stage, const std::string& a
   return fmt::format("rank{:05}-vs{:03}-{}.bin", rank, virtual_stage, array);
 }
 
-// The elements of a chunk's partition this rank writes: all of it, except at ZeRO 0, where
-// every replica holds the whole model and each writes its share.
+// The elements of a chunk's partition this rank writes: all of it, except where every
+// replica holds the whole model (ZeRO 0) and each writes its share.
 std::pair<std::size_t, std::size_t> written_range(const RankCheckpoint& r, std::size_t total) {
-  if (r.zero_stage > 0) return {0, total};
+  if (!r.zero.every_rank_updates_everything()) return {0, total};
   const auto dp = static_cast<std::size_t>(r.dp), replica = static_cast<std::size_t>(r.replica);
   return {total * replica / dp, total * (replica + 1) / dp};
 }

@@ -43,7 +43,7 @@ struct RankCheckpoint {
   int64_t rank = 0;
   int64_t replica = 0;  ///< in its data-parallel group
   int64_t dp = 1;
-  int64_t zero_stage = 0;
+  ZeroPolicy zero;                  ///< the job's: whether every replica holds the whole model
   std::vector<std::string> arrays;  ///< "values", then the optimizer's state arrays
   std::vector<ChunkCheckpoint> chunks;
 };

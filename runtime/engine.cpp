@@ -10,6 +10,7 @@
 #include <functional>
 #include <numeric>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -28,6 +29,7 @@
 #include "actors/scheduler.hpp"
 #include "actors/stage.hpp"
 #include "actors/stream.hpp"
+#include "kernels/devices.hpp"
 #include "memory/nvme_store.hpp"
 #include "pipeline/schedule.hpp"
 #include "runtime/checkpoint.hpp"
@@ -42,6 +44,7 @@
 #include "runtime/overflow_injection.hpp"
 #include "runtime/parameter_file.hpp"
 #include "runtime/pipeline_plan.hpp"
+#include "runtime/stand_in_device.hpp"
 #include "runtime/tensor_parallel_comm.hpp"
 #include "runtime/trace_merge.hpp"
 #include "troupe/troupe.hpp"
@@ -102,7 +105,7 @@ int64_t threads_per_rank(const JobConfig& config, const RankEnvironment& rank) {
 ZeroOptions zero_options(const JobConfig& config) {
   const ZeroConfig& z = config.zero;
   ZeroOptions o;
-  o.stage = z.stage;
+  o.policy = z.policy();
   o.reduce_bucket_size = z.reduce_bucket_size;
   o.overlap_comm = z.overlap_comm;
   o.limits.prefetch_bucket_size = static_cast<std::size_t>(z.prefetch_bucket_size);
@@ -176,8 +179,8 @@ Status check_nvme_tier(const OffloadConfig& config, const std::optional<OffloadO
 }
 
 // [cluster] device = "cuda": this rank's GPU must exist before anything starts.
-Status usable_gpu(const RankEnvironment& rank) {
-  if (auto usable = check_cuda_devices(rank.local_rank, rank.local_world_size); !usable)
+Status usable_gpu(const RankEnvironment& rank, bool share) {
+  if (auto usable = check_cuda_devices(rank.local_rank, rank.local_world_size, share); !usable)
     return make_error(fmt::format("rank {}: {}", rank.rank, usable.error().message));
   return {};
 }
@@ -208,7 +211,8 @@ Status broadcast_parameters(Transport& transport, std::vector<torch::Tensor> par
 // [parallel] tp > 1: the trainer's model is made of tensor-parallel layers over a group
 // of this rank's size and position; what does not work with tensor parallelism yet is
 // refused naming the key.
-Status check_tensor_parallel(const JobConfig& config, const RankEnvironment& rank, const Trainable& t) {
+Status check_tensor_parallel(const JobConfig& config, const RankEnvironment& rank, const Trainable& t,
+                             bool stand_in_device) {
   const int64_t tp = config.parallel.tp;
   const auto& group = t.tensor_parallel;
   if (!group)
@@ -238,7 +242,8 @@ Status check_tensor_parallel(const JobConfig& config, const RankEnvironment& ran
       {config.precision.dtype != Dtype::fp32, "a 16-bit [precision] dtype"},
       {config.checkpoint.every_steps > 0 || !config.checkpoint.resume.empty(), "[checkpoint]"},
       {!config.model.init_from.empty(), "[model] init_from"},
-      {config.cluster.device == DeviceKind::cuda, "[cluster] device = \"cuda\""}};
+      {config.cluster.device == DeviceKind::cuda, "[cluster] device = \"cuda\""},
+      {stand_in_device, "the device path on the CPU (TROUPE_DEVICE_PATH=cpu)"}};
   for (const auto& [used, what] : not_yet)
     if (used)
       return make_error(
@@ -283,7 +288,9 @@ class Engine::Impl {
   std::shared_ptr<const std::atomic<uint64_t>> sent;  // the transport's payload bytes sent
   std::shared_ptr<MemoryLedger> ledger = std::make_shared<MemoryLedger>();
   std::shared_ptr<const LrSchedule> lr_schedule;  // [scheduler]; unset: a constant rate
-  std::unique_ptr<GpuRank> gpu;  // before the actor system: its streams outlive the actors
+  // A GPU, or CPU streams standing in for one; before the actor system: its streams
+  // outlive the actors. Null: the host path.
+  std::unique_ptr<RankDevice> device;
   caf::actor_system_config actor_config;
   std::unique_ptr<caf::actor_system> system;
   caf::actor comm, loader, scheduler;  // scheduler: the scheduler actor (actors/scheduler.hpp)
@@ -313,10 +320,12 @@ class Engine::Impl {
     if (shared_compute)
       shared_compute->record().wait_for(
           std::chrono::milliseconds(static_cast<int64_t>(1000 * config.cluster.collective_timeout_s)));
+    // Exited and let go: the system's end waits for its detached actors (the device
+    // collectives) to be destroyed, which a handle kept here would prevent.
     for (auto* a : {&checkpoint_writer, &scheduler, &loader, &collectives, &comm})
-      if (*a) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+      if (*a) caf::anon_send_exit(std::exchange(*a, caf::actor{}), caf::exit_reason::user_shutdown);
     for (auto& chunk : stages)
-      if (chunk) caf::anon_send_exit(chunk, caf::exit_reason::user_shutdown);
+      if (chunk) caf::anon_send_exit(std::exchange(chunk, caf::actor{}), caf::exit_reason::user_shutdown);
     system.reset();  // waits for the actors; the comm agent closes the transport
   }
 
@@ -324,11 +333,12 @@ class Engine::Impl {
 
   // [cluster] device = "cuda": the rank's GPU, NCCL, and the model moved onto the GPU.
   Status open_gpu(Transport& transport) {
-    auto opened = GpuRank::open(transport, static_cast<int>(rank.local_rank),
-                                config.cluster.collective_timeout_s, tracer.get());
+    const int count = kernels::cuda_device_count().ok() ? *kernels::cuda_device_count() : 0;
+    auto opened = GpuRank::open(transport, gpu_of(rank.local_rank, count),
+                                config.cluster.collective_timeout_s, tracer.get(), config.cluster.share_gpus);
     if (!opened) return make_error(fmt::format("rank {}: {}", rank.rank, opened.error().message));
-    gpu = std::move(*opened);
-    if (auto moved = gpu->adopt(layers); !moved)
+    device = std::move(*opened);
+    if (auto moved = device->adopt(layers); !moved)
       return make_error(fmt::format("rank {}: {}", rank.rank, moved.error().message));
     return {};
   }
@@ -351,7 +361,7 @@ class Engine::Impl {
     // other chunk's work they wait for in turn; each chunk computes on a stream of its own.
     StageOptions shared = common;
     auto failures = std::make_shared<std::vector<caf::actor>>();  // where the shared stream's errors go
-    if (chunks > 1 && config.zero.stage < 2)
+    if (chunks > 1 && !config.zero.policy().compute_waits_for_collectives())
       shared.compute = CpuStream::make("compute", tracer.get(), [failures](const std::string& what) {
         for (const caf::actor& chunk : *failures) caf::anon_send(chunk, stage_failed{what});
       });
@@ -429,10 +439,10 @@ class Engine::Impl {
       so.reduce_type = data_type_of(*config.precision.communication_data_type);
     if (config.precision.scales_loss()) so.loss_scale = loss_scale_options(config);
     so.inject_overflow_steps = injected_overflow_steps(rank.rank);
-    if (gpu) {
+    if (device) {
       // A GPU rank: Adam and AdamW as the fused CUDA kernel (no factory), SGD as LibTorch's
       // on the device; with [offload] optimizer, the tier's kernels on the host.
-      so.device = gpu->spawn(*system, comm, ledger);
+      so.device = device->spawn(*system, comm, ledger);
       collectives = so.device->collectives;
       if (!so.offload && !own_optimizer && so.rule.kind != OptimizerRule::Kind::sgd)
         so.make_optimizer = nullptr;
@@ -440,7 +450,7 @@ class Engine::Impl {
       so.offload = OffloadOptions{};
     }
     spawn_chunks(std::move(so));
-    if (gpu) gpu->report_errors_to(stages.front());
+    if (device) device->report_errors_to(stages.front());
     SchedulerOptions sched;
     sched.chunks = stages;
     sched.data_loader = loader;
@@ -536,7 +546,8 @@ class Engine::Impl {
         return make_error(fmt::format("rank {}: stage {}'s ranks: {}", rank.rank, s, made.error().message));
       if (s == plan.place.stage) norm_comm = *made;
     }
-    if (config.zero.stage == 0) norm_comm = tensor_comm;  // every replica holds every reduced gradient
+    if (config.zero.policy().every_rank_updates_everything())
+      norm_comm = tensor_comm;  // holds every gradient
     return {};
   }
 
@@ -748,7 +759,7 @@ class Engine::Impl {
     checkpoint.rank = rank.rank;
     checkpoint.replica = plan.place.replica;
     checkpoint.dp = config.parallel.dp;
-    checkpoint.zero_stage = config.zero.stage;
+    checkpoint.zero = config.zero.policy();
     checkpoint.arrays = checkpoint_arrays(config.optimizer);
     for (std::size_t chunk = 0; chunk < stages.size(); ++chunk) {
       ChunkCheckpoint cc;
@@ -897,8 +908,15 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   impl->tensor_names = parameters->names;
   for (std::size_t t = 0; t < parameters->tensors.size(); ++t)
     impl->model_tensors.push_back(ModelTensor{parameters->names[t], parameters->tensors[t].sizes().vec()});
+  const bool on_gpu = impl->config.cluster.device == DeviceKind::cuda;
+  auto stand_in = device_path_on_cpu();  // the device path on the CPU: tests without a GPU
+  if (!stand_in) return make_error(fmt::format("rank {}: {}", impl->rank.rank, stand_in.error().message));
+  *stand_in = *stand_in && !on_gpu;
+  if (*stand_in)
+    TROUPE_TRY(check_device_path(impl->config, impl->config.origins,
+                                 fmt::format("the device path on the CPU ({}=cpu)", kDevicePathVariable)));
   if (impl->config.parallel.tp > 1) {
-    TROUPE_TRY(check_tensor_parallel(impl->config, impl->rank, trainable));
+    TROUPE_TRY(check_tensor_parallel(impl->config, impl->rank, trainable, *stand_in));
     impl->tensor_group = trainable.tensor_parallel;
     for (const torch::Tensor& p : parameters->tensors)
       impl->tensor_splits.push_back(impl->tensor_group->split_of(p.unsafeGetTensorImpl()));
@@ -921,8 +939,7 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   if (impl->rank.rank == 0)
     for (const std::string& w : warnings) spdlog::warn("{}", w);
   if (!schedule->constant()) impl->lr_schedule = std::make_shared<const LrSchedule>(*schedule);
-  const bool on_gpu = impl->config.cluster.device == DeviceKind::cuda;
-  if (on_gpu) TROUPE_TRY(usable_gpu(impl->rank));
+  if (on_gpu) TROUPE_TRY(usable_gpu(impl->rank, impl->config.cluster.share_gpus));
   impl->layers = trainable.layers;
   impl->compute_threads = threads_per_rank(impl->config, impl->rank);
   torch::set_num_threads(static_cast<int>(impl->compute_threads));
@@ -956,6 +973,9 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
                                    fmt::format("the tensor-parallel group of ranks {}",
                                                fmt::join(impl->plan.place.tensor_parallel_group, ", "))));
   if (on_gpu) TROUPE_TRY(impl->open_gpu(*shared));
+  if (*stand_in)
+    impl->device =
+        std::make_unique<StandInDevice>(impl->rank.rank, impl->rank.world_size, impl->tracer.get());
   impl->start_actors(std::move(shared), trainable);
   TROUPE_TRY(impl->prepare_checkpoints());
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));

@@ -47,7 +47,7 @@ double per_param(int64_t bytes, int64_t params) {
 }
 
 bool parameters_on_nvme(const JobConfig& job) {
-  return job.zero.stage == 3 && job.offload.param == OffloadTier::nvme;
+  return job.zero.policy().partitions_parameters() && job.offload.param == OffloadTier::nvme;
 }
 
 // With an nvme tier the host holds, instead of what moved to disk, buffer_count swap
@@ -162,7 +162,7 @@ int64_t stage_activation_bytes(const JobConfig& job, int64_t s) {
 
 Result<ModelStateEstimate> estimate_layers(const JobConfig& job, const LayerSet& set) {
   ZeroPlanInput input;
-  input.stage = job.zero.stage;
+  input.policy = job.zero.policy();
   input.dp = job.parallel.dp;
   input.reduce_bucket_size = static_cast<std::size_t>(job.zero.reduce_bucket_size);
   input.persistence_threshold = static_cast<std::size_t>(job.zero.param_persistence_threshold);
@@ -186,7 +186,7 @@ Result<ModelStateEstimate> estimate_layers(const JobConfig& job, const LayerSet&
 
   ModelStateEstimate e;
   e.file = job.source;
-  e.stage = job.zero.stage;
+  e.zero = job.zero.policy();
   e.dp = job.parallel.dp;
   e.tp = job.parallel.tp;
   e.params = set.parameters;
@@ -201,17 +201,16 @@ Result<ModelStateEstimate> estimate_layers(const JobConfig& job, const LayerSet&
   // moments); stage 1 partitions the optimizer state, 2 the gradients too, 3 all.
   const int64_t item = inputs.element_bytes;
   const int64_t optimizer = kFloatBytes * (inputs.optimizer_states_per_element + (mixed ? 1 : 0));
-  std::array<std::pair<int64_t, int64_t>, 4> whole_and_divided{{
-      {2 * item + optimizer, 0},
-      {2 * item, optimizer},
-      {item, item + optimizer},
-      {0, 2 * item + optimizer},
-  }};
-  auto [whole, divided] = whole_and_divided[static_cast<std::size_t>(e.stage)];
+  int64_t whole = 0, divided = 0;
+  const std::pair<bool, int64_t> parts[] = {{e.zero.partitions_parameters(), item},
+                                            {e.zero.partitions_gradients(), item},
+                                            {e.zero.partitions_optimizer_state(), optimizer}};
+  for (const auto& [partitioned, bytes] : parts) (partitioned ? divided : whole) += bytes;
   e.formula = formula_text(whole, divided);
   e.formula_bytes_per_param =
       static_cast<double>(whole) + static_cast<double>(divided) / static_cast<double>(e.dp);
-  if (e.stage == 3) e.live_window_elements = static_cast<int64_t>(stage3_peak_gathered(*plan, inputs.limits));
+  if (e.zero.gathers_before_use())
+    e.live_window_elements = static_cast<int64_t>(stage3_peak_gathered(*plan, inputs.limits));
   TROUPE_TRY(move_to_nvme(job, *plan, e));
   return e;
 }
@@ -362,13 +361,14 @@ std::string render_estimate(const ModelStateEstimate& e) {
           ? fmt::format(
                 "{}: ZeRO stage {}, dp {}, tp {}, {} parameters, {} on each rank (its tensor-parallel "
                 "shard)\n",
-                e.file, e.stage, e.dp, e.tp, group_thousands(e.model_params), group_thousands(e.params))
-      : e.pp == 1 ? fmt::format("{}: ZeRO stage {}, dp {}, {} parameters\n", e.file, e.stage, e.dp,
+                e.file, e.zero.stage(), e.dp, e.tp, group_thousands(e.model_params),
+                group_thousands(e.params))
+      : e.pp == 1 ? fmt::format("{}: ZeRO stage {}, dp {}, {} parameters\n", e.file, e.zero.stage(), e.dp,
                                 group_thousands(e.params))
                   : fmt::format(
                         "{}: ZeRO stage {}, dp {}, pp {}, {} parameters (activations: the stage's input "
                         "and output kept between forward and backward)\n",
-                        e.file, e.stage, e.dp, e.pp, group_thousands(e.model_params)) +
+                        e.file, e.zero.stage(), e.dp, e.pp, group_thousands(e.model_params)) +
                         render_stages(e);
   struct Row {
     std::string kind;
@@ -403,7 +403,7 @@ std::string render_estimate(const ModelStateEstimate& e) {
                     group_thousands(rows[i].bytes), bytes_width, per_param(rows[i].bytes, e.params));
   out += fmt::format("ZeRO formula ({}): {} = {:.2f} bytes/param at N = {}", name_of(e.dtype), e.formula,
                      e.formula_bytes_per_param, e.dp);
-  if (e.stage == 3)
+  if (e.zero.gathers_before_use())
     out +=
         fmt::format(", plus the live window: {} elements gathered at the peak ({:.2f} bytes/param)",
                     group_thousands(e.live_window_elements),
@@ -415,7 +415,7 @@ std::string render_estimate(const ModelStateEstimate& e) {
 std::string estimate_json(const ModelStateEstimate& e) {
   nlohmann::json j = {
       {"file", e.file},
-      {"stage", e.stage},
+      {"stage", e.zero.stage()},
       {"dp", e.dp},
       {"params", e.params},
       {"tier", e.tier},
@@ -428,7 +428,7 @@ std::string estimate_json(const ModelStateEstimate& e) {
       {"dtype", name_of(e.dtype)},
       {"formula_bytes_per_param", e.formula_bytes_per_param},
   };
-  if (e.stage == 3) j["live_window_elements"] = e.live_window_elements;
+  if (e.zero.gathers_before_use()) j["live_window_elements"] = e.live_window_elements;
   if (e.nvme_optimizer_state_bytes > 0) j["nvme_optimizer_state_bytes"] = e.nvme_optimizer_state_bytes;
   if (e.nvme_parameter_bytes > 0) j["nvme_parameter_bytes"] = e.nvme_parameter_bytes;
   if (e.tp > 1) {

@@ -35,7 +35,7 @@ struct StageEstimate {
 
 struct ModelStateEstimate {
   std::string file;  ///< the config the job came from
-  int64_t stage = 0;
+  ZeroPolicy zero;   ///< what its ZeRO stage partitions
   int64_t dp = 1;
   int64_t params = 0;  ///< the model's parameter count
   /// Bytes one rank holds at the peak of a step, by kind.

@@ -30,13 +30,18 @@
 namespace troupe {
 
 // Where CUDA errors of the rank's streams go: the log, and once there is one, the stage.
+// A weak handle: the streams outlive the actor system, and a strong one would keep the
+// stage, and through its options the detached collectives actor, alive past the system's
+// end, whose destructor would then wait for that actor forever.
 struct GpuErrorRoute {
   std::mutex mutex;
-  caf::actor stage;
+  caf::weak_actor_ptr stage;
   void operator()(int device, const std::string& what) {
     spdlog::error("GPU {}: {}", device, what);
     std::lock_guard lock(mutex);
-    if (stage) caf::anon_send(stage, stage_failed{fmt::format("GPU {}: {}", device, what)});
+    if (auto strong = stage.lock())
+      caf::anon_send(caf::actor_cast<caf::actor>(strong),
+                     stage_failed{fmt::format("GPU {}: {}", device, what)});
   }
 };
 
@@ -51,6 +56,7 @@ struct GpuRank::Impl {
   std::unique_ptr<NcclGroup> nccl;
 #endif
   IssuingStream::Scope scope;
+  bool staged = false;  // collectives through host memory: no NCCL
   std::shared_ptr<GpuErrorRoute> errors = std::make_shared<GpuErrorRoute>();
 };
 
@@ -75,7 +81,7 @@ Result<IssuingStream::Scope> torch_scope([[maybe_unused]] const std::shared_ptr<
 }  // namespace
 
 Result<std::unique_ptr<GpuRank>> GpuRank::open(Transport& transport, int device, double timeout_s,
-                                               Tracer* tracer) {
+                                               Tracer* tracer, bool staged) {
   std::unique_ptr<GpuRank> gpu(new GpuRank());
   gpu->impl_ = std::make_unique<Impl>();
   Impl& m = *gpu->impl_;
@@ -94,12 +100,15 @@ Result<std::unique_ptr<GpuRank>> GpuRank::open(Transport& transport, int device,
   auto scope = torch_scope(m.compute);
   if (!scope) return scope.error();
   m.scope = std::move(*scope);
+  m.staged = staged;
 #if TROUPE_WITH_NCCL
-  auto timeout =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(timeout_s));
-  auto group = NcclGroup::create(transport, device, timeout);
-  if (!group) return make_error("starting NCCL: " + group.error().message);
-  m.nccl = std::move(*group);
+  if (!staged) {
+    auto timeout =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(timeout_s));
+    auto group = NcclGroup::create(transport, device, timeout);
+    if (!group) return make_error("starting NCCL: " + group.error().message);
+    m.nccl = std::move(*group);
+  }
 #endif
   return gpu;
 }
@@ -124,24 +133,27 @@ DeviceRank GpuRank::spawn(caf::actor_system& system, [[maybe_unused]] caf::actor
   Impl& m = *impl_;
   DeviceRank d;
   d.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(m.device));
+  d.memory = Placement::on_device(m.device);
   d.stream = m.compute;
   d.d2h = m.d2h;
   d.h2d = m.h2d;
   d.pin = pin_host;
   d.scope = m.scope;
 #if TROUPE_WITH_NCCL
-  TROUPE_CHECK(m.nccl != nullptr, "GpuRank::spawn is called once");
-  d.collectives = spawn_device_comm(system, std::move(m.nccl), std::move(m.comm));
-#else
+  if (!m.staged) {
+    TROUPE_CHECK(m.nccl != nullptr, "GpuRank::spawn is called once");
+    d.collectives = spawn_device_comm(system, std::move(m.nccl), std::move(m.comm));
+    return d;
+  }
+#endif
   d.collectives = spawn_staged_comm(system, StagedCommOptions{std::move(comm_agent), m.d2h, m.h2d, m.rank,
                                                               m.world_size, std::move(ledger), pin_host});
-#endif
   return d;
 }
 
 void GpuRank::report_errors_to(caf::actor stage) {
   std::lock_guard lock(impl_->errors->mutex);
-  impl_->errors->stage = std::move(stage);
+  impl_->errors->stage = caf::actor_cast<caf::weak_actor_ptr>(stage);
 }
 
 }  // namespace troupe

@@ -21,27 +21,28 @@
 #include "base/result.hpp"
 #include "base/trace.hpp"
 #include "memory/memory_ledger.hpp"
+#include "runtime/rank_device.hpp"
 #include "transport/transport.hpp"
 
 namespace troupe {
 
-class GpuRank {
+class GpuRank final : public RankDevice {
  public:
   /// Opens GPU `device` for this rank; collective over `transport` (the NCCL bootstrap).
+  /// `staged`: no NCCL (ranks share GPUs, which NCCL refuses); collectives are staged
+  /// through host memory and the comm agent instead, on every rank alike.
   static Result<std::unique_ptr<GpuRank>> open(Transport& transport, int device, double timeout_s,
-                                               Tracer* tracer);
-  ~GpuRank();
+                                               Tracer* tracer, bool staged = false);
+  ~GpuRank() override;
   GpuRank(const GpuRank&) = delete;
   GpuRank& operator=(const GpuRank&) = delete;
 
-  /// Moves `model`'s parameters and buffers to the GPU on the compute stream, and waits
-  /// (bounded) until they are there.
-  Status adopt(torch::nn::Sequential& model);
-  /// Starts the rank's collectives actor; once.
-  DeviceRank spawn(caf::actor_system& system, caf::actor comm_agent, std::shared_ptr<MemoryLedger> ledger);
-  /// From now on a CUDA error on the rank's streams stops `stage` (stage_failed) instead of
-  /// only being logged, so the step fails with it instead of running into its time limit.
-  void report_errors_to(caf::actor stage);
+  /// Moves `model` to the GPU on the compute stream.
+  Status adopt(torch::nn::Sequential& model) override;
+  DeviceRank spawn(caf::actor_system& system, caf::actor comm_agent,
+                   std::shared_ptr<MemoryLedger> ledger) override;
+  /// CUDA errors on the rank's streams.
+  void report_errors_to(caf::actor stage) override;
 
  private:
   GpuRank() = default;

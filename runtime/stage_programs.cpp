@@ -26,7 +26,7 @@ Result<std::vector<pipeline::Program>> stage_programs(const JobConfig& job) {
   if (!programs) return programs.error();
   if (auto checked = pipeline::simulate(*programs, pipeline::layout_of(schedule, shape), micro); !checked)
     return make_error(fmt::format("[pipeline] schedule \"{}\": {}", schedule, checked.error().message));
-  if (pipeline::splits_backward(*programs) && job.zero.stage == 3)
+  if (pipeline::splits_backward(*programs) && job.zero.policy().gathers_before_use())
     return make_error(
         fmt::format("[pipeline] schedule \"{}\" splits backwards into input and weight halves, "
                     "which [zero] stage = 3 does not run yet: use stage 0-2",

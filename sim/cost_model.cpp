@@ -72,7 +72,7 @@ ChunkCost chunk_cost(const JobConfig& job, const ClusterSpec& cluster, const std
   // prefetching each layer's during the one before (beside the computes of the host): only
   // what compute cannot cover, and the first layer's, are waited for.
   Nanos gather_f = 0, gather_b = 0;
-  if (job.zero.stage == 3 && job.parallel.dp > 1 && count > 0) {
+  if (job.zero.policy().gathers_before_use() && job.parallel.dp > 1 && count > 0) {
     const Nanos gather = links.all_gather(elements * elem, groups.data, true);
     c.prefetch = gather;
     const Nanos first_layer = gather / count;
@@ -120,13 +120,14 @@ Result<StageCost> stage_cost(const JobConfig& job, const ClusterSpec& cluster, i
   s.parameters = parameters;
   s.model_state = model_state;
   const int64_t dp = job.parallel.dp, elem = element_bytes(job.precision.dtype);
-  const int zero = static_cast<int>(job.zero.stage);
+  const ZeroPolicy zero = job.zero.policy();
   if (dp > 1) {
     s.reduce_bytes = parameters * communication_bytes(job);
-    s.scatter = zero >= 1;
-    if (zero == 1 || zero == 2) s.gather_bytes = parameters * elem;
+    s.scatter = zero.reduce_scatters();
+    // Gathered back after the update: every row (partitioned parameters gather before use).
+    if (zero.gathers_after_update(false)) s.gather_bytes = parameters * elem;
   }
-  const int64_t updated = zero >= 1 ? (parameters + dp - 1) / dp : parameters;
+  const int64_t updated = zero.partitions_optimizer_state() ? (parameters + dp - 1) / dp : parameters;
   auto rate = optimizer_rate(job, cluster);
   if (!rate) return rate.error();
   double seconds = static_cast<double>(updated) / *rate;

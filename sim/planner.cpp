@@ -73,9 +73,12 @@ std::vector<Candidate> plan_candidates(const JobConfig& base, const ClusterSpec&
         const int64_t accumulation = global / (dp * micro);
         for (const std::string& schedule : schedules_for(pp, accumulation))
           for (int64_t zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero) {
-            if (zero == 3 && schedule == "zb_h1") continue;  // split backwards are not run with ZeRO-3
+            const ZeroPolicy policy = ZeroPolicy::of(zero);
+            // Split backwards are not run where a layer's weights are gathered around its backward.
+            if (policy.gathers_before_use() && schedule == "zb_h1") continue;
             std::vector<OffloadTier> tiers{OffloadTier::none};
-            if (cluster.device.kind == "gpu" && zero >= 1) tiers.push_back(OffloadTier::cpu);
+            if (cluster.device.kind == "gpu" && policy.partitions_optimizer_state())
+              tiers.push_back(OffloadTier::cpu);
             for (OffloadTier tier : tiers)
               out.push_back(Candidate{dp, pp, tp, zero, tier, schedule, micro, accumulation});
           }

@@ -264,7 +264,8 @@ double chunk_share(const StageState& s) {
 // accumulated gradients once a step.
 bool reduces_each_micro_batch(const StageState& s) {
   const JobConfig& job = s.w->job;
-  return job.zero.stage >= 2 && job.parallel.dp > 1 && stage_cost(s).reduce_bytes > 0;
+  return job.zero.policy().reduces_every_micro_batch() && job.parallel.dp > 1 &&
+         stage_cost(s).reduce_bytes > 0;
 }
 
 // Gradients made final by a backward that began at `backward_started` go to the group in rows
@@ -322,7 +323,8 @@ constexpr int64_t kDigestBytes = 32;  // step, micro-batch, length and digest, p
 
 bool sequence_agreed(SimStage* self, int64_t micro) {
   auto& s = self->state;
-  if (s.w->job.zero.stage != 3 || s.w->job.parallel.dp == 1 || s.agreed.count(micro)) return true;
+  if (!s.w->job.zero.policy().gathers_before_use() || s.w->job.parallel.dp == 1 || s.agreed.count(micro))
+    return true;
   if (s.computing > 0) return false;  // the compute thread compares once it is free
   if (s.agreeing.emplace(micro, s.w->clock.now()).second)
     join(self, GroupOp::all_gather, kDigestBytes * s.w->job.parallel.dp, s.w->clock.now(), 1.0,

@@ -1,6 +1,9 @@
 // Messages of the comm agent: collectives requested by other actors of this rank.
 // Every request names the actor that hears the outcome (reply_to) and a tag the
-// requester chooses to recognise it; tensor bytes travel as buffer handles.
+// requester chooses to recognise it; tensor bytes travel as buffer handles. The same
+// requests go to a GPU rank's device collectives actor (NCCL, or staged through host
+// memory: actors/device_comm.hpp, actors/staged_comm.hpp) when their spans are in device
+// memory: one protocol for every memory.
 #pragma once
 
 #include <caf/actor.hpp>
@@ -22,22 +25,29 @@
 
 namespace troupe {
 
-/// `count` elements of `type` starting `offset_bytes` into a shared host buffer.
+/// `count` elements of `type` starting `offset_bytes` into a shared buffer, in whatever
+/// memory the buffer is (owner->placement()), and when its bytes are whole: `ready`
+/// completes once the last writer has written them (work on a device stream, say). Whoever
+/// reads the span — a collective, a copy, a kernel — waits for `ready` on its own stream
+/// first; a span written before it is handed over carries a completed event.
 struct BufferSpan {
-  std::shared_ptr<HostBuffer> owner;
+  std::shared_ptr<Buffer> owner;
   std::size_t offset_bytes = 0;
   std::size_t count = 0;
   DataType type = DataType::f32;
+  Event ready = Event::completed();
   std::byte* data() const { return owner->data() + offset_bytes; }
+  std::size_t bytes() const { return count * element_bytes(type); }
+  Placement placement() const { return owner->placement(); }
 };
 
 /// `count` fp32 values starting `offset` values into `owner`.
-inline BufferSpan float_span(std::shared_ptr<HostBuffer> owner, std::size_t offset, std::size_t count) {
+inline BufferSpan float_span(std::shared_ptr<Buffer> owner, std::size_t offset, std::size_t count) {
   return BufferSpan{std::move(owner), offset * sizeof(float), count, DataType::f32};
 }
 
 /// `count` values of `type` starting `offset` values into `owner`.
-inline BufferSpan typed_span(std::shared_ptr<HostBuffer> owner, std::size_t offset, std::size_t count,
+inline BufferSpan typed_span(std::shared_ptr<Buffer> owner, std::size_t offset, std::size_t count,
                              DataType type) {
   return BufferSpan{std::move(owner), offset * element_bytes(type), count, type};
 }

@@ -1,47 +1,51 @@
-// Messages of the device comm actor (actors/device_comm.hpp): collectives on GPU memory.
+// What the device collectives actors (actors/device_comm.hpp: NCCL; actors/staged_comm.hpp:
+// staged through host memory) make of the comm agent's requests (actors/protocol/comm.hpp)
+// when their spans are in device memory: the same four collectives, normalised into one
+// call, so each actor has one path for all of them.
 #pragma once
 
 #include <caf/actor.hpp>
 #include <caf/allowed_unsafe_message_type.hpp>
 
 #include <cstdint>
-#include <memory>
+#include <string>
 
-#include "actors/stream.hpp"
-#include "kernels/cpu/reduce.hpp"
-#include "transport/collective.hpp"
+#include "actors/protocol/comm.hpp"
 
 namespace troupe {
 
-enum class DeviceCollective : uint8_t { all_reduce, reduce_scatter, all_gather, broadcast };
+enum class CollectiveKind : uint8_t { all_reduce, reduce_scatter, all_gather, broadcast };
 
-/// A collective over device memory, run with NCCL on the rank's comm stream after `ready`
-/// (an Event of the stream that produced the input) completes, on the device. Answered
-/// with collective_done{tag, error} once the comm stream has run it; `keep` (the owner of
-/// the device memory) is let go just before, on the actor's thread. Shapes as Transport's: reduce_scatter's
-/// input holds group-size blocks of `count`, all_gather's output too.
-struct device_collective_request {
+const char* name_of(CollectiveKind kind);
+
+/// One collective as a device actor runs it. Shapes as Transport's: `count` is the
+/// elements of one member's block (reduce_scatter's input and all_gather's output hold
+/// one block per member); all_reduce and broadcast work in place (input is output).
+struct CollectiveCall {
   uint64_t tag = 0;
-  DeviceCollective kind = DeviceCollective::all_reduce;
-  const void* input = nullptr;
-  void* output = nullptr;  ///< all_reduce and broadcast: in place (output == input)
+  CollectiveKind kind = CollectiveKind::all_reduce;
+  BufferSpan input, output;
   std::size_t count = 0;
-  DataType type = DataType::f32;
   ReduceOp op = ReduceOp::sum;
-  int root = 0;
-  Event ready = Event::completed();  ///< the default: nothing to wait for
-  std::shared_ptr<void> keep;
+  int64_t root = 0;
+  CommunicatorId comm = world_communicator;
   caf::actor reply_to;
+
+  DataType type() const { return output.type; }
 };
 
-/// Internal: the comm stream ran the request the actor numbered `serial`. Only the number
+CollectiveCall call_of(all_reduce_request& r);
+CollectiveCall call_of(reduce_scatter_request& r);
+CollectiveCall call_of(all_gather_request& r);
+CollectiveCall call_of(broadcast_request& r);
+
+/// Internal: the comm stream ran the call the actor numbered `serial`. Only the number
 /// travels: the host callback that sees the completion must make no CUDA call, so what the
-/// request kept (device memory) stays in the actor's state and is let go on its thread.
+/// call holds (device memory) stays in the actor's state and is let go on its thread.
 struct device_collective_finished {
   uint64_t serial = 0;
 };
 
 }  // namespace troupe
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::device_collective_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::device_collective_finished)

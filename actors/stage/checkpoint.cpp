@@ -27,10 +27,13 @@ stage_layout describe(const StageState& s) {
   for (std::size_t p = 0; p < layout.parameter_count(); ++p)
     l.tensor_elements[tensor_of[p]] = layout.count(p);
   l.arrays = 1 + static_cast<std::size_t>(s.options.rule.states_per_element());
-  l.held.assign(l.tensor_elements.size(), store.stage() < 3);
-  for (std::size_t p = 0; store.stage() == 3 && p < layout.parameter_count(); ++p)
-    l.held[tensor_of[p]] = store.plan().persistent_rows[layout.row_of_parameter(p)];
-  if (store.stage() == 0) {  // the shards are whole tensors, in tensor order
+  l.held.resize(l.tensor_elements.size());
+  const ZeroPolicy& policy = store.policy();
+  // Partitioned parameters: only the persistent rows' tensors are held whole.
+  for (std::size_t p = 0; p < layout.parameter_count(); ++p)
+    l.held[tensor_of[p]] =
+        !policy.partitions_parameters() || store.plan().persistent(layout.row_of_parameter(p));
+  if (policy.every_rank_updates_everything()) {  // the shards are whole tensors, in tensor order
     for (std::size_t t = 0; t < l.tensor_elements.size(); ++t) {
       l.pieces.push_back(PartitionPiece{t, 0, l.tensor_elements[t], l.partition_elements});
       l.partition_elements += l.tensor_elements[t];

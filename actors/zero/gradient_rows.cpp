@@ -17,16 +17,17 @@ GradientRows::GradientRows(std::shared_ptr<ParameterStore> store, std::shared_pt
   const FlatLayout& layout = store_->layout();
   rows_.resize(layout.row_count());
   used_.assign(layout.parameter_count(), 0.0F);
-  // Stages 0-2 lay rows out in backward order already; stage 3 has one row per layer in
-  // forward order, then its persistent row completes last (its LayerNorms span the model).
-  for (std::size_t k = 0; k < rows_.size(); ++k)
-    if (store_->stage() < 3) order_.push_back(k);
-  if (store_->stage() == 3) {
-    const auto& persistent = store_->plan().persistent_rows;
+  // Bucketed rows are laid out in backward order already; rows by layer (partitioned
+  // parameters) are in forward order, then the persistent row completes last (its
+  // LayerNorms span the model).
+  const ZeroPlan& plan = store_->plan();
+  if (!plan.policy.partitions_parameters())
+    for (std::size_t k = 0; k < rows_.size(); ++k) order_.push_back(k);
+  else {
     for (std::size_t k = rows_.size(); k-- > 0;)
-      if (!persistent[k]) order_.push_back(k);
+      if (!plan.persistent(k)) order_.push_back(k);
     for (std::size_t k = 0; k < rows_.size(); ++k)
-      if (persistent[k]) order_.push_back(k);
+      if (plan.persistent(k)) order_.push_back(k);
   }
   for (std::size_t i = 0; i < layout.parameter_count(); ++i) {
     auto accumulator = torch::autograd::impl::grad_accumulator(store_->parameter_at(i));
@@ -42,7 +43,8 @@ GradientRows::GradientRows(std::shared_ptr<ParameterStore> store, std::shared_pt
 }
 
 std::size_t GradientRows::posts_per_step(int64_t micro_count) const {
-  return rows_.size() * static_cast<std::size_t>(store_->stage() >= 2 ? micro_count : 1);
+  return rows_.size() *
+         static_cast<std::size_t>(store_->policy().reduces_every_micro_batch() ? micro_count : 1);
 }
 
 void GradientRows::begin_step() {
@@ -66,14 +68,14 @@ void GradientRows::end_split_pass() {
   TROUPE_CHECK(split_.open, "end_split_pass without begin_split_pass");
   split_.open = false;
   if (!split_.finishes) return;
-  if (store_->stage() < 2 && !split_.step_final) return;  // the flat gradients are whole at the end
+  if (!store_->policy().reduces_every_micro_batch() && !split_.step_final) return;  // whole at the end
   const FlatLayout& layout = store_->layout();
   for (std::size_t k : order_) {
     Row row;
-    // Stages 2-3: whatever .grad holds goes into this micro-batch's slot, row by row: its
-    // own gradients and any that a later micro-batch's input half has added already
-    // (LayerNorms, embeddings). Reduction is linear, so the step's sum is the same.
-    if (store_->stage() >= 2)
+    // Partitioned gradients: whatever .grad holds goes into this micro-batch's slot, row
+    // by row: its own gradients and any that a later micro-batch's input half has added
+    // already (LayerNorms, embeddings). Reduction is linear, so the step's sum is the same.
+    if (!store_->policy().keeps_flat_gradients())
       for (std::size_t i = 0; i < layout.row(k).parameter_count; ++i)
         take_gradient(layout.row(k).first_parameter + i, row, k);
     post(k, row);
@@ -88,7 +90,7 @@ void GradientRows::on_gradient_final(std::size_t position, bool defined) {
   }
   Row& row = rows_[k];
   if (defined) used_[position] = 1.0F;
-  if (store_->stage() >= 2 && defined) take_gradient(position, row, k);
+  if (!store_->policy().keeps_flat_gradients() && defined) take_gradient(position, row, k);
   const auto& layout_row = store_->layout().row(k);
   if (++row.ready < layout_row.parameter_count) return;
   row.complete = true;
@@ -100,7 +102,7 @@ void GradientRows::post_ready_in_order() {
   while (cursor_ < order_.size() && rows_[order_[cursor_]].complete) post(order_[cursor_++]);
 }
 
-// Stages 2-3: the gradient moves into the row's bucket slot and .grad is dropped.
+// Partitioned gradients: the gradient moves into the row's bucket slot and .grad is dropped.
 void GradientRows::take_gradient(std::size_t position, Row& row, std::size_t k) {
   const FlatLayout& layout = store_->layout();
   std::size_t elements = layout.row_elements(k);
@@ -132,7 +134,8 @@ void GradientRows::post(std::size_t k, Row& row) {
   row.posted = true;
   const FlatLayout& layout = store_->layout();
   std::size_t elements = layout.row_elements(k);
-  if (store_->stage() < 2 && store_->reduced_gradients()) {  // widened, then reduced in fp32
+  const bool flat = store_->policy().keeps_flat_gradients();
+  if (flat && store_->reduced_gradients()) {  // widened, then reduced in fp32
     const auto begin = static_cast<int64_t>(layout.row(k).begin);
     const auto n = static_cast<int64_t>(elements);
     view_of(store_->reduced_gradients(), layout.row(k).begin, {n}, store_->reduce_type())
@@ -141,8 +144,8 @@ void GradientRows::post(std::size_t k, Row& row) {
           typed_span(store_->reduced_gradients(), layout.row(k).begin, elements, store_->reduce_type()));
     return;
   }
-  if (store_->stage() < 2) {  // on a GPU: no host buffer, the range of device_gradients()
-    post_(k, 0, typed_span(store_->flat_gradients(), layout.row(k).begin, elements, store_->dtype()));
+  if (flat) {  // in host or device memory: the store's gradient buffer says which
+    post_(k, 0, typed_span(store_->gradient_buffer(), layout.row(k).begin, elements, store_->dtype()));
     return;
   }
   if (!row.has_slot) {  // no gradient reached this row: reduce zeros

@@ -41,9 +41,8 @@ namespace troupe {
 
 class GradientRows {
  public:
-  /// Row `row` is ready: its gradients are `span` (in `slot` of the pool, stages 2-3). On
-  /// a GPU rank (stage 0) the span has no owner: its range is one of the store's
-  /// device_gradients().
+  /// Row `row` is ready: its gradients are `span` (in `slot` of the pool, stages 2-3), in
+  /// the memory the store keeps them in (on a GPU rank, the device's).
   using Post = std::function<void(std::size_t row, std::size_t slot, BufferSpan span)>;
   /// Stage 3: every gradient of row `row` is final, so backward no longer needs it.
   using RowDone = std::function<void(std::size_t row)>;
@@ -79,7 +78,7 @@ class GradientRows {
     std::size_t slot = 0;
     bool has_slot = false;
   };
-  bool posts_now() const { return last_micro_ || store_->stage() >= 2; }
+  bool posts_now() const { return last_micro_ || store_->policy().reduces_every_micro_batch(); }
   void on_gradient_final(std::size_t position, bool defined);
   void take_gradient(std::size_t position, Row& row, std::size_t k);
   void post(std::size_t k) { post(k, rows_[k]); }

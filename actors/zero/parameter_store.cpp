@@ -43,22 +43,24 @@ torch::Tensor view_of(const std::shared_ptr<HostBuffer>& buffer, std::size_t off
 
 ParameterStore::ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> parameters, int64_t rank,
                                std::shared_ptr<MemoryLedger> ledger, std::shared_ptr<ParameterSwap> swap,
-                               bool device_resident, DataType dtype, std::optional<DataType> reduce_type)
+                               std::optional<Placement> device_memory, DataType dtype,
+                               std::optional<DataType> reduce_type)
     : plan_(std::move(plan)),
       parameters_(std::move(parameters)),
       rank_(rank),
       ledger_(std::move(ledger)),
       swap_(std::move(swap)),
-      device_resident_(device_resident),
+      device_memory_(device_memory),
       dtype_(dtype),
       reduce_type_(reduce_type.value_or(dtype)) {
-  TROUPE_CHECK(!swap_ || plan_.stage == 3, "only stage 3 swaps parameters");
+  TROUPE_CHECK(!swap_ || policy().partitions_parameters(), "only partitioned parameters are swapped");
   TROUPE_CHECK(plan_.parameter_of.size() == parameters_.size(), "the plan covers every parameter once");
   for (const auto& p : parameters_) {
     TROUPE_CHECK(p.scalar_type() == torch::kFloat32, "the store takes the model's fp32 parameters");
     TROUPE_CHECK(p.device() == parameters_.front().device(), "every parameter is on one device");
   }
-  TROUPE_CHECK(!on_device() || plan_.stage == 0, "only stage 0 keeps its parameters on a GPU");
+  TROUPE_CHECK(!on_device() || policy().parameter_home() == ParameterHome::model_tensors,
+               "only stage 0 keeps its parameters on a GPU");
   TROUPE_CHECK(on_device() || parameters_.empty() || parameters_.front().device().is_cpu(),
                "parameters on a GPU need a device-resident store");
   TROUPE_CHECK(dtype_ == DataType::f32 || (!on_device() && !swap_),
@@ -76,8 +78,8 @@ ParameterStore::ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> paramet
     accumulators_.push_back(torch::autograd::impl::grad_accumulator(parameter_at(i)));
   }
   torch::NoGradGuard no_grad;
-  switch (plan_.stage) {
-    case 0:
+  switch (policy().parameter_home()) {
+    case ParameterHome::model_tensors:
       own_tensors_ = MemoryCharge(ledger_, MemoryKind::parameters,
                                   static_cast<int64_t>(plan_.parameter_elements * element_size()));
       if (on_device()) {
@@ -90,23 +92,22 @@ ParameterStore::ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> paramet
         p.mutable_grad() = view_of(flat_gradients_, layout().offset(i), p.sizes(), dtype_);
       }
       break;
-    case 1:
-    case 2:
-      lay_out_flat(plan_.stage == 1);
+    case ParameterHome::flat:
+      lay_out_flat(policy().keeps_flat_gradients());
       break;
-    default:
+    case ParameterHome::partition:
       keep_partition();
   }
-  if (plan_.stage >= 2)
+  if (!policy().keeps_flat_gradients())
     partition_gradients_ = charged(layout().partition_size(), reduce_type_, ledger_, MemoryKind::gradients);
-  if (plan_.stage < 2 && reduce_type_ != dtype_)
+  if (policy().keeps_flat_gradients() && reduce_type_ != dtype_)
     reduced_gradients_ = charged(layout().total(), reduce_type_, ledger_, MemoryKind::gradients);
 }
 
 // Mixed precision: the fp32 values of this rank's shards, laid out as shards() lists them
-// (stage 0: whole parameters in model order; else row by row, as the partition).
+// (whole parameters in model order, or row by row as the partition).
 void ParameterStore::keep_masters() {
-  if (plan_.stage == 0) {
+  if (policy().every_rank_updates_everything()) {
     std::size_t total = 0;
     for (const auto& p : parameters_) {
       master_offsets_.push_back(total);
@@ -138,8 +139,10 @@ void ParameterStore::to_dtype() {
 // the parameters' device (LibTorch's allocator, on the current stream: the compute one).
 void ParameterStore::lay_out_device_gradients() {
   device_gradients_ = torch::zeros({static_cast<int64_t>(layout().total())}, parameters_.front().options());
-  device_gradient_charge_ =
-      MemoryCharge(ledger_, MemoryKind::gradients, static_cast<int64_t>(layout().total() * element_size()));
+  const std::size_t bytes = layout().total() * element_size();
+  device_gradient_charge_ = MemoryCharge(ledger_, MemoryKind::gradients, static_cast<int64_t>(bytes));
+  device_gradient_buffer_ = std::make_shared<ViewBuffer>(device_gradients_.data_ptr(), bytes, *device_memory_,
+                                                         std::make_shared<torch::Tensor>(device_gradients_));
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     torch::Tensor& p = parameter_at(i);
     p.mutable_grad() =
@@ -207,6 +210,11 @@ Status ParameterStore::write_swapped_rows(const HostBuffer& partition) {
   return {};
 }
 
+std::shared_ptr<Buffer> ParameterStore::gradient_buffer() const {
+  if (device_gradient_buffer_) return device_gradient_buffer_;
+  return flat_gradients_;
+}
+
 std::shared_ptr<HostBuffer> ParameterStore::make_row_buffer(std::size_t k) const {
   return std::make_shared<HostBuffer>(layout().row_elements(k) * element_size(), ledger_,
                                       MemoryKind::parameters,
@@ -233,7 +241,7 @@ void ParameterStore::unbind_row(std::size_t k) {
 
 std::vector<std::pair<torch::Tensor, torch::Tensor>> ParameterStore::shards() const {
   std::vector<std::pair<torch::Tensor, torch::Tensor>> out;
-  if (plan_.stage == 0) {
+  if (policy().every_rank_updates_everything()) {
     std::vector<std::size_t> position_of(parameters_.size());  // by model index: its layout position
     for (std::size_t position = 0; position < plan_.parameter_of.size(); ++position)
       position_of[plan_.parameter_of[position]] = position;
@@ -249,11 +257,11 @@ std::vector<std::pair<torch::Tensor, torch::Tensor>> ParameterStore::shards() co
     const auto& row = layout().row(k);
     auto block = static_cast<int64_t>(row.block);
     std::size_t flat = layout().block_begin(k, rank_);
-    torch::Tensor param = plan_.stage != 3 ? view_of(flat_parameters_, flat, {block}, dtype_)
+    torch::Tensor param = !policy().partitions_parameters() ? view_of(flat_parameters_, flat, {block}, dtype_)
                           : swapped(k)
                               ? torch::Tensor()
                               : view_of(partition_parameters_, row.partition_offset, {block}, dtype_);
-    torch::Tensor grad = plan_.stage != 1
+    torch::Tensor grad = !policy().keeps_flat_gradients()
                              ? view_of(partition_gradients_, row.partition_offset, {block}, reduce_type_)
                          : reduced_gradients_ ? view_of(reduced_gradients_, flat, {block}, reduce_type_)
                                               : view_of(flat_gradients_, flat, {block}, dtype_);
@@ -264,7 +272,7 @@ std::vector<std::pair<torch::Tensor, torch::Tensor>> ParameterStore::shards() co
 
 std::vector<std::vector<ParameterRun>> ParameterStore::shard_runs() const {
   std::vector<std::vector<ParameterRun>> runs;
-  if (plan_.stage == 0) {  // shards() in model order, one whole parameter each
+  if (policy().every_rank_updates_everything()) {  // shards() in model order, one whole parameter each
     runs.resize(parameters_.size());
     for (std::size_t position = 0; position < parameters_.size(); ++position) {
       std::size_t model_index = plan_.parameter_of[position];

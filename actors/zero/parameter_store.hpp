@@ -52,19 +52,20 @@ class ParameterStore {
  public:
   /// `parameters` in model order, equal on every rank; their values are moved in (stage 3
   /// with `swap`: this rank's blocks of the swapped rows are written to NVMe).
-  /// `device_resident` (a GPU rank, stage 0): the gradients are a tensor on the parameters'
-  /// device instead of a host buffer. `dtype`: what the model computes in (the fp32
-  /// `parameters` are converted; their fp32 values become the master copy).
+  /// `device_memory` (a GPU rank, stage 0): where the parameters' device memory is; the
+  /// gradients are then a tensor on the parameters' device instead of a host buffer. `dtype`: what the model
+  /// computes in (the fp32 `parameters` are converted; their fp32 values become the master copy).
   ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> parameters, int64_t rank,
                  std::shared_ptr<MemoryLedger> ledger, std::shared_ptr<ParameterSwap> swap = nullptr,
-                 bool device_resident = false, DataType dtype = DataType::f32,
+                 std::optional<Placement> device_memory = std::nullopt, DataType dtype = DataType::f32,
                  std::optional<DataType> reduce_type = std::nullopt);
   ParameterStore(const ParameterStore&) = delete;
   ParameterStore& operator=(const ParameterStore&) = delete;
 
   const ZeroPlan& plan() const { return plan_; }
   const FlatLayout& layout() const { return plan_.layout; }
-  int64_t stage() const { return plan_.stage; }
+  /// What this ZeRO stage partitions: the one decision every user of the store reads.
+  const ZeroPolicy& policy() const { return plan_.policy; }
   int64_t rank() const { return rank_; }
   /// The element type of the parameters, gradients and every buffer of the store.
   DataType dtype() const { return dtype_; }
@@ -85,10 +86,13 @@ class ParameterStore {
 
   std::shared_ptr<HostBuffer> flat_parameters() const { return flat_parameters_; }  ///< stages 1-2
   std::shared_ptr<HostBuffer> flat_gradients() const { return flat_gradients_; }    ///< stages 0-1, host
+  /// Stages 0-1: the flat gradients wherever they are (flat_gradients(), or a view of
+  /// device_gradients() placed in the device's memory), for the collectives that reduce them.
+  std::shared_ptr<Buffer> gradient_buffer() const;
   /// Stage 0 on a GPU (else undefined): every gradient, flat, in device memory.
   const torch::Tensor& device_gradients() const { return device_gradients_; }
   /// A GPU rank's store (stage 0 only): parameters and gradients in device memory.
-  bool on_device() const { return device_resident_; }
+  bool on_device() const { return device_memory_.has_value(); }
   std::shared_ptr<HostBuffer> partition_parameters() const { return partition_parameters_; }  ///< stage 3
   /// Stage 3 with parameters on NVMe (else null): where the rows it swaps live.
   const std::shared_ptr<ParameterSwap>& swap() const { return swap_; }
@@ -126,7 +130,7 @@ class ParameterStore {
   int64_t rank_ = 0;
   std::shared_ptr<MemoryLedger> ledger_;
   std::shared_ptr<ParameterSwap> swap_;
-  bool device_resident_ = false;
+  std::optional<Placement> device_memory_;
   DataType dtype_ = DataType::f32;
   DataType reduce_type_ = DataType::f32;
   std::shared_ptr<HostBuffer> reduced_gradients_;
@@ -134,6 +138,7 @@ class ParameterStore {
   std::vector<std::size_t> master_offsets_;
   MemoryCharge own_tensors_;        // stage 0: the model's own parameter storage
   torch::Tensor device_gradients_;  // stage 0 on a GPU
+  std::shared_ptr<Buffer> device_gradient_buffer_;  // a view of it
   MemoryCharge device_gradient_charge_;
   std::shared_ptr<HostBuffer> flat_parameters_, flat_gradients_, partition_parameters_, partition_gradients_;
   std::vector<std::vector<int64_t>> shapes_;                          // by layout position

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "memory/direct_io.hpp"
+#include "memory/zero_policy.hpp"
 #include "optim/lr_schedule.hpp"
 #include "pipeline/topology.hpp"
 #include "runtime/config/origins.hpp"
@@ -50,6 +51,10 @@ struct ClusterConfig {
   Topology topology = Topology::automatic;  ///< all-reduce: "auto", "flat" or "two_level"
   std::string host_id;                ///< this machine's identity; empty = host name + boot id
   DeviceKind device = DeviceKind::cpu;  ///< "cpu" or "cuda" (one GPU per rank, by local rank)
+  /// "cuda" with more ranks on a host than GPUs: ranks share the GPUs (local rank modulo
+  /// their count), every rank's collectives staged through host memory over UCX, since
+  /// NCCL will not put two ranks on one device.
+  bool share_gpus = false;
   /// Resolved from token, token_file or $TROUPE_TOKEN (runtime/config/token.hpp); not a
   /// key, never printed. Empty: the job has none (allowed on a loopback coordinator only).
   std::string secret;
@@ -102,6 +107,9 @@ struct ZeroConfig {
   int64_t max_reuse_distance = 1000000000;
   /// stage 3: parameters this small stay gathered
   int64_t param_persistence_threshold = 100000;
+  /// What the stage partitions, for every decision that follows from it (a resolved
+  /// config's stage is valid).
+  ZeroPolicy policy() const { return ZeroPolicy::of(stage); }
 };
 
 /// [offload]: ZeRO-Offload / ZeRO-Infinity memory tiers, managed per rank by the

@@ -145,7 +145,7 @@ Status resolve_parallel(JobConfig& config, const ConfigOrigins& origins) {
 
 // DeepSpeed's zero_optimization keys; sizes count elements.
 Status resolve_zero(const ZeroConfig& zero, const ConfigOrigins& origins) {
-  TROUPE_TRY(require(zero.stage >= 0 && zero.stage <= 3, origins, "zero", "stage", zero.stage));
+  TROUPE_TRY(require(ZeroPolicy::for_stage(zero.stage).ok(), origins, "zero", "stage", zero.stage));
   const std::pair<const char*, int64_t> positive_sizes[] = {
       {"reduce_bucket_size", zero.reduce_bucket_size},
       {"prefetch_bucket_size", zero.prefetch_bucket_size},
@@ -164,12 +164,12 @@ Status resolve_zero(const ZeroConfig& zero, const ConfigOrigins& origins) {
 
 // At stage 0 the shard owner holds the whole model's optimizer state: [offload] moves all
 // of it to the host tier (a GPU rank's ZeRO-Offload) or to NVMe.
-Status resolve_offload(const OffloadConfig& o, int64_t stage, const ConfigOrigins& origins) {
-  if (o.param != OffloadTier::none && stage != 3)
+Status resolve_offload(const OffloadConfig& o, const ZeroPolicy& zero, const ConfigOrigins& origins) {
+  if (o.param != OffloadTier::none && !zero.partitions_parameters())
     return key_error(origins, "offload", "param",
                      fmt::format("param = \"{}\" needs [zero] stage = 3 (only stage 3 partitions the "
                                  "parameters), got stage {}",
-                                 name_of(o.param), stage));
+                                 name_of(o.param), zero.stage()));
   if (o.param == OffloadTier::nvme && o.optimizer == OffloadTier::none)
     return key_error(
         origins, "offload", "param",
@@ -484,7 +484,7 @@ Status check_runnable(const JobConfig& job, const ConfigOrigins& origins, std::s
                     "across stages are summed between ranks, and with virtual stages two chunks of "
                     "one rank may hold one; untie them or use one chunk per rank",
                     chunks));
-  if (split && job.zero.stage == 3)
+  if (split && job.zero.policy().gathers_before_use())
     return key_error(
         origins, "pipeline", key,
         "the schedule splits each backward into its input and weight halves, and [zero] stage = 3 "
@@ -607,23 +607,6 @@ Result<JobConfig> resolve_config(JobConfig raw) {
   return resolve_config(std::move(raw), origins);
 }
 
-// A GPU rank keeps the whole model on its GPU (ZeRO stage 0): the partitions, buckets and
-// gathered rows of stages 1-3 live in host buffers the comm agent and the NVMe tier read.
-Status resolve_device(const JobConfig& raw, const ConfigOrigins& origins) {
-  if (raw.cluster.device == DeviceKind::cuda && raw.parallel.pp > 1)
-    return key_error(origins, "parallel", "pp",
-                     fmt::format("pp = {} with [cluster] device = \"cuda\": pipeline stages run on CPU ranks "
-                                 "so far; set device = \"cpu\" or pp = 1",
-                                 raw.parallel.pp));
-  if (raw.cluster.device != DeviceKind::cuda || raw.zero.stage == 0) return {};
-  return key_error(origins, "zero", "stage",
-                   fmt::format("stage = {} with [cluster] device = \"cuda\": a GPU rank trains with stage 0 "
-                               "so far (the model whole on every GPU, gradients all-reduced with NCCL, the "
-                               "optimizer on the GPU or, with [offload] optimizer, on the host); stages 1-3 "
-                               "run on device = \"cpu\"",
-                               raw.zero.stage));
-}
-
 // [precision]: bf16 and fp16 on CPU ranks (LibTorch 2's CPU kernels have both).
 Status resolve_precision(const JobConfig& raw, const ConfigOrigins& origins) {
   const PrecisionConfig& p = raw.precision;
@@ -640,11 +623,6 @@ Status resolve_precision(const JobConfig& raw, const ConfigOrigins& origins) {
                                  toml_string(name_of(*comm)), toml_string(name_of(p.dtype)),
                                  toml_string(name_of(p.dtype))));
   if (p.dtype == Dtype::fp32) return {};
-  if (raw.cluster.device == DeviceKind::cuda)
-    return key_error(origins, "precision", "dtype",
-                     fmt::format("dtype = {} with [cluster] device = \"cuda\": GPU ranks train fp32 so far; "
-                                 "{} runs on device = \"cpu\"",
-                                 toml_string(name_of(p.dtype)), name_of(p.dtype)));
   if (raw.offload.param == OffloadTier::nvme)
     return key_error(origins, "precision", "dtype",
                      fmt::format("dtype = {} with [offload] param = \"nvme\": the parameter swap holds fp32 "
@@ -669,11 +647,38 @@ Status resolve_checkpoint(const JobConfig& raw, const ConfigOrigins& origins) {
     return key_error(origins, "checkpoint", "resume",
                      "resume = \"latest\" looks under [checkpoint] dir, which is not set; set dir or name "
                      "the checkpoint folder");
-  const bool uses = c.every_steps > 0 || !c.resume.empty();
-  if (uses && raw.cluster.device == DeviceKind::cuda)
-    return key_error(origins, "checkpoint", c.every_steps > 0 ? "every_steps" : "resume",
-                     "checkpoints of GPU ranks are not built yet (no GPU was lent to test the device "
-                     "copies); checkpoints run with [cluster] device = \"cpu\"");
+  return {};
+}
+
+// What the device path cannot run yet is refused at its key: the partitions, buckets and
+// gathered rows of ZeRO 1-3, pipeline stages, 16-bit precision and checkpoints are the
+// host path's so far (tensor parallelism is refused with the model, Engine::run).
+Status check_device_path(const JobConfig& raw, const ConfigOrigins& origins, const std::string& path) {
+  if (raw.parallel.pp > 1)
+    return key_error(origins, "parallel", "pp",
+                     fmt::format("pp = {} with {}: pipeline stages run on CPU ranks so far; set device = "
+                                 "\"cpu\" or pp = 1",
+                                 raw.parallel.pp, path));
+  if (raw.zero.policy().partitions_optimizer_state())
+    return key_error(
+        origins, "zero", "stage",
+        fmt::format("stage = {} with {}: a GPU rank trains with stage 0 so far (the model whole "
+                    "on every GPU, gradients all-reduced with NCCL, the optimizer on the GPU or, "
+                    "with [offload] optimizer, on the host); stages 1-3 run on device = \"cpu\"",
+                    raw.zero.stage, path));
+  const Dtype dtype = raw.precision.dtype;
+  if (dtype != Dtype::fp32)
+    return key_error(
+        origins, "precision", "dtype",
+        fmt::format("dtype = {} with {}: GPU ranks train fp32 so far; {} runs on device = \"cpu\"",
+                    toml_string(name_of(dtype)), path, name_of(dtype)));
+  const CheckpointConfig& c = raw.checkpoint;
+  if (c.every_steps > 0 || !c.resume.empty())
+    return key_error(
+        origins, "checkpoint", c.every_steps > 0 ? "every_steps" : "resume",
+        fmt::format("checkpoints of GPU ranks are not built yet (no GPU was lent to test the device "
+                    "copies); checkpoints run with [cluster] device = \"cpu\", not {}",
+                    path));
   return {};
 }
 
@@ -682,8 +687,7 @@ Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins) {
   TROUPE_TRY(resolve_cluster(raw.cluster, origins));
   TROUPE_TRY(resolve_parallel(raw, origins));
   TROUPE_TRY(resolve_zero(raw.zero, origins));
-  TROUPE_TRY(resolve_device(raw, origins));
-  TROUPE_TRY(resolve_offload(raw.offload, raw.zero.stage, origins));
+  TROUPE_TRY(resolve_offload(raw.offload, raw.zero.policy(), origins));
   TROUPE_TRY(resolve_batch(raw, origins));
   TROUPE_TRY(resolve_optimizer(raw.optimizer, origins));
   TROUPE_TRY(resolve_scheduler(raw, origins));
@@ -694,6 +698,8 @@ Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins) {
   TROUPE_TRY(resolve_train(raw.train, origins));
   TROUPE_TRY(resolve_pipeline(raw, origins));
   TROUPE_TRY(resolve_checkpoint(raw, origins));
+  if (raw.cluster.device == DeviceKind::cuda)
+    TROUPE_TRY(check_device_path(raw, origins, "[cluster] device = \"cuda\""));
   raw.origins = origins;
   if (choose_micro) TROUPE_TRY(choose_micro_batch(raw));
   return raw;

@@ -26,6 +26,11 @@ Result<JobConfig> resolve_config(JobConfig raw);
 /// Used by the TOML loader.
 Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins);
 
+/// Whether the device path (a GPU rank's, or its stand-in of CPU streams: `path` names
+/// which in the message) runs what `raw` asks for; what it cannot run yet is an error at
+/// its key. resolve_config calls it for [cluster] device = "cuda".
+Status check_device_path(const JobConfig& raw, const ConfigOrigins& origins, const std::string& path);
+
 /// Whether the pipeline of a resolved `job` fits a model of `layers` layers (`model`
 /// names it in the message, e.g. "the [model] GPT"): at most one stage per layer, and an
 /// explicit partition that counts every layer. Messages name the key's line.

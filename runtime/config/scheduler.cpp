@@ -51,7 +51,7 @@ LossScaleOptions loss_scale_options(const JobConfig& job) {
   o.hysteresis = p.hysteresis;
   o.consecutive_hysteresis = p.consecutive_hysteresis;
   o.min_loss_scale = p.min_loss_scale;
-  o.error_at_min_scale = job.zero.stage > 0;
+  o.error_at_min_scale = job.zero.policy().stops_at_minimum_loss_scale();
   return o;
 }
 

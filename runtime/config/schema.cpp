@@ -31,6 +31,7 @@ std::vector<KeySpec> make_key_specs() {
        [](C& c) -> FieldRef { return &c.cluster.host_id; }},
       {"cluster", "device", R"(one of "cpu" or "cuda")",
        [](C& c) -> FieldRef { return choice_ref(&c.cluster.device); }},
+      {"cluster", "share_gpus", "true or false", [](C& c) -> FieldRef { return &c.cluster.share_gpus; }},
 
       {"parallel", "dp", "an integer from 0 to 65536 (0 = world_size / (pp × tp))",
        [](C& c) -> FieldRef { return &c.parallel.dp; }},

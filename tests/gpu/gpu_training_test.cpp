@@ -86,7 +86,11 @@ INSTANTIATE_TEST_SUITE_P(
         Variant{"LibTorchSgd",
                 " --set optimizer.type=sgd --set optimizer.lr=0.05 --set optimizer.momentum=0.9", ""},
         Variant{"Accumulation", " --set batch.micro_batch_size=4 --set batch.gradient_accumulation_steps=4",
-                ""}),
+                ""},
+        // Two ranks on one GPU ([cluster] share_gpus): the rows staged through host memory.
+        Variant{"TwoRanksShareOneGpu", "",
+                " --set cluster.world_size=2 --set parallel.dp=2 --set batch.micro_batch_size=8"
+                " --set cluster.share_gpus=true"}),
     [](const auto& info) { return info.param.name; });
 
 using Interval = std::pair<double, double>;

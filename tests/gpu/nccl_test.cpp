@@ -14,6 +14,7 @@
 #include "actors/protocol/comm.hpp"
 #include "actors/protocol/device_comm.hpp"
 #include "tests/gpu/gpu_test_support.hpp"
+#include "tests/support/collective_calls.hpp"
 #include "tests/support/free_port.hpp"
 #include "transport/nccl_group.hpp"
 
@@ -76,18 +77,11 @@ TEST(Nccl, TheDeviceCommActorAnswersWhenTheGpuRanTheCollective) {
   caf::actor comm = spawn_device_comm(system, std::move(*group), std::move(*stream));
   auto data = std::make_shared<DeviceArray<float>>(std::vector<float>(4096, 3.0f));
   std::weak_ptr<DeviceArray<float>> watch = data;
-  device_collective_request r;
-  r.tag = 42;
-  r.kind = DeviceCollective::all_reduce;
-  r.input = r.output = data->get();
-  r.count = 4096;
-  r.op = ReduceOp::sum;
-  r.ready.complete();  // produced by host work that already finished
-  r.keep = data;
+  // Produced by host work that already finished: the span's ready event is complete.
+  auto r = testing::device_request(42, CollectiveKind::all_reduce, data->get(), data->get(), 4096, 0, data);
   data.reset();
   caf::scoped_actor self{system};
-  r.reply_to = caf::actor{self};
-  self->send(comm, std::move(r));
+  testing::send_device_request(self, comm, std::move(r));
   int64_t tag = -1;
   bool released = false;
   self->receive(

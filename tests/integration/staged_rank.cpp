@@ -25,7 +25,7 @@ float value_of(int64_t rank, std::size_t i) {
   return static_cast<float>((rank + 1) * 10 + static_cast<int64_t>(i % 7));
 }
 
-bool run(caf::actor_system& system, const caf::actor& staged, device_collective_request r) {
+bool run(caf::actor_system& system, const caf::actor& staged, testing::DeviceRequest r) {
   uint64_t tag = r.tag;
   auto reply = testing::ask(system, staged, std::move(r), std::chrono::seconds(30));
   if (!reply)
@@ -48,7 +48,7 @@ int check(int64_t rank, int64_t world, caf::actor_system& system, const caf::act
   std::vector<float> data(n), input(n * w), output(n * w, -1.0f);
   for (std::size_t i = 0; i < n; ++i) data[i] = value_of(rank, i);
   expect(run(system, staged,
-             testing::device_request(1, DeviceCollective::all_reduce, data.data(), data.data(), n)),
+             testing::device_request(1, CollectiveKind::all_reduce, data.data(), data.data(), n)),
          "all_reduce");
   for (std::size_t i = 0; i < n; ++i) {
     float sum = 0;
@@ -58,7 +58,7 @@ int check(int64_t rank, int64_t world, caf::actor_system& system, const caf::act
   // Reduce-scatter: block b of every rank's input sums into rank b's output.
   for (std::size_t i = 0; i < n * w; ++i) input[i] = value_of(rank, i);
   expect(run(system, staged,
-             testing::device_request(2, DeviceCollective::reduce_scatter, input.data(), output.data(), n)),
+             testing::device_request(2, CollectiveKind::reduce_scatter, input.data(), output.data(), n)),
          "reduce_scatter");
   for (std::size_t i = 0; i < n; ++i) {
     float sum = 0;
@@ -68,7 +68,7 @@ int check(int64_t rank, int64_t world, caf::actor_system& system, const caf::act
   // All-gather: rank r's n values land in block r.
   for (std::size_t i = 0; i < n; ++i) data[i] = value_of(rank, i);
   expect(run(system, staged,
-             testing::device_request(3, DeviceCollective::all_gather, data.data(), output.data(), n)),
+             testing::device_request(3, CollectiveKind::all_gather, data.data(), output.data(), n)),
          "all_gather");
   for (int64_t r = 0; r < world; ++r)
     for (std::size_t i = 0; i < n; ++i)
@@ -77,7 +77,7 @@ int check(int64_t rank, int64_t world, caf::actor_system& system, const caf::act
   // Broadcast from rank 1.
   for (std::size_t i = 0; i < n; ++i) data[i] = value_of(rank, i);
   expect(run(system, staged,
-             testing::device_request(4, DeviceCollective::broadcast, data.data(), data.data(), n, 1)),
+             testing::device_request(4, CollectiveKind::broadcast, data.data(), data.data(), n, 1)),
          "broadcast");
   for (std::size_t i = 0; i < n; ++i)
     if (data[i] != value_of(1, i)) return expect(false, "broadcast's values"), failures;

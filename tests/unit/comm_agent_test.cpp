@@ -67,6 +67,36 @@ TEST_F(CommAgentTest, ACollectiveOnAnUnknownCommunicatorFailsWithAnError) {
   EXPECT_EQ(complete(all_gather_request{3, in, out, 17, {}}), -2);
 }
 
+// A span's writer not done yet holds its request back, and the ones after it: every rank
+// issues its collectives in the order they were asked for, each once its bytes are whole.
+TEST_F(CommAgentTest, ARequestWaitsForItsSpansWriterAndHoldsBackTheNext) {
+  auto first = floats({1}), second = floats({2});
+  Event writer;  // work that has not written `first` yet
+  first.ready = writer;
+  caf::scoped_actor self{system_};
+  self->send(agent_, all_reduce_request{1, first, ReduceOp::sum, world_communicator, caf::actor{self}});
+  self->send(agent_, all_reduce_request{2, second, ReduceOp::sum, world_communicator, caf::actor{self}});
+  bool early = false;
+  self->receive([&](collective_done&) { early = true; }, caf::after(std::chrono::milliseconds(200)) >> [] {});
+  EXPECT_FALSE(early) << "neither may run before the first one's writer is done";
+  writer.complete();
+  std::vector<uint64_t> order;
+  for (int i = 0; i < 2; ++i)
+    self->receive([&](collective_done& d) { order.push_back(d.tag); }, caf::after(wait_bound) >> [] {});
+  EXPECT_EQ(order, (std::vector<uint64_t>{1, 2}));
+}
+
+// The transport moves host memory; a span in device memory is refused with the reason.
+TEST_F(CommAgentTest, ASpanInDeviceMemoryIsRefusedSayingWhere) {
+  float value = 1;
+  caf::scoped_actor self{system_};
+  self->send(agent_, all_reduce_request{5, testing::device_span(&value, 1), ReduceOp::sum, world_communicator,
+                                        caf::actor{self}});
+  std::string error;
+  self->receive([&](collective_done& d) { error = d.error; }, caf::after(wait_bound) >> [] {});
+  EXPECT_NE(error.find("a span of this request is in device 0 memory"), std::string::npos) << error;
+}
+
 TEST_F(CommAgentTest, MessagesReachTheActorRegisteredUnderTheirAddress) {
   caf::scoped_actor self{system_};
   ASSERT_TRUE(register_as(self, "worker", 2));

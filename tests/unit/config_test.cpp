@@ -60,6 +60,7 @@ void expect_same(const JobConfig& a, const JobConfig& b) {
   EXPECT_EQ(a.cluster.collective_timeout_s, b.cluster.collective_timeout_s);
   EXPECT_EQ(a.cluster.topology, b.cluster.topology);
   EXPECT_EQ(a.cluster.host_id, b.cluster.host_id);
+  EXPECT_EQ(a.cluster.share_gpus, b.cluster.share_gpus);
   EXPECT_EQ(a.parallel.dp, b.parallel.dp);
   EXPECT_EQ(a.parallel.pp, b.parallel.pp);
   EXPECT_EQ(a.parallel.tp, b.parallel.tp);
@@ -1043,6 +1044,7 @@ TEST(ConfigRender, RoundTripGivesAnEqualConfig) {
                  Topology::two_level,
                  "rack-2/node-3",
                  DeviceKind::cpu,
+                 true,
                  ""};
   raw.parallel = {2, 1, 1};
   raw.zero = {1, 12345, false, 6, 7, 8, 9};
@@ -1192,7 +1194,13 @@ TEST(Devices, OneGpuPerLocalRankOrAClearError) {
   EXPECT_EQ(
       check_cuda_devices(Result<int>(1), 1, 2).error().message,
       "[cluster] device = \"cuda\" gives each rank a GPU of its own, but this host runs 2 ranks and has 1 "
-      "CUDA device (local rank 1 has none); run at most 1 rank per host or use device = \"cpu\"");
+      "CUDA device (local rank 1 has none); run at most 1 rank per host, set [cluster] share_gpus = true to "
+      "share them (collectives staged through host memory), or use device = \"cpu\"");
+  // Shared: any GPU will do, each rank on local rank modulo the count.
+  EXPECT_TRUE(check_cuda_devices(Result<int>(1), 1, 2, true).ok());
+  EXPECT_EQ(gpu_of(3, 2), 1);
+  EXPECT_EQ(check_cuda_devices(Result<int>(0), 0, 2, true).error().message,
+            "[cluster] device = \"cuda\", but this host has no CUDA device; use device = \"cpu\"");
   EXPECT_EQ(check_cuda_devices(Result<int>(0), 0, 1).error().message,
             "[cluster] device = \"cuda\", but this host has no CUDA device; use device = \"cpu\"");
   EXPECT_EQ(check_cuda_devices(Result<int>(make_error("no driver")), 0, 1).error().message,

@@ -49,7 +49,7 @@ class StagedCommTest : public testing::OneRankAgent {
   }
 
   // Sends `r` and returns the tag of the reply (-1 none within the bound, -2 an error).
-  int64_t run(device_collective_request r) {
+  int64_t run(testing::DeviceRequest r) {
     return testing::tag_of(testing::ask(system_, staged_, std::move(r), wait_bound));
   }
 
@@ -62,12 +62,12 @@ class StagedCommTest : public testing::OneRankAgent {
 TEST_F(StagedCommTest, EveryCollectiveComesBackWhereTheRequestAskedWithItsTag) {
   std::vector<float> in(1000), out(1000, -1.0f);
   std::iota(in.begin(), in.end(), 1.0f);
-  for (auto kind : {DeviceCollective::reduce_scatter, DeviceCollective::all_gather}) {
+  for (auto kind : {CollectiveKind::reduce_scatter, CollectiveKind::all_gather}) {
     std::fill(out.begin(), out.end(), -1.0f);
     EXPECT_EQ(run(testing::device_request(7, kind, in.data(), out.data(), in.size())), 7);
     EXPECT_EQ(out, in) << "one rank: the input, copied through the host to the output";
   }
-  for (auto kind : {DeviceCollective::all_reduce, DeviceCollective::broadcast}) {
+  for (auto kind : {CollectiveKind::all_reduce, CollectiveKind::broadcast}) {
     std::vector<float> data = in;
     EXPECT_EQ(run(testing::device_request(9, kind, data.data(), data.data(), data.size())), 9);
     EXPECT_EQ(data, in) << "in place";
@@ -78,11 +78,10 @@ TEST_F(StagedCommTest, EveryCollectiveComesBackWhereTheRequestAskedWithItsTag) {
 TEST_F(StagedCommTest, StagingBuffersArePinnedOnceAndUsedAgain) {
   std::vector<float> data(1000, 1.0f), other(10, 1.0f);
   for (int i = 0; i < 4; ++i)
-    EXPECT_EQ(run(testing::device_request(i, DeviceCollective::all_reduce, data.data(), data.data(), 1000)),
-              i);
+    EXPECT_EQ(run(testing::device_request(i, CollectiveKind::all_reduce, data.data(), data.data(), 1000)), i);
   EXPECT_EQ(pins_->load(), 1) << "one buffer, pinned once, for four requests of one size";
   EXPECT_EQ(ledger_->current()[MemoryKind::communication], 4000) << "kept for the next request";
-  EXPECT_EQ(run(testing::device_request(5, DeviceCollective::all_reduce, other.data(), other.data(), 10)), 5);
+  EXPECT_EQ(run(testing::device_request(5, CollectiveKind::all_reduce, other.data(), other.data(), 10)), 5);
   EXPECT_EQ(pins_->load(), 2) << "another size, another buffer";
   caf::anon_send_exit(staged_, caf::exit_reason::user_shutdown);
   for (int i = 0; i < 200 && pinned_->load() > 0; ++i)
@@ -95,11 +94,10 @@ TEST_F(StagedCommTest, WhatTheRequestKeptIsLetGoBeforeTheReply) {
   std::vector<float> data(64, 2.0f);
   auto keep = std::make_shared<int>(1);
   std::weak_ptr<int> watch = keep;
-  auto r = testing::device_request(3, DeviceCollective::all_reduce, data.data(), data.data(), data.size());
-  r.keep = std::move(keep);
+  auto r = testing::device_request(3, CollectiveKind::all_reduce, data.data(), data.data(), data.size(), 0,
+                                   std::move(keep));
   caf::scoped_actor self{system_};
-  r.reply_to = caf::actor{self};
-  self->send(staged_, std::move(r));
+  testing::send_device_request(self, staged_, std::move(r));
   bool expired_at_reply = false;
   self->receive([&](collective_done&) { expired_at_reply = watch.expired(); },
                 caf::after(wait_bound) >> [] {});
@@ -109,11 +107,10 @@ TEST_F(StagedCommTest, WhatTheRequestKeptIsLetGoBeforeTheReply) {
 TEST_F(StagedCommTest, NothingStartsBeforeTheReadyEvent) {
   std::vector<float> in(16, 5.0f), out(16, 0.0f);
   Event ready;  // the producer's work, not finished yet
-  auto r = testing::device_request(11, DeviceCollective::all_gather, in.data(), out.data(), in.size());
-  r.ready = ready;
+  auto r = testing::device_request(11, CollectiveKind::all_gather, in.data(), out.data(), in.size(), 0,
+                                   nullptr, ready);
   caf::scoped_actor self{system_};
-  r.reply_to = caf::actor{self};
-  self->send(staged_, std::move(r));
+  testing::send_device_request(self, staged_, std::move(r));
   bool early = false;
   self->receive([&](collective_done&) { early = true; }, caf::after(std::chrono::milliseconds(200)) >> [] {});
   EXPECT_FALSE(early);

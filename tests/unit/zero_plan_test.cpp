@@ -2,9 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
 
 #include "memory/fetch_planner.hpp"
 #include "memory/zero_plan.hpp"
+#include "memory/zero_policy.hpp"
 
 namespace troupe {
 namespace {
@@ -12,7 +14,7 @@ namespace {
 // A model of 4 layers: an embedding, two blocks, a head.
 ZeroPlanInput model(int64_t stage, int64_t dp) {
   ZeroPlanInput in;
-  in.stage = stage;
+  in.policy = ZeroPolicy::of(stage);
   in.dp = dp;
   in.layers = {{1000, 200}, {64, 64, 4000, 64}, {64, 64, 4000, 64}, {64, 2000}};
   in.reduce_bucket_size = 3000;
@@ -127,7 +129,7 @@ TEST(ZeroPlan, EstimateFollowsTheZeroFormulas) {
   for (int64_t dp : {1, 2, 4}) {
     for (int64_t stage : {0, 1, 2}) {
       ZeroPlanInput in;
-      in.stage = stage;
+      in.policy = ZeroPolicy::of(stage);
       in.dp = dp;
       in.layers = {{1 << 20}, {1 << 20}};
       in.reduce_bucket_size = 1 << 19;
@@ -142,10 +144,44 @@ TEST(ZeroPlan, EstimateFollowsTheZeroFormulas) {
   }
 }
 
-TEST(ZeroPlan, BadStageIsRefused) {
-  auto plan = plan_zero(model(4, 2));
-  ASSERT_FALSE(plan.ok());
-  EXPECT_EQ(plan.error().message, "ZeRO stage must be 0, 1, 2 or 3, got 4");
+TEST(ZeroPolicy, ABadStageIsRefusedNamingIt) {
+  for (int64_t stage : {-1, 4}) {
+    auto policy = ZeroPolicy::for_stage(stage);
+    ASSERT_FALSE(policy.ok());
+    EXPECT_EQ(policy.error().message, "ZeRO stage must be 0, 1, 2 or 3, got " + std::to_string(stage));
+  }
+}
+
+// DeepSpeed's three partitions, and what each stage does because of them.
+TEST(ZeroPolicy, EachStagePartitionsWhatDeepSpeedsDoes) {
+  struct Row {
+    bool optimizer_state, gradients, parameters;
+    ParameterHome home;
+    bool every_micro_batch, gathers_flat_rows_after_update, gathers_persistent_rows_after_update;
+  };
+  const Row rows[] = {{false, false, false, ParameterHome::model_tensors, false, false, false},
+                      {true, false, false, ParameterHome::flat, false, true, true},
+                      {true, true, false, ParameterHome::flat, true, true, true},
+                      {true, true, true, ParameterHome::partition, true, false, true}};
+  for (int64_t stage = 0; stage <= 3; ++stage) {
+    const ZeroPolicy policy = ZeroPolicy::of(stage);
+    const Row& want = rows[stage];
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    EXPECT_EQ(policy.stage(), stage);
+    EXPECT_EQ(policy.partitions_optimizer_state(), want.optimizer_state);
+    EXPECT_EQ(policy.partitions_gradients(), want.gradients);
+    EXPECT_EQ(policy.partitions_parameters(), want.parameters);
+    EXPECT_EQ(policy.parameter_home(), want.home);
+    EXPECT_EQ(policy.reduce_scatters(), want.optimizer_state);
+    EXPECT_EQ(policy.every_rank_updates_everything(), !want.optimizer_state);
+    EXPECT_EQ(policy.blocks_per_row(4), want.optimizer_state ? 4 : 1);
+    EXPECT_EQ(policy.reduces_every_micro_batch(), want.every_micro_batch);
+    EXPECT_EQ(policy.keeps_flat_gradients(), !want.gradients);
+    EXPECT_EQ(policy.gathers_before_use(), want.parameters);
+    EXPECT_EQ(policy.gathers_after_update(false), want.gathers_flat_rows_after_update);
+    EXPECT_EQ(policy.gathers_after_update(true), want.gathers_persistent_rows_after_update);
+    EXPECT_EQ(policy.stops_at_minimum_loss_scale(), stage > 0);
+  }
 }
 
 FetchPlanner::Limits limits(std::size_t prefetch, std::size_t live, std::size_t reuse) {
