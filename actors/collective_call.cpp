@@ -1,6 +1,8 @@
 // The comm agent's requests as the device collectives actors run them (protocol/device_comm.hpp).
 #include "actors/protocol/device_comm.hpp"
 
+#include <utility>
+
 namespace troupe {
 
 const char* name_of(CollectiveKind kind) {

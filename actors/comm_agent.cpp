@@ -305,12 +305,16 @@ void submit(CommAgent* self, Request r, void (*issue)(CommAgent*, Request&)) {
   std::vector<Event> writers;
   for (const BufferSpan* span : spans_of(r)) {
     if (!span->owner) continue;
-    if (!span->placement().on_host())
-      return self->send(r.reply_to,
-                        collective_done{r.tag, fmt::format("the comm agent moves host memory; a span of this "
-                                                           "request is in {} memory (device spans go to the "
-                                                           "rank's device collectives)",
-                                                           describe(span->placement()))});
+    if (!span->placement().on_host()) {
+      std::string error = fmt::format(
+          "the comm agent moves host memory; a span of this request is in {} memory (device spans go to the "
+          "rank's device collectives)",
+          describe(span->placement()));
+      const caf::actor to = std::move(r.reply_to);
+      const uint64_t tag = r.tag;
+      r = Request{};  // the buffers go before the requester hears
+      return self->send(to, collective_done{tag, std::move(error)});
+    }
     writers.push_back(span->ready);
   }
   self->state.gate.submit(
@@ -347,9 +351,15 @@ caf::behavior comm_agent_behavior(CommAgent* self, std::shared_ptr<Transport> tr
         self->state.gate.woken();
         self->state.gate.release(wake(self));
       },
+      // In line with the other collectives: a barrier is one of the world's, in order.
       [=](barrier_request& r) {
-        Tracer::Scope span(tracer, "comm_agent", "barrier_request");
-        self->state.transport->barrier(reply(r.reply_to, r.tag, {}, self->state.failed_buffers));
+        self->state.gate.submit(
+            {},
+            [self, r = std::move(r)] {
+              Tracer::Scope span(self->state.tracer, "comm_agent", "barrier_request");
+              self->state.transport->barrier(reply(r.reply_to, r.tag, {}, self->state.failed_buffers));
+            },
+            wake(self));
       },
       [=](abort_request& r) { self->state.transport->abort(r.reason); },
   };

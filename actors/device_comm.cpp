@@ -53,7 +53,9 @@ Status launch(NcclGroup& group, const CollectiveCall& c, void* stream) {
 // Why NCCL cannot run `c` here, or nothing.
 std::optional<std::string> refusal(const CollectiveCall& c) {
   for (const BufferSpan* span : {&c.input, &c.output})
-    if (span->placement().space != MemorySpace::device)
+    if (!span->owner)
+      return fmt::format("this {} has a span without a buffer", name_of(c.kind));
+    else if (span->placement().space != MemorySpace::device)
       return fmt::format(
           "NCCL runs collectives on device memory; this {} has a span in {} memory (host "
           "spans go to the comm agent)",
@@ -66,13 +68,13 @@ std::optional<std::string> refusal(const CollectiveCall& c) {
 
 void issue(DeviceComm* self, CollectiveCall c) {
   auto& s = self->state;
-  if (auto refused = refusal(c)) return self->send(c.reply_to, collective_done{c.tag, *refused});
+  if (auto refused = refusal(c)) return answer_now(self, c, std::move(*refused));
   s.stream->wait(c.input.ready);  // on the device: NCCL starts once their writers are done
   s.stream->wait(c.output.ready);
   auto launched = std::make_shared<Status>();
   std::string label = fmt::format("nccl {} {} B", name_of(c.kind), c.count * element_bytes(c.type()));
   s.stream->enqueue(label, [&] { *launched = launch(*s.group, c, s.stream->native()); });
-  if (!*launched) return self->send(c.reply_to, collective_done{c.tag, launched->error().message});
+  if (!*launched) return answer_now(self, c, launched->error().message);  // nothing was enqueued
   uint64_t serial = s.next_serial++;
   s.pending[serial] = Pending{c.tag, std::move(c.reply_to), std::move(c.input), std::move(c.output)};
   // On the driver's callback thread: a message of one number to a weak handle, nothing else.

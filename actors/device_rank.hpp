@@ -1,5 +1,6 @@
-// DeviceRank: what the actors of a GPU rank share — the device its model lives on, the
-// compute stream they issue work to, and the actor that runs collectives on device
+// DeviceRank: what the actors of a rank on the device path share (a GPU rank, or its
+// stand-in of CPU streams: runtime/stand_in_device.hpp) — the device its model lives on,
+// the compute stream they issue work to, and the actor that runs collectives on device
 // memory. The stage and its shard owner each issue on `stream` from a host thread of
 // their own (an IssuingStream), inside `scope`: on a GPU, a TorchStreamGuard making
 // `stream` LibTorch's current stream, so LibTorch's kernels land on it.
@@ -23,7 +24,7 @@ struct DeviceRank {
   /// stream standing in for a device (the device path run on the CPU) calls its memory
   /// device 0 too, so spans in it take the device's path (the device collectives).
   Placement memory = Placement::on_device(0);
-  std::shared_ptr<Stream> stream;    ///< the rank's compute stream (a CudaStream)
+  std::shared_ptr<Stream> stream;    ///< the rank's compute stream (a CudaStream, or a CpuStream standing in)
   std::shared_ptr<Stream> d2h, h2d;  ///< its copy streams (the host mirror of [offload])
   IssuingStream::Scope scope;
   caf::actor collectives;  ///< the comm agent's requests on device spans (NCCL or staged)

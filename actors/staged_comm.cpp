@@ -80,10 +80,9 @@ std::shared_ptr<HostBuffer> take_staging(StagedCommState& s, std::size_t bytes) 
 void stage_out(StagedComm* self, CollectiveCall c) {
   auto& s = self->state;
   if (c.comm != world_communicator)
-    return self->send(c.reply_to,
-                      collective_done{c.tag, fmt::format("staged collectives span the world; this {} asked "
-                                                         "for communicator {}",
-                                                         name_of(c.kind), c.comm)});
+    return answer_now(self, c,
+                      fmt::format("staged collectives span the world; this {} asked for communicator {}",
+                                  name_of(c.kind), c.comm));
   uint64_t serial = s.next_serial++;
   std::size_t blocks = whole_world(c.kind) ? static_cast<std::size_t>(s.options.size) : 1;
   auto staging = take_staging(s, blocks * c.count * element(c));
@@ -146,8 +145,13 @@ void finish(StagedComm* self, uint64_t serial, const std::string& error) {
   caf::actor to = std::move(done.call.reply_to);
   uint64_t tag = done.call.tag;
   done.call = CollectiveCall{};  // what the request's spans held goes before the reply
-  std::size_t bytes = done.staging->bytes();
-  s.idle.emplace(bytes, std::move(done.staging));
+  // After a failed host collective the transport may still write into the staging buffer
+  // (the comm agent keeps it until the transport closes): it is not used again.
+  if (error.empty()) {
+    std::size_t bytes = done.staging->bytes();
+    s.idle.emplace(bytes, std::move(done.staging));
+  }
+  done.staging.reset();
   self->send(to, collective_done{tag, error});
 }
 

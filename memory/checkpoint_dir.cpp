@@ -293,6 +293,7 @@ Status prune_checkpoints(const std::string& root, int64_t keep_last) {
     fs::remove_all(doomed, ec);
     if (!ec && ::rename(path.c_str(), doomed.c_str()) != 0)
       ec = std::error_code(errno, std::generic_category());
+    if (!ec) TROUPE_TRY(fsync_directory(root));  // the rename is durable before any file goes
     if (!ec) fs::remove_all(doomed, ec);
     if (ec) return make_error(fmt::format("removing {} failed: {}", path, ec.message()));
   }

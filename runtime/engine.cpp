@@ -333,7 +333,8 @@ class Engine::Impl {
 
   // [cluster] device = "cuda": the rank's GPU, NCCL, and the model moved onto the GPU.
   Status open_gpu(Transport& transport) {
-    const int count = kernels::cuda_device_count().ok() ? *kernels::cuda_device_count() : 0;
+    const Result<int> devices = kernels::cuda_device_count();
+    const int count = devices.ok() ? *devices : 0;
     auto opened = GpuRank::open(transport, gpu_of(rank.local_rank, count),
                                 config.cluster.collective_timeout_s, tracer.get(), config.cluster.share_gpus);
     if (!opened) return make_error(fmt::format("rank {}: {}", rank.rank, opened.error().message));

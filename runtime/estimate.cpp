@@ -73,7 +73,7 @@ Status move_to_nvme(const JobConfig& job, const ZeroPlan& plan, ModelStateEstima
   std::size_t largest = 0, on_nvme = 0;
   for (std::size_t k = 0; k < plan.layout.row_count(); ++k) {
     std::size_t block = plan.layout.row(k).block;
-    bool row_on_nvme = params_on_nvme && !plan.persistent_rows[k];
+    bool row_on_nvme = params_on_nvme && !plan.persistent(k);
     std::size_t group = std::min(block, row_on_nvme ? piece : *limit);
     std::size_t state = state_on_nvme ? pages(group * states * sizeof(float)) : 0;
     std::size_t buffer = state + (row_on_nvme ? pages(group * sizeof(float)) : 0);

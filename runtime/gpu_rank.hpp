@@ -2,8 +2,9 @@
 // its actors start: the rank's four CUDA streams (compute, h2d, d2h, comm), the NCCL
 // communicator bootstrapped over troupe's transport (every rank opens it together), and
 // LibTorch's external-stream guard for the compute stream. spawn() then starts the actor
-// that runs collectives on device memory — NCCL's one issuer, or, in a build without
-// NCCL, the staged one that moves them through host memory and the comm agent — and
+// that runs collectives on device memory — NCCL's one issuer, or, with [cluster]
+// share_gpus or in a build without NCCL, the staged one that moves them through host
+// memory and the comm agent — and
 // returns what the stage and its shard owner need (actors/device_rank.hpp).
 //
 // A build without CUDA, or whose LibTorch has none (Debian's), gets an error from open()

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "actors/stream.hpp"
+#include "memory/buffer.hpp"
 #include "memory/host_buffer.hpp"
 #include "transport/collective.hpp"
 #include "transport/transport.hpp"

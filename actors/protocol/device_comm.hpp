@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "actors/protocol/comm.hpp"
 
@@ -38,6 +39,16 @@ CollectiveCall call_of(all_reduce_request& r);
 CollectiveCall call_of(reduce_scatter_request& r);
 CollectiveCall call_of(all_gather_request& r);
 CollectiveCall call_of(broadcast_request& r);
+
+/// Answers `c` with `error` at once, from `self`: its spans are let go first, so memory the
+/// requester frees next really is freed.
+template <class Self>
+void answer_now(Self* self, CollectiveCall& c, std::string error) {
+  caf::actor to = std::move(c.reply_to);
+  const uint64_t tag = c.tag;
+  c = CollectiveCall{};
+  self->send(to, collective_done{tag, std::move(error)});
+}
 
 /// Internal: the comm stream ran the call the actor numbered `serial`. Only the number
 /// travels: the host callback that sees the completion must make no CUDA call, so what the

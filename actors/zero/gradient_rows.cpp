@@ -21,9 +21,9 @@ GradientRows::GradientRows(std::shared_ptr<ParameterStore> store, std::shared_pt
   // parameters) are in forward order, then the persistent row completes last (its
   // LayerNorms span the model).
   const ZeroPlan& plan = store_->plan();
-  if (!plan.policy.partitions_parameters())
+  if (!plan.policy.partitions_parameters()) {
     for (std::size_t k = 0; k < rows_.size(); ++k) order_.push_back(k);
-  else {
+  } else {
     for (std::size_t k = rows_.size(); k-- > 0;)
       if (!plan.persistent(k)) order_.push_back(k);
     for (std::size_t k = 0; k < rows_.size(); ++k)

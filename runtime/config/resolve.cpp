@@ -103,6 +103,11 @@ Status resolve_cluster(ClusterConfig& cluster, const ConfigOrigins& origins) {
   auto secret = resolve_token(cluster, origins);
   if (!secret) return secret.error();
   cluster.secret = std::move(secret).value();
+  if (cluster.share_gpus && cluster.device != DeviceKind::cuda)
+    return key_error(
+        origins, "cluster", "share_gpus",
+        "share_gpus = true shares GPUs among ranks, but [cluster] device = \"cpu\": set device = "
+        "\"cuda\" or drop share_gpus");
   const std::pair<const char*, double> timeouts[] = {{"bootstrap_timeout_s", cluster.bootstrap_timeout_s},
                                                      {"peer_timeout_s", cluster.peer_timeout_s},
                                                      {"collective_timeout_s", cluster.collective_timeout_s}};

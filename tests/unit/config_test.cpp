@@ -1044,7 +1044,7 @@ TEST(ConfigRender, RoundTripGivesAnEqualConfig) {
                  Topology::two_level,
                  "rack-2/node-3",
                  DeviceKind::cpu,
-                 true,
+                 false,
                  ""};
   raw.parallel = {2, 1, 1};
   raw.zero = {1, 12345, false, 6, 7, 8, 9};
@@ -1180,6 +1180,16 @@ TEST(ConfigLoad, NamedChoicesAreRefusedAtTheirLineWithTheNamesAllowed) {
 }
 
 // ---- [cluster] device ----
+
+TEST(ConfigDevice, GpusAreSharedOnlyOnCuda) {
+  auto shared = load("[cluster]\ndevice = \"cuda\"\nshare_gpus = true\n[batch]\nmicro_batch_size = 2\n");
+  ASSERT_TRUE(shared.ok()) << shared.error().message;
+  EXPECT_TRUE(shared->cluster.share_gpus);
+  EXPECT_EQ(
+      error_of(load("[cluster]\nshare_gpus = true\n[batch]\nmicro_batch_size = 2\n")),
+      "job.toml:2:14: [cluster] share_gpus = true shares GPUs among ranks, but [cluster] device = \"cpu\": "
+      "set device = \"cuda\" or drop share_gpus");
+}
 
 TEST(ConfigDevice, CpuOrCudaAndNothingElse) {
   auto cuda = load("[cluster]\ndevice = \"cuda\"\n[batch]\nmicro_batch_size = 2\n");
