@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
-#include <string>
 #include <utility>
 
 namespace troupe {
@@ -53,18 +52,6 @@ HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
     page_lock_ = std::move(other.page_lock_);
   }
   return *this;
-}
-
-std::string describe(Placement placement) {
-  switch (placement.space) {
-    case MemorySpace::host:
-      return "host";
-    case MemorySpace::pinned_host:
-      return "pinned host";
-    case MemorySpace::device:
-      return "device " + std::to_string(placement.device);
-  }
-  return "unknown memory";
 }
 
 }  // namespace troupe

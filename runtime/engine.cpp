@@ -910,14 +910,14 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   for (std::size_t t = 0; t < parameters->tensors.size(); ++t)
     impl->model_tensors.push_back(ModelTensor{parameters->names[t], parameters->tensors[t].sizes().vec()});
   const bool on_gpu = impl->config.cluster.device == DeviceKind::cuda;
-  auto stand_in = device_path_on_cpu();  // the device path on the CPU: tests without a GPU
-  if (!stand_in) return make_error(fmt::format("rank {}: {}", impl->rank.rank, stand_in.error().message));
-  *stand_in = *stand_in && !on_gpu;
-  if (*stand_in)
+  auto requested = device_path_on_cpu();  // the device path on the CPU: tests without a GPU
+  if (!requested) return make_error(fmt::format("rank {}: {}", impl->rank.rank, requested.error().message));
+  const bool stand_in = *requested && !on_gpu;
+  if (stand_in)
     TROUPE_TRY(check_device_path(impl->config, impl->config.origins,
                                  fmt::format("the device path on the CPU ({}=cpu)", kDevicePathVariable)));
   if (impl->config.parallel.tp > 1) {
-    TROUPE_TRY(check_tensor_parallel(impl->config, impl->rank, trainable, *stand_in));
+    TROUPE_TRY(check_tensor_parallel(impl->config, impl->rank, trainable, stand_in));
     impl->tensor_group = trainable.tensor_parallel;
     for (const torch::Tensor& p : parameters->tensors)
       impl->tensor_splits.push_back(impl->tensor_group->split_of(p.unsafeGetTensorImpl()));
@@ -974,7 +974,7 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
                                    fmt::format("the tensor-parallel group of ranks {}",
                                                fmt::join(impl->plan.place.tensor_parallel_group, ", "))));
   if (on_gpu) TROUPE_TRY(impl->open_gpu(*shared));
-  if (*stand_in)
+  if (stand_in)
     impl->device =
         std::make_unique<StandInDevice>(impl->rank.rank, impl->rank.world_size, impl->tracer.get());
   impl->start_actors(std::move(shared), trainable);

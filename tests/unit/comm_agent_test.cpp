@@ -86,15 +86,42 @@ TEST_F(CommAgentTest, ARequestWaitsForItsSpansWriterAndHoldsBackTheNext) {
   EXPECT_EQ(order, (std::vector<uint64_t>{1, 2}));
 }
 
+// A barrier is one of the world's collectives: it keeps its place behind a held request.
+TEST_F(CommAgentTest, ABarrierWaitsBehindAHeldRequest) {
+  auto held = floats({1});
+  Event writer;
+  held.ready = writer;
+  caf::scoped_actor self{system_};
+  self->send(agent_, all_reduce_request{1, held, ReduceOp::sum, world_communicator, caf::actor{self}});
+  self->send(agent_, barrier_request{2, caf::actor{self}});
+  bool early = false;
+  self->receive([&](collective_done&) { early = true; }, caf::after(std::chrono::milliseconds(200)) >> [] {});
+  EXPECT_FALSE(early) << "the barrier may not overtake the held all-reduce";
+  writer.complete();
+  std::vector<uint64_t> order;
+  for (int i = 0; i < 2; ++i)
+    self->receive([&](collective_done& d) { order.push_back(d.tag); }, caf::after(wait_bound) >> [] {});
+  EXPECT_EQ(order, (std::vector<uint64_t>{1, 2}));
+}
+
 // The transport moves host memory; a span in device memory is refused with the reason.
 TEST_F(CommAgentTest, ASpanInDeviceMemoryIsRefusedSayingWhere) {
   float value = 1;
+  auto keep = std::make_shared<int>(0);
+  std::weak_ptr<int> watch = keep;
   caf::scoped_actor self{system_};
-  self->send(agent_, all_reduce_request{5, testing::device_span(&value, 1), ReduceOp::sum, world_communicator,
-                                        caf::actor{self}});
+  self->send(agent_, all_reduce_request{5, testing::device_span(&value, 1, std::move(keep)), ReduceOp::sum,
+                                        world_communicator, caf::actor{self}});
   std::string error;
-  self->receive([&](collective_done& d) { error = d.error; }, caf::after(wait_bound) >> [] {});
+  bool released = false;
+  self->receive(
+      [&](collective_done& d) {
+        error = d.error;
+        released = watch.expired();
+      },
+      caf::after(wait_bound) >> [] {});
   EXPECT_NE(error.find("a span of this request is in device 0 memory"), std::string::npos) << error;
+  EXPECT_TRUE(released) << "the request's buffers are let go before the requester hears";
 }
 
 TEST_F(CommAgentTest, MessagesReachTheActorRegisteredUnderTheirAddress) {
