@@ -1,6 +1,8 @@
 // The comm agent's requests as the device collectives actors run them (protocol/device_comm.hpp).
 #include "actors/protocol/device_comm.hpp"
 
+#include <caf/message.hpp>
+
 #include <utility>
 
 namespace troupe {
@@ -44,6 +46,24 @@ CollectiveCall call_of(broadcast_request& r) {
   return CollectiveCall{
       r.tag,  CollectiveKind::broadcast, r.buffer, std::move(r.buffer), count, ReduceOp::sum, r.root,
       r.comm, std::move(r.reply_to)};
+}
+
+caf::message request_of(const CollectiveCall& c) {
+  switch (c.kind) {
+    case CollectiveKind::all_reduce:
+      return caf::make_message(all_reduce_request{c.tag, c.output, c.op, c.comm, c.reply_to});
+    case CollectiveKind::reduce_scatter:
+      return caf::make_message(reduce_scatter_request{c.tag, c.input, c.output, c.op, c.comm, c.reply_to});
+    case CollectiveKind::all_gather:
+      return caf::make_message(all_gather_request{c.tag, c.input, c.output, c.comm, c.reply_to});
+    case CollectiveKind::broadcast:
+      return caf::make_message(broadcast_request{c.tag, c.output, c.root, c.comm, c.reply_to});
+  }
+  return {};
+}
+
+bool on_host(const CollectiveCall& c) {
+  return c.input.owner && c.output.owner && c.input.placement().on_host() && c.output.placement().on_host();
 }
 
 }  // namespace troupe

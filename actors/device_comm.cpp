@@ -24,6 +24,7 @@ struct Pending {
 struct DeviceCommState {
   std::map<uint64_t, Pending> pending;  // by serial: issued, not yet run by the GPU
   uint64_t next_serial = 0;
+  caf::actor comm_agent;  // host spans' collectives, passed on in arrival order
   std::shared_ptr<NcclGroup> group;
   std::shared_ptr<CudaStream> stream;  // after the group: destroyed (and drained) first
   static inline const char* name = "device_comm";
@@ -57,8 +58,8 @@ std::optional<std::string> refusal(const CollectiveCall& c) {
       return fmt::format("this {} has a span without a buffer", name_of(c.kind));
     else if (span->placement().space != MemorySpace::device)
       return fmt::format(
-          "NCCL runs collectives on device memory; this {} has a span in {} memory (host "
-          "spans go to the comm agent)",
+          "NCCL runs collectives on device memory; this {} has a span in {} memory (a "
+          "collective on host memory goes to the comm agent, one with a span in each is not run)",
           name_of(c.kind), describe(span->placement()));
   if (c.comm != world_communicator)
     return fmt::format("the rank's NCCL communicator spans the world; this {} asked for communicator {}",
@@ -68,6 +69,8 @@ std::optional<std::string> refusal(const CollectiveCall& c) {
 
 void issue(DeviceComm* self, CollectiveCall c) {
   auto& s = self->state;
+  // The comm agent's (its own sequence over UCX, apart from NCCL's): as they came.
+  if (on_host(c)) return self->send(s.comm_agent, request_of(c));
   if (auto refused = refusal(c)) return answer_now(self, c, std::move(*refused));
   s.stream->wait(c.input.ready);  // on the device: NCCL starts once their writers are done
   s.stream->wait(c.output.ready);
@@ -84,8 +87,9 @@ void issue(DeviceComm* self, CollectiveCall c) {
   });
 }
 
-caf::behavior device_comm_behavior(DeviceComm* self, std::shared_ptr<NcclGroup> group,
+caf::behavior device_comm_behavior(DeviceComm* self, caf::actor comm_agent, std::shared_ptr<NcclGroup> group,
                                    std::shared_ptr<CudaStream> stream) {
+  self->state.comm_agent = std::move(comm_agent);
   self->state.group = std::move(group);
   self->state.stream = std::move(stream);
   return {
@@ -106,11 +110,12 @@ caf::behavior device_comm_behavior(DeviceComm* self, std::shared_ptr<NcclGroup> 
 
 }  // namespace
 
-caf::actor spawn_device_comm(caf::actor_system& system, std::unique_ptr<NcclGroup> group,
-                             std::unique_ptr<CudaStream> stream) {
+caf::actor spawn_device_comm(caf::actor_system& system, caf::actor comm_agent,
+                             std::unique_ptr<NcclGroup> group, std::unique_ptr<CudaStream> stream) {
   // Detached: a non-blocking communicator may answer "in progress" while it enqueues, and
   // the group polls until it settles; that wait gets a thread of its own, not the scheduler's.
-  return system.spawn<caf::detached>(device_comm_behavior, std::shared_ptr<NcclGroup>(std::move(group)),
+  return system.spawn<caf::detached>(device_comm_behavior, std::move(comm_agent),
+                                     std::shared_ptr<NcclGroup>(std::move(group)),
                                      std::shared_ptr<CudaStream>(std::move(stream)));
 }
 

@@ -6,7 +6,8 @@
 // comes back as collective_done through a host callback of the comm stream, so no thread
 // ever blocks on the GPU. A failed launch answers with the error; the actor goes on.
 // Protocol: the comm agent's requests (actors/protocol/comm.hpp) over spans in device
-// memory, on the world communicator; anything else is answered with an error saying why.
+// memory, on the world communicator; one over host memory is passed on to the comm agent
+// (whose UCX sequence is NCCL's apart); anything else is answered with an error saying why.
 #pragma once
 
 #include <caf/actor.hpp>
@@ -20,7 +21,7 @@
 namespace troupe {
 
 /// The actor owns `group` and `stream` (the rank's comm stream).
-caf::actor spawn_device_comm(caf::actor_system& system, std::unique_ptr<NcclGroup> group,
-                             std::unique_ptr<CudaStream> stream);
+caf::actor spawn_device_comm(caf::actor_system& system, caf::actor comm_agent,
+                             std::unique_ptr<NcclGroup> group, std::unique_ptr<CudaStream> stream);
 
 }  // namespace troupe

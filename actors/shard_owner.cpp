@@ -14,6 +14,7 @@
 #include "actors/protocol/offload.hpp"
 #include "actors/protocol/stage.hpp"
 #include "actors/protocol/zero.hpp"
+#include "actors/shard_copies.hpp"
 #include "actors/stream.hpp"
 #include "kernels/cpu/precision.hpp"
 #include "kernels/cpu/reduce.hpp"
@@ -57,6 +58,8 @@ struct ShardOwnerState {
   std::optional<caf::actor> updating_for;   // who hears shard_updated of the pass in flight
   std::unique_ptr<DeviceAdam> device_adam;  // a GPU rank without an offload tier
   std::shared_ptr<HostMirror> mirror;       // a GPU rank with one
+  std::vector<std::shared_ptr<HostBuffer>> snapshot_arrays;  // the device Adam's last checkpoint
+  std::optional<caf::actor> restoring_for;  // with a mirror: who hears state_restored once it is copied in
   std::unique_ptr<Stream> stream;           // last: its thread stops before the rest goes
   static inline const char* name = "shard_owner";
 };
@@ -126,20 +129,42 @@ PartitionSpan mixed_span(const ShardOwnerState& s, std::size_t k) {
   return span;
 }
 
-// A GPU rank's gradients (stage 0: one flat device tensor), squared and summed on the
-// owner's stream by troupe's fixed-order fp64 kernel; item() waits for that stream.
-double device_square_sum(const ParameterStore& store, void* stream) {
-  const torch::Tensor& flat = store.device_gradients();
-  auto n = static_cast<std::size_t>(flat.numel());
-  auto doubles = flat.options().dtype(torch::kFloat64);
-  auto workspace_size = std::max<std::size_t>(1, kernels::square_sum_workspace(n, stream));
+// A GPU rank's Σ g² over its shards' gradients (in device memory) but those `outside`
+// the norm, each summed on the owner's stream by troupe's fixed-order fp64 kernel and the
+// shards' sums added in shard order; item() waits for that stream.
+double device_square_sum(const std::vector<torch::Tensor>& gradients, const std::vector<bool>& outside,
+                         void* stream) {
+  if (gradients.empty()) return 0;
+  auto doubles = gradients.front().options().dtype(torch::kFloat64);
+  std::size_t largest = 0;
+  for (const auto& g : gradients) largest = std::max(largest, static_cast<std::size_t>(g.numel()));
+  auto workspace_size = std::max<std::size_t>(1, kernels::square_sum_workspace(largest, stream));
   torch::Tensor workspace = torch::empty({static_cast<int64_t>(workspace_size)}, doubles);
-  torch::Tensor sum = torch::zeros({1}, doubles);
-  if (Status launched = kernels::square_sum_on_stream(flat.data_ptr<float>(), n, workspace.data_ptr<double>(),
-                                                      sum.data_ptr<double>(), stream);
-      !launched)
-    throw std::runtime_error(launched.error().message);
-  return sum.item<double>();
+  torch::Tensor sums = torch::zeros({static_cast<int64_t>(gradients.size())}, doubles);
+  for (std::size_t k = 0; k < gradients.size(); ++k) {
+    if ((k < outside.size() && outside[k]) || gradients[k].numel() == 0) continue;
+    if (Status launched = kernels::square_sum_on_stream(
+            gradients[k].data_ptr<float>(), static_cast<std::size_t>(gradients[k].numel()),
+            workspace.data_ptr<double>(), sums.data_ptr<double>() + k, stream);
+        !launched)
+      throw std::runtime_error(launched.error().message);
+  }
+  return sums.sum().item<double>();
+}
+
+// Stages 2-3: `block` (a reduced bucket slot's block of row `row`) added into the
+// gradient partition, with troupe's kernel on the host or LibTorch's on the owner's stream.
+void absorb(const ParameterStore& store, std::size_t row, const BufferSpan& block) {
+  const std::size_t at = store.layout().row(row).partition_offset;
+  const std::shared_ptr<Buffer>& partition = store.partition_gradients();
+  if (partition->placement().on_host() && block.placement().on_host()) {
+    kernels::add_into(partition->data() + at * element_bytes(block.type), block.data(), block.count,
+                      block.type);
+    return;
+  }
+  const auto count = static_cast<int64_t>(block.count);
+  store.view(partition, at, {count}, block.type)
+      .add_(store.view(block.owner, block.offset_bytes / element_bytes(block.type), {count}, block.type));
 }
 
 // Clipping: the gradients scaled in place (on the owner's stream).
@@ -150,6 +175,7 @@ void scale_gradients(std::vector<torch::Tensor>& gradients, double scale) {
 }
 
 std::unique_ptr<DeviceAdam> make_device_adam(const std::vector<torch::Tensor>& parameters,
+                                             std::size_t parameter_count,
                                              const std::shared_ptr<MemoryLedger>& ledger) {
   auto adam = std::make_unique<DeviceAdam>();
   int64_t bytes = 0;
@@ -158,39 +184,41 @@ std::unique_ptr<DeviceAdam> make_device_adam(const std::vector<torch::Tensor>& p
     adam->exp_avg_sq.push_back(torch::zeros_like(p));
     bytes += 2 * static_cast<int64_t>(p.nbytes());
   }
-  adam->steps = ParameterSteps(parameters.size());
+  adam->steps = ParameterSteps(parameter_count);
   adam->charge = MemoryCharge(ledger, MemoryKind::optimizer_state, bytes);
   return adam;
 }
 
-// The shards a device step updates, by the step count each is at: one launch per count.
-using ShardsByStep = std::map<int64_t, std::vector<std::size_t>>;
+// The pieces of parameters a device step updates (shard k's run), by the step count each
+// parameter is at: one launch per count.
+using RunsByStep = std::map<int64_t, std::vector<std::pair<std::size_t, ParameterRun>>>;
 
-// On the owner's thread: a step begins for the shards whose parameter was used (stage 0:
-// a shard is one parameter), so the stream's work reads counts, never advances them.
-ShardsByStep advance_device_steps(DeviceAdam& adam, const std::vector<std::vector<ParameterRun>>& runs,
-                                  const ParameterUse& used) {
+// On the owner's thread: a step begins for the parameters that were used, so the stream's
+// work reads counts, never advances them; an unused parameter's pieces are left alone.
+RunsByStep advance_device_steps(DeviceAdam& adam, const std::vector<std::vector<ParameterRun>>& runs,
+                                const ParameterUse& used) {
   adam.steps.advance(used);
-  ShardsByStep by_step;
+  RunsByStep by_step;
   for (std::size_t k = 0; k < runs.size(); ++k)
-    if (std::size_t position = runs[k].front().parameter; is_used(used, position))
-      by_step[adam.steps[position]].push_back(k);
+    for (const ParameterRun& run : runs[k])
+      if (is_used(used, run.parameter) && run.count > 0)
+        by_step[adam.steps[run.parameter]].emplace_back(k, run);
   return by_step;
 }
 
 // The fused step, launched on `stream` (the CPU twin on a host stream).
-void step_device_adam(const DeviceAdam& adam, const OptimizerRule& rule, const ShardsByStep& by_step,
+void step_device_adam(const DeviceAdam& adam, const OptimizerRule& rule, const RunsByStep& by_step,
                       const std::vector<torch::Tensor>& parameters,
                       const std::vector<torch::Tensor>& gradients, void* stream) {
-  for (const auto& [step, shards] : by_step) {
+  for (const auto& [step, pieces] : by_step) {
     std::vector<kernels::AdamChunk> chunks;
-    for (std::size_t k : shards) {
+    for (const auto& [k, run] : pieces) {
       kernels::AdamChunk& chunk = chunks.emplace_back();
-      chunk.parameters = parameters[k].data_ptr<float>();
-      chunk.gradients = gradients[k].data_ptr<float>();
-      chunk.exp_avg = adam.exp_avg[k].data_ptr<float>();
-      chunk.exp_avg_sq = adam.exp_avg_sq[k].data_ptr<float>();
-      chunk.count = static_cast<std::size_t>(parameters[k].numel());
+      chunk.parameters = parameters[k].data_ptr<float>() + run.offset;
+      chunk.gradients = gradients[k].data_ptr<float>() + run.offset;
+      chunk.exp_avg = adam.exp_avg[k].data_ptr<float>() + run.offset;
+      chunk.exp_avg_sq = adam.exp_avg_sq[k].data_ptr<float>() + run.offset;
+      chunk.count = run.count;
     }
     if (Status launched = kernels::adam_on_stream(chunks, adam_params_of(rule, step), stream); !launched)
       throw std::runtime_error(launched.error().message);
@@ -303,13 +331,55 @@ void update_offloaded(ShardOwner* self, const update_shard& u) {
   s.stream->record().on_complete(pass);
 }
 
-// Why this owner's state cannot be checkpointed (it is not with an offload manager on the host).
-std::string checkpoint_refusal(const ShardOwnerState& s) {
-  if (s.options.device)
-    return "checkpoints of a GPU rank's optimizer state are not built yet: no GPU was lent to test the "
-           "device copies";
+// Why this owner's state cannot be checkpointed: LibTorch's optimizer keeps it.
+const char* checkpoint_refusal() {
   return "checkpoints save the state of the [optimizer] that troupe's kernels run; a trainer's own "
-         "optimizer factory keeps its state inside LibTorch's optimizer, which troupe does not save";
+         "optimizer factory (and SGD on a GPU rank) keeps its state inside LibTorch's optimizer, which "
+         "troupe does not save";
+}
+
+// The device Adam's partition as a checkpoint's arrays: the fp32 values, exp_avg, exp_avg_sq.
+std::vector<std::vector<torch::Tensor>> device_arrays(const ShardOwnerState& s) {
+  return {s.parameters, s.device_adam->exp_avg, s.device_adam->exp_avg_sq};
+}
+
+// A GPU rank's fused Adam: its partition copied out on the d2h stream once the owner's
+// work so far (the last update) has run; the owner's later work (the next update) waits
+// for the copies. Issued from the actor's thread, so both keep their place in line.
+void snapshot_device(ShardOwner* self, caf::actor reply_to) {
+  auto& s = self->state;
+  const DeviceRank& d = *s.options.device;
+  s.snapshot_arrays = shard_arrays(d, 3, shard_elements(s.parameters), std::move(s.snapshot_arrays));
+  PartitionState state{s.snapshot_arrays, s.device_adam->steps.counts()};
+  copy_shards(*d.d2h, s.stream->record(), ShardCopy::to_host, device_arrays(s), s.snapshot_arrays,
+              [state = std::move(state), reply_to] {
+                caf::anon_send(reply_to, state_snapshot{state, ""});
+              });
+  s.stream->wait(d.d2h->record());
+}
+
+// ... and copied back in on the h2d stream, its step counts taken on this thread.
+void restore_device(ShardOwner* self, restore_state& r) {
+  auto& s = self->state;
+  const DeviceRank& d = *s.options.device;
+  auto arrays = device_arrays(s);
+  const std::size_t elements = shard_elements(s.parameters);
+  const std::size_t counts = s.device_adam->steps.counts().size();
+  for (const auto& array : r.state.arrays)
+    if (!array || array->bytes() < elements * sizeof(float))
+      return self->send(r.reply_to,
+                        state_restored{fmt::format(
+                            "a restored array holds fewer than this partition's {} values", elements)});
+  if (r.state.arrays.size() != arrays.size() || r.state.steps.size() < counts)
+    return self->send(
+        r.reply_to, state_restored{fmt::format(
+                        "the restored state has {} arrays and {} step counts; this partition needs {} and {}",
+                        r.state.arrays.size(), r.state.steps.size(), arrays.size(), counts)});
+  r.state.steps.resize(counts);
+  s.device_adam->steps.restore(std::move(r.state.steps));
+  copy_shards(*d.h2d, s.stream->record(), ShardCopy::to_device, arrays, r.state.arrays,
+              [to = r.reply_to, keep = r.state.arrays] { caf::anon_send(to, state_restored{""}); });
+  s.stream->wait(d.h2d->record());
 }
 
 caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) {
@@ -363,7 +433,8 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
     s.offload = spawn_offload_manager(self->system(), std::move(o));
     self->link_to(s.offload);
   } else if (s.options.device && !s.options.make_optimizer) {
-    s.device_adam = make_device_adam(s.parameters, s.options.store->ledger());
+    s.device_adam = make_device_adam(s.parameters, s.options.store->layout().parameter_count(),
+                                     s.options.store->ledger());
   } else {
     s.pieces = torch_pieces(s);
     s.optimizer = s.options.make_optimizer(s.pieces.tensors);
@@ -372,25 +443,24 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
       [=](begin_accumulation&) {
         auto& st = self->state;
         st.stream->enqueue("zero gradient partition", [&st] {
-          if (auto g = st.options.store->partition_gradients()) std::memset(g->data(), 0, g->bytes());
+          if (const auto& g = st.options.store->partition_gradients())
+            st.options.store->memory().zero(*g, g->bytes());
         });
       },
       [=](absorb_gradients& a) {
         auto& st = self->state;
-        const auto& row = st.options.store->layout().row(a.row);
-        std::byte* into = st.options.store->partition_gradients()->data() +
-                          row.partition_offset * element_bytes(st.options.store->reduce_type());
-        st.stream->enqueue(fmt::format("absorb row {}", a.row), [into, block = a.block] {
-          kernels::add_into(into, block.data(), block.count, block.type);
-        });
+        st.stream->enqueue(
+            fmt::format("absorb row {}", a.row),
+            [store = st.options.store, row = a.row, block = a.block] { absorb(*store, row, block); });
         reply_after(self, a.reply_to, gradients_absorbed{a.row, a.slot});
       },
       [=](measure_gradients& m) {
         auto& st = self->state;
         auto sum = std::make_shared<double>(0);
         st.stream->enqueue("gradient norm", [&st, sum] {
-          *sum = st.options.device ? device_square_sum(*st.options.store, st.stream->native_handle())
-                                   : square_sum(st.gradients, st.options.outside_norm);
+          *sum = st.options.device
+                     ? device_square_sum(st.gradients, st.options.outside_norm, st.stream->native_handle())
+                     : square_sum(st.gradients, st.options.outside_norm);
         });
         st.stream->record().on_complete(
             [sum, to = m.reply_to] { caf::anon_send(to, gradient_square_sum{*sum}); });
@@ -417,16 +487,32 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
         });
         reply_after(self, u.reply_to, shard_updated{u.step});
       },
-      // Checkpoints: the state lives with the offload manager, which copies it between passes.
+      // Checkpoints: the offload manager copies its tiers between passes; the device Adam's
+      // partition is copied on the copy streams.
+      // With a host mirror the tier holds the fp32 values the device's are copied from.
       [=](snapshot_state& r) {
         auto& st = self->state;
-        if (st.offload && !st.mirror) return self->send(st.offload, std::move(r));
-        self->send(r.reply_to, state_snapshot{{}, checkpoint_refusal(st)});
+        if (st.offload) return self->send(st.offload, std::move(r));
+        if (st.device_adam) return snapshot_device(self, std::move(r.reply_to));
+        self->send(r.reply_to, state_snapshot{{}, checkpoint_refusal()});
       },
       [=](restore_state& r) {
         auto& st = self->state;
-        if (st.offload && !st.mirror) return self->send(st.offload, std::move(r));
-        self->send(r.reply_to, state_restored{checkpoint_refusal(st)});
+        if (st.device_adam) return restore_device(self, r);
+        if (!st.offload) return self->send(r.reply_to, state_restored{checkpoint_refusal()});
+        if (!st.mirror) return self->send(st.offload, std::move(r));
+        st.restoring_for = std::move(r.reply_to);
+        r.reply_to = caf::actor_cast<caf::actor>(self);
+        self->send(st.offload, std::move(r));
+      },
+      // The tier restored the host mirror: its values go to the device before the stage hears.
+      [=](state_restored& r) {
+        auto& st = self->state;
+        if (!st.restoring_for) return;
+        caf::actor to = std::move(*st.restoring_for);
+        st.restoring_for.reset();
+        if (!r.error.empty()) return self->send(to, std::move(r));
+        copy_mirror(st, MirrorCopy::parameters_to_device, [to] { caf::anon_send(to, state_restored{""}); });
       },
       [=](optimizer_pass_done& d) {
         auto& st = self->state;

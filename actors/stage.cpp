@@ -44,6 +44,13 @@ const caf::actor& collectives_for(const StageOptions& o, const BufferSpan& span)
   return span.placement().on_host() ? o.comm_agent : o.device->collectives;
 }
 
+// Who takes a collective that must keep its place among the device's (a ZeRO-3 layer check
+// between the gathers): on a device path its collectives actor, which passes host memory on
+// to the comm agent in line.
+const caf::actor& in_line_with_device(const StageOptions& o) {
+  return o.device ? o.device->collectives : o.comm_agent;
+}
+
 // A gradient row is ready (on the compute thread, or on LibTorch's autograd thread for a
 // device): reduce it across ranks once the work that wrote it has run.
 IssueQueue::Issue reduce_row(const StageOptions& o, caf::actor self, std::size_t row, std::size_t slot,
@@ -101,7 +108,8 @@ void place_ties(StageState& s, std::vector<bool>& outside_norm) {
     const auto& row = layout.row(k);
     TieSlot slot{{}, position, t.comm};
     // The tie sums what the stage reduced: fp32 when gradients are reduced in fp32.
-    const auto flat = store.reduced_gradients() ? store.reduced_gradients() : store.flat_gradients();
+    const std::shared_ptr<Buffer> flat =
+        store.reduced_gradients() ? store.reduced_gradients() : store.flat_gradients();
     const DataType type = store.reduce_type();
     if (whole)
       slot.gradient = typed_span(flat, row.begin, layout.row_elements(k), type);
@@ -161,8 +169,8 @@ Status build(StageActor* self) {
   try {
     s.store = std::make_shared<ParameterStore>(
         std::move(*plan), std::move(parameters->tensors), s.options.rank, s.options.ledger, std::move(swap),
-        s.options.device ? std::optional(s.options.device->memory) : std::nullopt, s.options.dtype,
-        s.options.reduce_type);
+        s.options.device ? StoreMemory(s.options.device->memory, s.options.device->device) : StoreMemory(),
+        s.options.dtype, s.options.reduce_type);
     s.loss = std::make_shared<HostBuffer>((1 + s.store->layout().parameter_count()) * sizeof(float));
   } catch (const std::exception& e) {
     return make_error(e.what());
@@ -175,24 +183,25 @@ Status build(StageActor* self) {
       if (!zero_plan.persistent(k)) largest = std::max(largest, layout.row_elements(k));
     s.pool = std::make_shared<BucketPool>(z.overlap_comm, largest, s.options.ledger,
                                           s.options.collective_timeout_s, s.options.tracer,
-                                          element_bytes(s.store->reduce_type()));
+                                          element_bytes(s.store->reduce_type()), s.store->memory());
     for (std::size_t k = 0; k < layout.row_count(); ++k)
       if (zero_plan.persistent(k)) s.pool->add_dedicated(k, layout.row_elements(k));
   }
   if (z.policy.gathers_before_use()) {
     s.fetcher = std::make_unique<ParameterFetcher>(
         s.store, z.limits,
-        [comm = s.options.comm_agent, me, group = s.group()](std::size_t row, BufferSpan in, BufferSpan out) {
-          caf::anon_send(comm, all_gather_request{tag(Tag::fetch, row), std::move(in), std::move(out),
-                                                  group, me});
+        [o = s.options, me, group = s.group()](std::size_t row, BufferSpan in, BufferSpan out) {
+          caf::actor to = collectives_for(o, out);
+          caf::anon_send(to,
+                         all_gather_request{tag(Tag::fetch, row), std::move(in), std::move(out), group, me});
         },
         s.issue, s.options.collective_timeout_s, s.options.tracer);
     std::vector<std::string> names;
     for (const auto& item : s.options.model->named_children()) names.push_back(item.key());
     s.sequence_check = std::make_unique<LayerSequenceCheck>(
         s.options.dp, s.options.rank, std::move(names),
-        [comm = s.options.comm_agent, me, issue = s.issue, group = s.group()](uint64_t id, BufferSpan in,
-                                                                               BufferSpan out) {
+        [comm = in_line_with_device(s.options), me, issue = s.issue, group = s.group()](
+            uint64_t id, BufferSpan in, BufferSpan out) {
           issue->issue([comm, me, id, in = std::move(in), out = std::move(out), group]() mutable {
             caf::anon_send(comm, all_gather_request{tag(Tag::sequence, id), std::move(in), std::move(out),
                                                     group, me});
@@ -404,8 +413,9 @@ void gather_updated(StageActor* self) {
       in = typed_span(s.store->flat_parameters(), layout.block_begin(k, s.options.rank), row.block, type);
     }
     ++p.gathers_left;
-    self->send(s.options.comm_agent, all_gather_request{tag(Tag::parameters, k), std::move(in),
-                                                        std::move(out), s.group(), me});
+    in.ready = out.ready = written_so_far(s.options);  // the update wrote them
+    const caf::actor& to = collectives_for(s.options, out);
+    self->send(to, all_gather_request{tag(Tag::parameters, k), std::move(in), std::move(out), s.group(), me});
   }
   if (p.gathers_left == 0) exchange_step_figures(self);
 }

@@ -33,7 +33,9 @@ typename Inspector::result_type inspect(Inspector& f, staged_in& x) {
 
 struct Staged {
   CollectiveCall call;
-  std::shared_ptr<HostBuffer> staging;  // size × count elements for the gathers and scatters, else count
+  // Size × count elements for the gathers and scatters, else count; null for a request
+  // on host memory, which goes to the comm agent as it is, in line.
+  std::shared_ptr<HostBuffer> staging;
 };
 
 struct StagedCommState {
@@ -84,6 +86,12 @@ void stage_out(StagedComm* self, CollectiveCall c) {
                       fmt::format("staged collectives span the world; this {} asked for communicator {}",
                                   name_of(c.kind), c.comm));
   uint64_t serial = s.next_serial++;
+  if (on_host(c)) {  // its place in line: after the copies out of the requests before it
+    s.options.d2h->notify(s.options.d2h->record(), caf::actor_cast<caf::actor>(self),
+                          caf::make_message(staged_out{serial}));
+    s.pending.emplace(serial, Staged{std::move(c), nullptr});
+    return;
+  }
   std::size_t blocks = whole_world(c.kind) ? static_cast<std::size_t>(s.options.size) : 1;
   auto staging = take_staging(s, blocks * c.count * element(c));
   std::byte* into = staging->data() + (c.kind == CollectiveKind::all_gather ? my_block(s, c) : 0);
@@ -102,6 +110,12 @@ void reduce_on_host(StagedComm* self, uint64_t serial) {
   Staged& st = s.pending.at(serial);
   const CollectiveCall& c = st.call;
   caf::actor me = caf::actor_cast<caf::actor>(self);
+  if (!st.staging) {
+    CollectiveCall as_is = c;
+    as_is.tag = serial;
+    as_is.reply_to = me;
+    return self->send(s.options.comm_agent, request_of(as_is));
+  }
   auto span = [&](std::size_t offset_bytes, std::size_t count) {
     return BufferSpan{st.staging, offset_bytes, count, c.type()};
   };
@@ -147,7 +161,7 @@ void finish(StagedComm* self, uint64_t serial, const std::string& error) {
   done.call = CollectiveCall{};  // what the request's spans held goes before the reply
   // After a failed host collective the transport may still write into the staging buffer
   // (the comm agent keeps it until the transport closes): it is not used again.
-  if (error.empty()) {
+  if (error.empty() && done.staging) {
     std::size_t bytes = done.staging->bytes();
     s.idle.emplace(bytes, std::move(done.staging));
   }
@@ -165,6 +179,8 @@ caf::behavior staged_comm_behavior(StagedComm* self, StagedCommOptions options) 
       [=](staged_out& o) { reduce_on_host(self, o.serial); },
       [=](collective_done& d) {
         if (!d.error.empty()) return finish(self, d.tag, "staged collective: " + d.error);
+        auto it = self->state.pending.find(d.tag);
+        if (it != self->state.pending.end() && !it->second.staging) return finish(self, d.tag, "");
         stage_in(self, d.tag);
       },
       [=](staged_in& i) { finish(self, i.serial, ""); },

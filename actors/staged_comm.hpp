@@ -8,7 +8,9 @@
 //
 // Order: requests arrive in program order (the stage's IssueQueue); each goes to the comm
 // agent when its copy out has run, and copies complete in stream order, so the host
-// collectives keep that order on every rank. The staging buffer and the request's
+// collectives keep that order on every rank. A request on host memory (a ZeRO-3 layer
+// check among the gathers) needs no copy but takes its place in the same line, so it
+// reaches the comm agent after the requests before it on every rank. The staging buffer and the request's
 // spans are let go, on this actor's thread, before the requester hears collective_done; the
 // staging buffers (pinned when the options can) wait for the next request of their size.
 //

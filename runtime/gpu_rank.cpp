@@ -142,7 +142,7 @@ DeviceRank GpuRank::spawn(caf::actor_system& system, [[maybe_unused]] caf::actor
 #if TROUPE_WITH_NCCL
   if (!m.staged) {
     TROUPE_CHECK(m.nccl != nullptr, "GpuRank::spawn is called once");
-    d.collectives = spawn_device_comm(system, std::move(m.nccl), std::move(m.comm));
+    d.collectives = spawn_device_comm(system, std::move(comm_agent), std::move(m.nccl), std::move(m.comm));
     return d;
   }
 #endif

@@ -39,6 +39,10 @@ CollectiveCall call_of(all_reduce_request& r);
 CollectiveCall call_of(reduce_scatter_request& r);
 CollectiveCall call_of(all_gather_request& r);
 CollectiveCall call_of(broadcast_request& r);
+/// The request `c` was made from, with its tag and reply_to (for the comm agent).
+caf::message request_of(const CollectiveCall& c);
+/// Both of `c`'s spans are in host memory: the comm agent's to run, in line.
+bool on_host(const CollectiveCall& c);
 
 /// Answers `c` with `error` at once, from `self`: its spans are let go first, so memory the
 /// requester frees next really is freed.

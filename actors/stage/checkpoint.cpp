@@ -3,7 +3,6 @@
 // steps, and a restore. The partition itself is copied by the shard owner's offload
 // manager; the stage adds the model's values (ZeRO 0-2 keep every tensor whole), its
 // update count and its loss scaler.
-#include <cstring>
 #include <utility>
 
 #include <fmt/format.h>
@@ -77,14 +76,15 @@ void write_model_values(StageState& s, const HostBuffer& values, const stage_lay
     if (l.held[t]) offsets[t] = std::exchange(next, next + l.tensor_elements[t]);
   if (values.bytes() < next * sizeof(float)) throw std::runtime_error("the restored values are short");
   const auto& tensor_of = s.store->plan().parameter_of;
+  torch::NoGradGuard no_grad;  // the parameters are autograd's leaves
   for (std::size_t p = 0; p < tensor_of.size(); ++p) {
     if (!l.held[tensor_of[p]]) continue;
     torch::Tensor& tensor = s.store->parameter_at(p);
     if (!tensor.is_contiguous()) throw std::runtime_error("a parameter to restore is not contiguous");
     const float* from = values.as<float>() + offsets[tensor_of[p]];
     const auto n = static_cast<std::size_t>(tensor.numel());
-    if (s.store->dtype() == DataType::f32)
-      std::memcpy(tensor.data_ptr(), from, n * sizeof(float));
+    if (s.store->dtype() == DataType::f32)  // into host or device memory, on the compute stream
+      tensor.view({-1}).copy_(torch::from_blob(const_cast<float*>(from), {tensor.numel()}));
     else
       kernels::cast_from_f32(from, tensor.data_ptr(), n, s.store->dtype());
   }

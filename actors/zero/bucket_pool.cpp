@@ -1,7 +1,6 @@
 #include "actors/zero/bucket_pool.hpp"
 
 #include <chrono>
-#include <cstring>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -17,25 +16,26 @@ std::chrono::steady_clock::time_point deadline_after(double seconds) {
 }  // namespace
 
 BucketPool::BucketPool(bool overlap, std::size_t slot_elements, std::shared_ptr<MemoryLedger> ledger,
-                       double timeout_s, Tracer* tracer, std::size_t element_bytes)
+                       double timeout_s, Tracer* tracer, std::size_t element_bytes, StoreMemory memory)
     : overlap_(overlap),
       shared_slots_(overlap ? 2 : 1),
       slot_elements_(slot_elements),
       element_bytes_(element_bytes),
       ledger_(std::move(ledger)),
       timeout_s_(timeout_s),
-      tracer_(tracer) {
+      tracer_(tracer),
+      memory_(memory) {
   for (std::size_t i = 0; i < shared_slots_; ++i)
-    slots_.push_back(
-        Slot{std::make_shared<HostBuffer>(slot_elements * element_bytes_, ledger_, MemoryKind::communication),
-             State::free, std::nullopt});
+    slots_.push_back(Slot{make_slot(slot_elements), State::free, std::nullopt});
+}
+
+std::shared_ptr<Buffer> BucketPool::make_slot(std::size_t elements) const {
+  return memory_.allocate(elements * element_bytes_, ledger_, MemoryKind::communication);
 }
 
 std::size_t BucketPool::add_dedicated(std::size_t row, std::size_t elements) {
   std::lock_guard lock(mutex_);
-  slots_.push_back(
-      Slot{std::make_shared<HostBuffer>(elements * element_bytes_, ledger_, MemoryKind::communication),
-           State::free, row});
+  slots_.push_back(Slot{make_slot(elements), State::free, row});
   return slots_.size() - 1;
 }
 
@@ -67,9 +67,7 @@ std::size_t BucketPool::acquire(std::size_t row, std::size_t elements) {
     bool dedicated = false;
     for (const Slot& s : slots_) dedicated |= s.dedicated_row == row;
     if (!dedicated && can_grow()) {
-      slots_.push_back(Slot{
-          std::make_shared<HostBuffer>(slot_elements_ * element_bytes_, ledger_, MemoryKind::communication),
-          State::free, std::nullopt});
+      slots_.push_back(Slot{make_slot(slot_elements_), State::free, std::nullopt});
       continue;
     }
     Tracer::Scope waiting(tracer_, "compute wait", "bucket");
@@ -78,7 +76,7 @@ std::size_t BucketPool::acquire(std::size_t row, std::size_t elements) {
   if (!error_.empty()) throw std::runtime_error(error_);
   Slot& s = slots_[*slot];
   s.state = State::filling;
-  std::memset(s.buffer->data(), 0, elements * element_bytes_);
+  memory_.zero(*s.buffer, elements * element_bytes_);  // a device's: on the compute stream
   return *slot;
 }
 
@@ -103,7 +101,7 @@ void BucketPool::wait_for_change(std::unique_lock<std::mutex>& lock,
         fmt::format("no gradient bucket came free within {} s (reductions are not completing)", timeout_s_));
 }
 
-std::shared_ptr<HostBuffer> BucketPool::buffer(std::size_t slot) {
+std::shared_ptr<Buffer> BucketPool::buffer(std::size_t slot) {
   std::lock_guard lock(mutex_);
   return slots_[slot].buffer;
 }

@@ -8,8 +8,9 @@
 // (DeepSpeed's reduction in the compute stream), which measures what overlap buys. A row may have a dedicated
 // slot (stage 3's persistent row, whose gradients arrive all through backward). Acquiring waits while a slot
 // is being reduced; if every shared slot is still filling (rows whose gradients interleave) the pool grows
-// instead, since waiting could never end. Thread safety: acquire on the compute thread; release and fail from
-// any thread.
+// instead, since waiting could never end. The slots are in the store's memory (a GPU rank's: the
+// device's, zeroed on the compute stream). Thread safety: acquire on the compute thread; release and fail
+// from any thread.
 #pragma once
 
 #include <chrono>
@@ -21,17 +22,17 @@
 #include <string>
 #include <vector>
 
+#include "actors/zero/store_memory.hpp"
 #include "base/trace.hpp"
-#include "memory/host_buffer.hpp"
 
 namespace troupe {
 
 class BucketPool {
  public:
   /// Waits show on the trace's "compute wait" track.
-  /// Slots hold `slot_elements` values of `element_bytes` each (the gradients' type).
+  /// Slots hold `slot_elements` values of `element_bytes` each (the gradients' type), in `memory`.
   BucketPool(bool overlap, std::size_t slot_elements, std::shared_ptr<MemoryLedger> ledger, double timeout_s,
-             Tracer* tracer = nullptr, std::size_t element_bytes = sizeof(float));
+             Tracer* tracer = nullptr, std::size_t element_bytes = sizeof(float), StoreMemory memory = {});
   /// A slot of `elements` only `row` uses; returns its index.
   std::size_t add_dedicated(std::size_t row, std::size_t elements);
 
@@ -51,16 +52,17 @@ class BucketPool {
   /// Wakes every waiter with `error`.
   void fail(const std::string& error);
 
-  std::shared_ptr<HostBuffer> buffer(std::size_t slot);
+  std::shared_ptr<Buffer> buffer(std::size_t slot);
 
  private:
   enum class State { free, filling, reducing };
   struct Slot {
-    std::shared_ptr<HostBuffer> buffer;
+    std::shared_ptr<Buffer> buffer;
     State state = State::free;
     std::optional<std::size_t> dedicated_row;
     int64_t posting_since_us = 0;  // without overlap: when reducing() was called
   };
+  std::shared_ptr<Buffer> make_slot(std::size_t elements) const;
   std::optional<std::size_t> find_free(std::size_t row) const;
   bool can_grow() const;
   /// Waits for release() or fail(); throws once the deadline passes.
@@ -73,6 +75,7 @@ class BucketPool {
   std::shared_ptr<MemoryLedger> ledger_;
   double timeout_s_;
   Tracer* tracer_;
+  StoreMemory memory_;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<Slot> slots_;

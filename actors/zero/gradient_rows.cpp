@@ -50,8 +50,8 @@ std::size_t GradientRows::posts_per_step(int64_t micro_count) const {
 void GradientRows::begin_step() {
   std::fill(used_.begin(), used_.end(), 0.0F);
   if (pool_) pool_->trim();
-  if (auto flat = store_->flat_gradients()) std::memset(flat->data(), 0, flat->bytes());
-  if (store_->device_gradients().defined()) store_->device_gradients().zero_();  // on the compute stream
+  // On a device, on the compute stream, before this step's backward accumulates.
+  if (const auto& flat = store_->flat_gradients()) store_->memory().zero(*flat, flat->bytes());
 }
 
 void GradientRows::begin_micro(bool last) {
@@ -114,12 +114,13 @@ void GradientRows::take_gradient(std::size_t position, Row& row, std::size_t k) 
   if (!p.grad().defined()) return;  // nothing accumulated: the bucket keeps zeros
   torch::Tensor grad = p.grad().contiguous();
   const std::size_t at = layout.offset(position) - layout.row(k).begin;
-  if (store_->reduce_type() != store_->dtype()) {  // reduced in fp32: widened on the way in
-    view_of(pool_->buffer(row.slot), at, {grad.numel()}, store_->reduce_type()).copy_(grad.reshape({-1}));
+  const std::shared_ptr<Buffer>& slot = pool_->buffer(row.slot);
+  if (store_->reduce_type() != store_->dtype() || !slot->placement().on_host()) {
+    // Widened on the way in (reduced in fp32), or a device's copy on the compute stream.
+    store_->view(slot, at, {grad.numel()}, store_->reduce_type()).copy_(grad.reshape({-1}));
   } else {
     const std::size_t item = store_->element_size();
-    std::memcpy(pool_->buffer(row.slot)->data() + at * item, grad.data_ptr(),
-                static_cast<std::size_t>(grad.numel()) * item);
+    std::memcpy(slot->data() + at * item, grad.data_ptr(), static_cast<std::size_t>(grad.numel()) * item);
   }
   p.mutable_grad().reset();
 }
@@ -138,14 +139,14 @@ void GradientRows::post(std::size_t k, Row& row) {
   if (flat && store_->reduced_gradients()) {  // widened, then reduced in fp32
     const auto begin = static_cast<int64_t>(layout.row(k).begin);
     const auto n = static_cast<int64_t>(elements);
-    view_of(store_->reduced_gradients(), layout.row(k).begin, {n}, store_->reduce_type())
-        .copy_(view_of(store_->flat_gradients(), 0, {begin + n}, store_->dtype()).narrow(0, begin, n));
+    store_->view(store_->reduced_gradients(), layout.row(k).begin, {n}, store_->reduce_type())
+        .copy_(store_->view(store_->flat_gradients(), 0, {begin + n}, store_->dtype()).narrow(0, begin, n));
     post_(k, 0,
           typed_span(store_->reduced_gradients(), layout.row(k).begin, elements, store_->reduce_type()));
     return;
   }
-  if (flat) {  // in host or device memory: the store's gradient buffer says which
-    post_(k, 0, typed_span(store_->gradient_buffer(), layout.row(k).begin, elements, store_->dtype()));
+  if (flat) {  // in host or device memory: the buffer's placement says which
+    post_(k, 0, typed_span(store_->flat_gradients(), layout.row(k).begin, elements, store_->dtype()));
     return;
   }
   if (!row.has_slot) {  // no gradient reached this row: reduce zeros

@@ -78,7 +78,7 @@ class ParameterFetcher {
   std::shared_ptr<IssueQueue> queue_;
   double timeout_s_;
   Tracer* tracer_;
-  std::vector<std::shared_ptr<HostBuffer>> pending_;  // by row: being gathered into
+  std::vector<std::shared_ptr<Buffer>> pending_;  // by row: being gathered into
   std::shared_ptr<Arrivals> arrivals_ = std::make_shared<Arrivals>();
 };
 

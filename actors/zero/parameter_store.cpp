@@ -16,12 +16,6 @@ std::shared_ptr<HostBuffer> charged(std::size_t elements, DataType type,
   return std::make_shared<HostBuffer>(elements * element_bytes(type), ledger, kind);
 }
 
-// p's values into `buffer` from `offset` (in values of `type`), converted to `type`.
-void copy_into(const std::shared_ptr<HostBuffer>& buffer, std::size_t offset, const torch::Tensor& p,
-               DataType type) {
-  view_of(buffer, offset, {p.numel()}, type).copy_(p.detach().reshape({-1}));
-}
-
 }  // namespace
 
 torch::ScalarType scalar_type_of(DataType type) {
@@ -35,22 +29,22 @@ torch::ScalarType scalar_type_of(DataType type) {
   }
 }
 
-torch::Tensor view_of(const std::shared_ptr<HostBuffer>& buffer, std::size_t offset, at::IntArrayRef sizes,
+torch::Tensor view_of(const std::shared_ptr<Buffer>& buffer, std::size_t offset, at::IntArrayRef sizes,
                       DataType type) {
+  TROUPE_CHECK(buffer->placement().on_host(), "view_of sees host memory; a device's is StoreMemory::view's");
   return torch::from_blob(
       buffer->data() + offset * element_bytes(type), sizes, [keep = buffer](void*) {}, scalar_type_of(type));
 }
 
 ParameterStore::ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> parameters, int64_t rank,
                                std::shared_ptr<MemoryLedger> ledger, std::shared_ptr<ParameterSwap> swap,
-                               std::optional<Placement> device_memory, DataType dtype,
-                               std::optional<DataType> reduce_type)
+                               StoreMemory memory, DataType dtype, std::optional<DataType> reduce_type)
     : plan_(std::move(plan)),
       parameters_(std::move(parameters)),
       rank_(rank),
       ledger_(std::move(ledger)),
       swap_(std::move(swap)),
-      device_memory_(device_memory),
+      memory_(memory),
       dtype_(dtype),
       reduce_type_(reduce_type.value_or(dtype)) {
   TROUPE_CHECK(!swap_ || policy().partitions_parameters(), "only partitioned parameters are swapped");
@@ -59,12 +53,11 @@ ParameterStore::ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> paramet
     TROUPE_CHECK(p.scalar_type() == torch::kFloat32, "the store takes the model's fp32 parameters");
     TROUPE_CHECK(p.device() == parameters_.front().device(), "every parameter is on one device");
   }
-  TROUPE_CHECK(!on_device() || policy().parameter_home() == ParameterHome::model_tensors,
-               "only stage 0 keeps its parameters on a GPU");
-  TROUPE_CHECK(on_device() || parameters_.empty() || parameters_.front().device().is_cpu(),
-               "parameters on a GPU need a device-resident store");
+  TROUPE_CHECK(parameters_.empty() || parameters_.front().device() == memory_.device(),
+               "the parameters are in the store's memory");
   TROUPE_CHECK(dtype_ == DataType::f32 || (!on_device() && !swap_),
                "16-bit parameters are kept on the host, in memory");
+  TROUPE_CHECK(!swap_ || !on_device(), "swapped rows are read into host memory");
   TROUPE_CHECK(reduce_type_ == dtype_ || reduce_type_ == DataType::f32,
                "gradients reduce in the dtype or fp32");
   if (dtype_ != DataType::f32) {  // before autograd's accumulators record each parameter's type
@@ -82,15 +75,7 @@ ParameterStore::ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> paramet
     case ParameterHome::model_tensors:
       own_tensors_ = MemoryCharge(ledger_, MemoryKind::parameters,
                                   static_cast<int64_t>(plan_.parameter_elements * element_size()));
-      if (on_device()) {
-        lay_out_device_gradients();
-        break;
-      }
-      flat_gradients_ = charged(layout().total(), dtype_, ledger_, MemoryKind::gradients);
-      for (std::size_t i = 0; i < parameters_.size(); ++i) {
-        torch::Tensor& p = parameter_at(i);
-        p.mutable_grad() = view_of(flat_gradients_, layout().offset(i), p.sizes(), dtype_);
-      }
+      lay_out_gradients();
       break;
     case ParameterHome::flat:
       lay_out_flat(policy().keeps_flat_gradients());
@@ -99,7 +84,7 @@ ParameterStore::ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> paramet
       keep_partition();
   }
   if (!policy().keeps_flat_gradients())
-    partition_gradients_ = charged(layout().partition_size(), reduce_type_, ledger_, MemoryKind::gradients);
+    partition_gradients_ = allocate(layout().partition_size(), reduce_type_, MemoryKind::gradients);
   if (policy().keeps_flat_gradients() && reduce_type_ != dtype_)
     reduced_gradients_ = charged(layout().total(), reduce_type_, ledger_, MemoryKind::gradients);
 }
@@ -135,30 +120,36 @@ void ParameterStore::to_dtype() {
   for (auto& p : parameters_) p.set_data(p.detach().to(scalar_type_of(dtype_)));
 }
 
-// Stage 0 on a GPU: the gradients are views into one flat device tensor, allocated on
-// the parameters' device (LibTorch's allocator, on the current stream: the compute one).
-void ParameterStore::lay_out_device_gradients() {
-  device_gradients_ = torch::zeros({static_cast<int64_t>(layout().total())}, parameters_.front().options());
-  const std::size_t bytes = layout().total() * element_size();
-  device_gradient_charge_ = MemoryCharge(ledger_, MemoryKind::gradients, static_cast<int64_t>(bytes));
-  device_gradient_buffer_ = std::make_shared<ViewBuffer>(device_gradients_.data_ptr(), bytes, *device_memory_,
-                                                         std::make_shared<torch::Tensor>(device_gradients_));
+std::shared_ptr<Buffer> ParameterStore::allocate(std::size_t elements, DataType type, MemoryKind kind,
+                                                 std::size_t align) const {
+  return memory_.allocate(elements * element_bytes(type), ledger_, kind, align);
+}
+
+// p's values into `buffer` from `offset` (in values of `type`), converted to `type`.
+void ParameterStore::copy_into(const std::shared_ptr<Buffer>& buffer, std::size_t offset,
+                               const torch::Tensor& p, DataType type) const {
+  view(buffer, offset, {p.numel()}, type).copy_(p.detach().reshape({-1}));
+}
+
+// Stage 0: the gradients are views into one flat buffer in the store's memory (on a GPU
+// allocated by LibTorch on the current stream: the compute one).
+void ParameterStore::lay_out_gradients() {
+  flat_gradients_ = allocate(layout().total(), dtype_, MemoryKind::gradients);
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     torch::Tensor& p = parameter_at(i);
-    p.mutable_grad() =
-        device_gradients_.narrow(0, static_cast<int64_t>(layout().offset(i)), p.numel()).view(p.sizes());
+    p.mutable_grad() = view(flat_gradients_, layout().offset(i), p.sizes(), dtype_);
   }
 }
 
 // Stages 1-2: every parameter becomes a view into one flat buffer.
 void ParameterStore::lay_out_flat(bool with_gradients) {
-  flat_parameters_ = charged(layout().total(), dtype_, ledger_, MemoryKind::parameters);
-  if (with_gradients) flat_gradients_ = charged(layout().total(), dtype_, ledger_, MemoryKind::gradients);
+  flat_parameters_ = allocate(layout().total(), dtype_, MemoryKind::parameters);
+  if (with_gradients) flat_gradients_ = allocate(layout().total(), dtype_, MemoryKind::gradients);
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     torch::Tensor& p = parameter_at(i);
     copy_into(flat_parameters_, layout().offset(i), p, dtype_);
-    p.set_data(view_of(flat_parameters_, layout().offset(i), p.sizes(), dtype_));
-    if (with_gradients) p.mutable_grad() = view_of(flat_gradients_, layout().offset(i), p.sizes(), dtype_);
+    p.set_data(view(flat_parameters_, layout().offset(i), p.sizes(), dtype_));
+    if (with_gradients) p.mutable_grad() = view(flat_gradients_, layout().offset(i), p.sizes(), dtype_);
   }
 }
 
@@ -168,8 +159,7 @@ void ParameterStore::lay_out_flat(bool with_gradients) {
 // NVMe, and the host keeps the rest (the persistent rows, which come first).
 void ParameterStore::keep_partition() {
   rows_.resize(layout().row_count());
-  auto whole = std::make_shared<HostBuffer>(layout().partition_size() * element_size(), ledger_,
-                                            MemoryKind::parameters, NvmeStore::alignment);
+  auto whole = allocate(layout().partition_size(), dtype_, MemoryKind::parameters, NvmeStore::alignment);
   for (const auto& piece : layout().pieces_in(rank_)) {
     auto flat = parameter_at(piece.parameter).detach().reshape({-1});
     copy_into(whole, piece.partition_offset,
@@ -185,7 +175,7 @@ void ParameterStore::keep_partition() {
         TROUPE_CHECK(layout().row(k).partition_offset == kept, "rows kept in memory come first");
         kept += layout().row(k).block;
       }
-    partition_parameters_ = charged(kept, dtype_, ledger_, MemoryKind::parameters);
+    partition_parameters_ = charged(kept, dtype_, ledger_, MemoryKind::parameters);  // swapping is host-only
     std::memcpy(partition_parameters_->data(), whole->data(), kept * element_size());
   } else {
     partition_parameters_ = std::move(whole);
@@ -203,29 +193,23 @@ void ParameterStore::keep_partition() {
   }
 }
 
-Status ParameterStore::write_swapped_rows(const HostBuffer& partition) {
+Status ParameterStore::write_swapped_rows(const Buffer& partition) {
   for (std::size_t k = 0; k < layout().row_count(); ++k)
     if (swapped(k))
       TROUPE_TRY(swap_->write_block(k, partition.as<float>() + layout().row(k).partition_offset));
   return {};
 }
 
-std::shared_ptr<Buffer> ParameterStore::gradient_buffer() const {
-  if (device_gradient_buffer_) return device_gradient_buffer_;
-  return flat_gradients_;
+std::shared_ptr<Buffer> ParameterStore::make_row_buffer(std::size_t k) const {
+  return allocate(layout().row_elements(k), dtype_, MemoryKind::parameters,
+                  swapped(k) ? NvmeStore::alignment : HostBuffer::alignment);
 }
 
-std::shared_ptr<HostBuffer> ParameterStore::make_row_buffer(std::size_t k) const {
-  return std::make_shared<HostBuffer>(layout().row_elements(k) * element_size(), ledger_,
-                                      MemoryKind::parameters,
-                                      swapped(k) ? NvmeStore::alignment : HostBuffer::alignment);
-}
-
-void ParameterStore::bind_row(std::size_t k, std::shared_ptr<HostBuffer> buffer) {
+void ParameterStore::bind_row(std::size_t k, std::shared_ptr<Buffer> buffer) {
   const auto& row = layout().row(k);
   for (std::size_t i = row.first_parameter; i < row.first_parameter + row.parameter_count; ++i) {
     torch::Tensor& p = parameter_at(i);
-    p.set_data(view_of(buffer, layout().offset(i) - row.begin, shapes_[i], dtype_));
+    p.set_data(view(buffer, layout().offset(i) - row.begin, shapes_[i], dtype_));
   }
   rows_[k] = std::move(buffer);
 }
@@ -234,7 +218,7 @@ void ParameterStore::unbind_row(std::size_t k) {
   const auto& row = layout().row(k);
   for (std::size_t i = row.first_parameter; i < row.first_parameter + row.parameter_count; ++i) {
     torch::Tensor& p = parameter_at(i);
-    p.set_data(torch::empty({0}, scalar_type_of(dtype_)));
+    p.set_data(torch::empty({0}, torch::TensorOptions(scalar_type_of(dtype_)).device(memory_.device())));
   }
   rows_[k].reset();
 }
@@ -247,8 +231,8 @@ std::vector<std::pair<torch::Tensor, torch::Tensor>> ParameterStore::shards() co
       position_of[plan_.parameter_of[position]] = position;
     for (std::size_t k = 0; k < parameters_.size(); ++k) {
       const torch::Tensor& p = parameters_[k];
-      out.emplace_back(p, reduced_gradients_ ? view_of(reduced_gradients_, layout().offset(position_of[k]),
-                                                       p.sizes(), reduce_type_)
+      out.emplace_back(p, reduced_gradients_ ? view(reduced_gradients_, layout().offset(position_of[k]),
+                                                    p.sizes(), reduce_type_)
                                              : p.grad());
     }
     return out;
@@ -257,14 +241,13 @@ std::vector<std::pair<torch::Tensor, torch::Tensor>> ParameterStore::shards() co
     const auto& row = layout().row(k);
     auto block = static_cast<int64_t>(row.block);
     std::size_t flat = layout().block_begin(k, rank_);
-    torch::Tensor param = !policy().partitions_parameters() ? view_of(flat_parameters_, flat, {block}, dtype_)
-                          : swapped(k)
-                              ? torch::Tensor()
-                              : view_of(partition_parameters_, row.partition_offset, {block}, dtype_);
+    torch::Tensor param = !policy().partitions_parameters() ? view(flat_parameters_, flat, {block}, dtype_)
+                          : swapped(k)                      ? torch::Tensor()
+                                       : view(partition_parameters_, row.partition_offset, {block}, dtype_);
     torch::Tensor grad = !policy().keeps_flat_gradients()
-                             ? view_of(partition_gradients_, row.partition_offset, {block}, reduce_type_)
-                         : reduced_gradients_ ? view_of(reduced_gradients_, flat, {block}, reduce_type_)
-                                              : view_of(flat_gradients_, flat, {block}, dtype_);
+                             ? view(partition_gradients_, row.partition_offset, {block}, reduce_type_)
+                         : reduced_gradients_ ? view(reduced_gradients_, flat, {block}, reduce_type_)
+                                              : view(flat_gradients_, flat, {block}, dtype_);
     out.emplace_back(param, grad);
   }
   return out;

@@ -2,8 +2,7 @@
 // stage, following a ZeroPlan.
 //
 //   stage 0: the model's own parameter tensors; gradients are views into one flat
-//            buffer (all-reduced row by row). On a GPU rank both are in device memory
-//            (the flat gradients a device tensor); the other stages are host-only.
+//            buffer (all-reduced row by row).
 //   stage 1: parameters and gradients are views into two flat buffers; this rank
 //            updates its blocks, then every row is all-gathered in place.
 //   stage 2: parameters as in stage 1; gradients arrive one by one from autograd, go
@@ -13,6 +12,9 @@
 //            (unbind_row), which leaves its parameters empty. With a ParameterSwap
 //            ([offload] param = "nvme") the blocks of the rows that are not persistent
 //            live on NVMe: the host partition holds the persistent rows only.
+// Every buffer is in the store's memory (StoreMemory): the host's, or on a GPU rank the
+// device's, where the model's parameters already are; the collectives that move a buffer
+// follow its placement. Only 16-bit training and swapped rows are host-only so far.
 // Mixed precision (`dtype` bf16 or fp16): every buffer above holds 16-bit values, the
 // model's parameters become 16-bit tensors, and the store keeps the fp32 master values of
 // this rank's shards (as shards() lists them) for the shard owner, which updates them and
@@ -34,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "actors/zero/store_memory.hpp"
 #include "kernels/cpu/reduce.hpp"
 #include "memory/host_buffer.hpp"
 #include "memory/memory_ledger.hpp"
@@ -52,12 +55,12 @@ class ParameterStore {
  public:
   /// `parameters` in model order, equal on every rank; their values are moved in (stage 3
   /// with `swap`: this rank's blocks of the swapped rows are written to NVMe).
-  /// `device_memory` (a GPU rank, stage 0): where the parameters' device memory is; the
-  /// gradients are then a tensor on the parameters' device instead of a host buffer. `dtype`: what the model
-  /// computes in (the fp32 `parameters` are converted; their fp32 values become the master copy).
+  /// `memory`: where its buffers go (a GPU rank: the device the parameters are on). `dtype`:
+  /// what the model computes in (the fp32 `parameters` are converted; their fp32 values
+  /// become the master copy).
   ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> parameters, int64_t rank,
                  std::shared_ptr<MemoryLedger> ledger, std::shared_ptr<ParameterSwap> swap = nullptr,
-                 std::optional<Placement> device_memory = std::nullopt, DataType dtype = DataType::f32,
+                 StoreMemory memory = {}, DataType dtype = DataType::f32,
                  std::optional<DataType> reduce_type = std::nullopt);
   ParameterStore(const ParameterStore&) = delete;
   ParameterStore& operator=(const ParameterStore&) = delete;
@@ -84,28 +87,31 @@ class ParameterStore {
   /// The model parameter at layout position `position`.
   torch::Tensor& parameter_at(std::size_t position) { return parameters_[plan_.parameter_of[position]]; }
 
-  std::shared_ptr<HostBuffer> flat_parameters() const { return flat_parameters_; }  ///< stages 1-2
-  std::shared_ptr<HostBuffer> flat_gradients() const { return flat_gradients_; }    ///< stages 0-1, host
-  /// Stages 0-1: the flat gradients wherever they are (flat_gradients(), or a view of
-  /// device_gradients() placed in the device's memory), for the collectives that reduce them.
-  std::shared_ptr<Buffer> gradient_buffer() const;
-  /// Stage 0 on a GPU (else undefined): every gradient, flat, in device memory.
-  const torch::Tensor& device_gradients() const { return device_gradients_; }
-  /// A GPU rank's store (stage 0 only): parameters and gradients in device memory.
-  bool on_device() const { return device_memory_.has_value(); }
-  std::shared_ptr<HostBuffer> partition_parameters() const { return partition_parameters_; }  ///< stage 3
+  /// Where the buffers below are, and how to view and zero them.
+  const StoreMemory& memory() const { return memory_; }
+  /// A GPU rank's store: parameters and gradients in device memory.
+  bool on_device() const { return memory_.on_device(); }
+  /// A tensor over `buffer` (one of the store's, or the host's) as memory().view makes it.
+  torch::Tensor view(const std::shared_ptr<Buffer>& buffer, std::size_t offset, at::IntArrayRef sizes,
+                     DataType type) const {
+    return memory_.view(buffer, offset, sizes, type);
+  }
+
+  const std::shared_ptr<Buffer>& flat_parameters() const { return flat_parameters_; }  ///< stages 1-2
+  const std::shared_ptr<Buffer>& flat_gradients() const { return flat_gradients_; }    ///< stages 0-1
+  const std::shared_ptr<Buffer>& partition_parameters() const { return partition_parameters_; }  ///< stage 3
   /// Stage 3 with parameters on NVMe (else null): where the rows it swaps live.
   const std::shared_ptr<ParameterSwap>& swap() const { return swap_; }
   bool swapped(std::size_t row) const { return swap_ && swap_->on_nvme(row); }
-  std::shared_ptr<HostBuffer> partition_gradients() const { return partition_gradients_; }  ///< stages 2-3
+  const std::shared_ptr<Buffer>& partition_gradients() const { return partition_gradients_; }  ///< stages 2-3
 
   /// Stage 3: row `k`'s parameters become views into `buffer` (the gathered row), or empty.
-  void bind_row(std::size_t k, std::shared_ptr<HostBuffer> buffer);
+  void bind_row(std::size_t k, std::shared_ptr<Buffer> buffer);
   void unbind_row(std::size_t k);
-  std::shared_ptr<HostBuffer> row_buffer(std::size_t k) const { return rows_[k]; }
+  const std::shared_ptr<Buffer>& row_buffer(std::size_t k) const { return rows_[k]; }
   /// Stage 3: a buffer for gathering row `k` into, charged as parameters (page aligned
   /// when the row is swapped, so this rank's block can be read into it).
-  std::shared_ptr<HostBuffer> make_row_buffer(std::size_t k) const;
+  std::shared_ptr<Buffer> make_row_buffer(std::size_t k) const;
 
   /// This rank's (parameter, gradient) pairs the optimizer updates: whole parameters in
   /// stage 0, this rank's block of every row otherwise (by row; the parameter is
@@ -119,36 +125,37 @@ class ParameterStore {
 
  private:
   void lay_out_flat(bool with_gradients);
-  void lay_out_device_gradients();
+  void lay_out_gradients();
+  std::shared_ptr<Buffer> allocate(std::size_t elements, DataType type, MemoryKind kind,
+                                   std::size_t align = HostBuffer::alignment) const;
+  void copy_into(const std::shared_ptr<Buffer>& buffer, std::size_t offset, const torch::Tensor& p,
+                 DataType type) const;
   void keep_partition();
   void keep_masters();
   void to_dtype();
-  Status write_swapped_rows(const HostBuffer& partition);
+  Status write_swapped_rows(const Buffer& partition);
 
   ZeroPlan plan_;
   std::vector<torch::Tensor> parameters_;
   int64_t rank_ = 0;
   std::shared_ptr<MemoryLedger> ledger_;
   std::shared_ptr<ParameterSwap> swap_;
-  std::optional<Placement> device_memory_;
+  StoreMemory memory_;
   DataType dtype_ = DataType::f32;
   DataType reduce_type_ = DataType::f32;
   std::shared_ptr<HostBuffer> reduced_gradients_;
   std::shared_ptr<HostBuffer> master_;
   std::vector<std::size_t> master_offsets_;
-  MemoryCharge own_tensors_;        // stage 0: the model's own parameter storage
-  torch::Tensor device_gradients_;  // stage 0 on a GPU
-  std::shared_ptr<Buffer> device_gradient_buffer_;  // a view of it
-  MemoryCharge device_gradient_charge_;
-  std::shared_ptr<HostBuffer> flat_parameters_, flat_gradients_, partition_parameters_, partition_gradients_;
-  std::vector<std::vector<int64_t>> shapes_;                          // by layout position
+  MemoryCharge own_tensors_;  // stage 0: the model's own parameter storage
+  std::shared_ptr<Buffer> flat_parameters_, flat_gradients_, partition_parameters_, partition_gradients_;
+  std::vector<std::vector<int64_t>> shapes_;   // by layout position
   std::vector<GradAccumulator> accumulators_;  // autograd holds them weakly
-  std::vector<std::shared_ptr<HostBuffer>> rows_;                     // stage 3: gathered rows, by row
+  std::vector<std::shared_ptr<Buffer>> rows_;  // stage 3: gathered rows, by row
 };
 
-/// A tensor of `sizes` viewing values of `type` from `offset` (in values) into `buffer`,
-/// which it keeps alive.
-torch::Tensor view_of(const std::shared_ptr<HostBuffer>& buffer, std::size_t offset, at::IntArrayRef sizes,
+/// A tensor of `sizes` viewing values of `type` from `offset` (in values) into `buffer`
+/// in host memory, which it keeps alive.
+torch::Tensor view_of(const std::shared_ptr<Buffer>& buffer, std::size_t offset, at::IntArrayRef sizes,
                       DataType type = DataType::f32);
 /// LibTorch's scalar type for `type`.
 torch::ScalarType scalar_type_of(DataType type);

@@ -655,22 +655,21 @@ Status resolve_checkpoint(const JobConfig& raw, const ConfigOrigins& origins) {
   return {};
 }
 
-// What the device path cannot run yet is refused at its key: the partitions, buckets and
-// gathered rows of ZeRO 1-3, pipeline stages, 16-bit precision and checkpoints are the
-// host path's so far (tensor parallelism is refused with the model, Engine::run).
+// What the device path cannot run yet is refused at its key: pipeline stages, parameters
+// on a host or NVMe tier, 16-bit precision and checkpoints of LibTorch's SGD are the host
+// path's so far (tensor parallelism is refused with the model, Engine::run).
 Status check_device_path(const JobConfig& raw, const ConfigOrigins& origins, const std::string& path) {
   if (raw.parallel.pp > 1)
     return key_error(origins, "parallel", "pp",
                      fmt::format("pp = {} with {}: pipeline stages run on CPU ranks so far; set device = "
                                  "\"cpu\" or pp = 1",
                                  raw.parallel.pp, path));
-  if (raw.zero.policy().partitions_optimizer_state())
-    return key_error(
-        origins, "zero", "stage",
-        fmt::format("stage = {} with {}: a GPU rank trains with stage 0 so far (the model whole "
-                    "on every GPU, gradients all-reduced with NCCL, the optimizer on the GPU or, "
-                    "with [offload] optimizer, on the host); stages 1-3 run on device = \"cpu\"",
-                    raw.zero.stage, path));
+  if (raw.offload.param != OffloadTier::none)
+    return key_error(origins, "offload", "param",
+                     fmt::format("param = {} with {}: a GPU rank keeps its parameter partition in device "
+                                 "memory so far (its optimizer state may go to the host or NVMe with "
+                                 "[offload] optimizer); set param = \"none\"",
+                                 toml_string(name_of(raw.offload.param)), path));
   const Dtype dtype = raw.precision.dtype;
   if (dtype != Dtype::fp32)
     return key_error(
@@ -678,11 +677,13 @@ Status check_device_path(const JobConfig& raw, const ConfigOrigins& origins, con
         fmt::format("dtype = {} with {}: GPU ranks train fp32 so far; {} runs on device = \"cpu\"",
                     toml_string(name_of(dtype)), path, name_of(dtype)));
   const CheckpointConfig& c = raw.checkpoint;
-  if (c.every_steps > 0 || !c.resume.empty())
+  const bool saves = c.every_steps > 0 || !c.resume.empty();
+  if (saves && raw.optimizer.type == OptimizerType::sgd && raw.offload.optimizer == OffloadTier::none)
     return key_error(
-        origins, "checkpoint", c.every_steps > 0 ? "every_steps" : "resume",
-        fmt::format("checkpoints of GPU ranks are not built yet (no GPU was lent to test the device "
-                    "copies); checkpoints run with [cluster] device = \"cpu\", not {}",
+        origins, "optimizer", "type",
+        fmt::format("type = \"sgd\" with {} and [checkpoint]: SGD on a GPU rank runs as LibTorch's "
+                    "optimizer, whose momentum troupe does not save; use adamw or adam, or "
+                    "[offload] optimizer = \"cpu\" (troupe's kernels on the host)",
                     path));
   return {};
 }

@@ -90,6 +90,17 @@ INSTANTIATE_TEST_SUITE_P(
         // Two ranks on one GPU ([cluster] share_gpus): the rows staged through host memory.
         Variant{"TwoRanksShareOneGpu", "",
                 " --set cluster.world_size=2 --set parallel.dp=2 --set batch.micro_batch_size=8"
+                " --set cluster.share_gpus=true"},
+        // ZeRO 1-3 with their rows, buckets, partitions and gathered rows in device memory.
+        Variant{"TwoRanksShareOneGpuZero1", " --set zero.stage=1 --set zero.reduce_bucket_size=16384",
+                " --set cluster.world_size=2 --set parallel.dp=2 --set batch.micro_batch_size=8"
+                " --set cluster.share_gpus=true"},
+        Variant{"TwoRanksShareOneGpuZero2OptimizerOnTheHost",
+                " --set zero.stage=2 --set zero.reduce_bucket_size=16384",
+                " --set cluster.world_size=2 --set parallel.dp=2 --set batch.micro_batch_size=8"
+                " --set cluster.share_gpus=true --set offload.optimizer=cpu"},
+        Variant{"TwoRanksShareOneGpuZero3", " --set zero.stage=3 --set zero.reduce_bucket_size=16384",
+                " --set cluster.world_size=2 --set parallel.dp=2 --set batch.micro_batch_size=8"
                 " --set cluster.share_gpus=true"}),
     [](const auto& info) { return info.param.name; });
 

@@ -74,7 +74,8 @@ TEST(Nccl, TheDeviceCommActorAnswersWhenTheGpuRanTheCollective) {
   ASSERT_TRUE(stream.ok()) << stream.error().message;
   caf::actor_system_config config;
   caf::actor_system system{config};
-  caf::actor comm = spawn_device_comm(system, std::move(*group), std::move(*stream));
+  // No comm agent: every span here is in device memory.
+  caf::actor comm = spawn_device_comm(system, caf::actor{}, std::move(*group), std::move(*stream));
   auto data = std::make_shared<DeviceArray<float>>(std::vector<float>(4096, 3.0f));
   std::weak_ptr<DeviceArray<float>> watch = data;
   // Produced by host work that already finished: the span's ready event is complete.

@@ -254,7 +254,7 @@ TEST(ConfigLoad, UnknownSectionWithNothingCloseListsTheSections) {
             "[train], [checkpoint], [trace]");
 }
 
-TEST(ConfigLoad, CheckpointSavingNeedsAFolderAndACpuRank) {
+TEST(ConfigLoad, CheckpointSavingNeedsAFolderAndOptimizerStateTroupeSaves) {
   EXPECT_EQ(error_of(load("[batch]\nmicro_batch_size = 1\n[checkpoint]\nevery_steps = 5\n")),
             "job.toml:4:15: [checkpoint] every_steps = 5 needs a folder to save into: set [checkpoint] dir");
   EXPECT_EQ(
@@ -264,10 +264,15 @@ TEST(ConfigLoad, CheckpointSavingNeedsAFolderAndACpuRank) {
   EXPECT_NE(error_of(load("[batch]\nmicro_batch_size = 1\n[checkpoint]\ndir = \"c\"\nkeep_last = 0\n"))
                 .find("keep_last must be an integer from 1"),
             std::string::npos);
-  EXPECT_NE(error_of(load("[batch]\nmicro_batch_size = 1\n[cluster]\ndevice = \"cuda\"\n[checkpoint]\ndir = "
-                          "\"c\"\nevery_steps = 5\n"))
-                .find("checkpoints of GPU ranks are not built yet"),
-            std::string::npos);
+  const std::string gpu =
+      "[batch]\nmicro_batch_size = 1\n[cluster]\ndevice = \"cuda\"\n[checkpoint]\ndir = "
+      "\"c\"\nevery_steps = 5\n";
+  EXPECT_TRUE(load(gpu).ok()) << "a GPU rank's fused Adam is saved";
+  EXPECT_EQ(
+      error_of(load(gpu + "[optimizer]\ntype = \"sgd\"\n")),
+      "job.toml:9:8: [optimizer] type = \"sgd\" with [cluster] device = \"cuda\" and [checkpoint]: SGD on a "
+      "GPU rank runs as LibTorch's optimizer, whose momentum troupe does not save; use adamw or adam, or "
+      "[offload] optimizer = \"cpu\" (troupe's kernels on the host)");
   auto fine =
       load("[batch]\nmicro_batch_size = 1\n[checkpoint]\ndir = \"c\"\nevery_steps = 5\nasync = false\n");
   ASSERT_TRUE(fine.ok()) << fine.error().message;
@@ -1248,12 +1253,18 @@ TEST(ConfigOffload, LoadsEveryKey) {
 TEST(ConfigOffload, BadValuesNameTheKeyAndWhatIsAllowed) {
   EXPECT_EQ(error_of(load("[zero]\nstage = 2\n[offload]\noptimizer = \"disk\"\n")),
             "job.toml:4:13: [offload] optimizer must be one of \"none\", \"cpu\" or \"nvme\", got \"disk\"");
+  // ZeRO 1-3 on a GPU rank, with the optimizer state on the host; the parameter partition stays on the GPU.
+  auto gpu_stage3 = load(
+      "[cluster]\ndevice = \"cuda\"\n[zero]\nstage = 3\n[offload]\noptimizer = \"cpu\"\n[batch]\n"
+      "micro_batch_size = 2\n");
+  EXPECT_TRUE(gpu_stage3.ok()) << gpu_stage3.error().message;
   EXPECT_EQ(
-      error_of(load("[cluster]\ndevice = \"cuda\"\n[zero]\nstage = 2\n[batch]\nmicro_batch_size = 2\n")),
-      "job.toml:4:9: [zero] stage = 2 with [cluster] device = \"cuda\": a GPU rank trains with stage 0 so "
-      "far "
-      "(the model whole on every GPU, gradients all-reduced with NCCL, the optimizer on the GPU or, with "
-      "[offload] optimizer, on the host); stages 1-3 run on device = \"cpu\"");
+      error_of(load("[cluster]\ndevice = \"cuda\"\n[zero]\nstage = 3\n[offload]\noptimizer = \"cpu\"\n"
+                    "param = \"cpu\"\n[batch]\nmicro_batch_size = 2\n")),
+      "job.toml:7:9: [offload] param = \"cpu\" with [cluster] device = \"cuda\": a GPU rank keeps its "
+      "parameter "
+      "partition in device memory so far (its optimizer state may go to the host or NVMe with [offload] "
+      "optimizer); set param = \"none\"");
   auto gpu_offload =
       load("[cluster]\ndevice = \"cuda\"\n[offload]\noptimizer = \"cpu\"\n[batch]\nmicro_batch_size = 2\n");
   EXPECT_TRUE(gpu_offload.ok()) << gpu_offload.error().message;

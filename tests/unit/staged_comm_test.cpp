@@ -2,11 +2,13 @@
 // streams), with the real comm agent in a world of one rank: each collective's input is
 // copied out, reduced by the comm agent, copied back where the request asked, the reply
 // carries the request's tag, what the request kept is let go first, and nothing starts
-// before the request's ready event; staging buffers are pinned once and used again.
+// before the request's ready event; staging buffers are pinned once and used again; a request
+// on host memory passes through unstaged, in line.
 #include <gtest/gtest.h>
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -121,6 +123,39 @@ TEST_F(StagedCommTest, NothingStartsBeforeTheReadyEvent) {
                 caf::after(wait_bound) >> [] {});
   EXPECT_EQ(tag, 11);
   EXPECT_EQ(out, in);
+}
+
+// A request on host memory needs no staging but keeps its place in line: behind a device
+// request whose writer is not done, it does not reach the comm agent (whose collectives
+// every rank must issue in one order) before that one does.
+TEST_F(StagedCommTest, AHostRequestWaitsBehindTheDeviceRequestsBeforeIt) {
+  std::vector<float> in(16, 5.0f), out(16, 0.0f);
+  Event ready;  // the device request's writer, not finished yet
+  auto held = testing::device_request(21, CollectiveKind::all_gather, in.data(), out.data(), in.size(), 0,
+                                      nullptr, ready);
+  auto host = std::make_shared<HostBuffer>(4 * sizeof(float));
+  std::fill(host->as<float>(), host->as<float>() + 4, 3.0f);
+  caf::scoped_actor self{system_};
+  caf::actor me{self};
+  testing::send_device_request(self, staged_, std::move(held));
+  self->send(staged_, all_reduce_request{22, float_span(host, 0, 4), ReduceOp::sum, world_communicator, me});
+  std::vector<uint64_t> order;
+  self->receive([&](collective_done& d) { order.push_back(d.tag); },
+                caf::after(std::chrono::milliseconds(200)) >> [] {});
+  EXPECT_TRUE(order.empty()) << "the host request went ahead of the held device request";
+  ready.complete();
+  for (int i = 0; i < 2; ++i)
+    self->receive(
+        [&](collective_done& d) {
+          EXPECT_EQ(d.error, "");
+          order.push_back(d.tag);
+        },
+        caf::after(wait_bound) >> [] {});
+  // Both went to the comm agent in line; the replies may cross (the device one is copied back first).
+  std::sort(order.begin(), order.end());
+  EXPECT_EQ(order, (std::vector<uint64_t>{21, 22}));
+  EXPECT_EQ(host->as<float>()[3], 3.0f) << "one rank: the sum is the value";
+  EXPECT_EQ(ledger_->peak()[MemoryKind::communication], 16 * sizeof(float)) << "only the device span staged";
 }
 
 }  // namespace
