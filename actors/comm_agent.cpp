@@ -307,9 +307,9 @@ void submit(CommAgent* self, Request r, void (*issue)(CommAgent*, Request&)) {
     if (!span->owner) continue;
     if (!span->placement().on_host()) {
       std::string error = fmt::format(
-          "the comm agent moves host memory; a span of this request is in {} memory (device spans go to the "
+          "the comm agent moves host memory; a span of request {:#x} is in {} memory (device spans go to the "
           "rank's device collectives)",
-          describe(span->placement()));
+          r.tag, describe(span->placement()));
       const caf::actor to = std::move(r.reply_to);
       const uint64_t tag = r.tag;
       r = Request{};  // the buffers go before the requester hears

@@ -39,8 +39,10 @@ struct TorchPieces {
   std::vector<std::size_t> parameter;  // by piece: its layout position
 };
 
-// A GPU rank with an offload tier: the fp32 master parameters and the gradients in host
-// memory, where the tier's kernels update them; shard k at offsets[k].
+// A GPU rank with an offload tier: the parameters and the gradients in host memory, where
+// the tier's kernels update them; shard k at offsets[k] (in values of each buffer's type:
+// the device tensors'). fp32: the parameters are the master values; mixed precision: the
+// 16-bit copy the pass writes (the masters are the store's, on the host).
 struct HostMirror {
   std::shared_ptr<HostBuffer> parameters, gradients;
   std::vector<std::size_t> offsets;
@@ -51,6 +53,7 @@ struct HostMirror {
 struct ShardOwnerState {
   ShardOwnerOptions options;
   std::vector<torch::Tensor> parameters, gradients;
+  std::vector<torch::Tensor> masters;           // mixed precision on a device: the fp32 values it updates
   std::vector<std::vector<ParameterRun>> runs;  // by shard: the parameters it holds
   TorchPieces pieces;                           // with LibTorch's optimizer
   std::unique_ptr<torch::optim::Optimizer> optimizer;
@@ -111,9 +114,10 @@ double square_sum(const std::vector<torch::Tensor>& gradients, const std::vector
   return sum;
 }
 
-// Mixed precision: shard k's span updates its fp32 master values from its 16-bit
-// gradients and writes the rounded result into the model's 16-bit parameters.
-PartitionSpan mixed_span(const ShardOwnerState& s, std::size_t k) {
+// Mixed precision: shard k's span updates its fp32 master values from its gradients (in
+// the reduce type, at `gradients`) and writes the rounded result into the 16-bit copy at
+// `copy16`: the model's parameters, or a GPU rank's host mirror of them.
+PartitionSpan mixed_span(const ShardOwnerState& s, std::size_t k, void* gradients, void* copy16) {
   const ParameterStore& store = *s.options.store;
   PartitionSpan span;
   span.parameters = store.master_parameters()->as<float>() + store.master_offsets()[k];
@@ -121,12 +125,17 @@ PartitionSpan mixed_span(const ShardOwnerState& s, std::size_t k) {
   span.row = k;
   span.runs = s.runs[k];
   if (store.reduce_type() == DataType::f32)  // reduced in fp32: the pass reads them as they are
-    span.gradients = s.gradients[k].data_ptr<float>();
+    span.gradients = static_cast<float*>(gradients);
   else
-    span.gradients16 = static_cast<uint16_t*>(s.gradients[k].data_ptr());
-  span.copy16 = static_cast<uint16_t*>(s.parameters[k].data_ptr());
+    span.gradients16 = static_cast<uint16_t*>(gradients);
+  span.copy16 = static_cast<uint16_t*>(copy16);
   span.precision = kernels::precision_of(store.dtype());
   return span;
+}
+
+// Shard k's gradients as fp32 values on the device (16-bit ones widened into a new tensor).
+torch::Tensor wide(const torch::Tensor& gradients) {
+  return gradients.scalar_type() == torch::kFloat32 ? gradients : gradients.to(torch::kFloat32);
 }
 
 // A GPU rank's Σ g² over its shards' gradients (in device memory) but those `outside`
@@ -143,9 +152,11 @@ double device_square_sum(const std::vector<torch::Tensor>& gradients, const std:
   torch::Tensor sums = torch::zeros({static_cast<int64_t>(gradients.size())}, doubles);
   for (std::size_t k = 0; k < gradients.size(); ++k) {
     if ((k < outside.size() && outside[k]) || gradients[k].numel() == 0) continue;
-    if (Status launched = kernels::square_sum_on_stream(
-            gradients[k].data_ptr<float>(), static_cast<std::size_t>(gradients[k].numel()),
-            workspace.data_ptr<double>(), sums.data_ptr<double>() + k, stream);
+    // A widened copy goes back to LibTorch's cache, which gives it only to later work on this stream.
+    const torch::Tensor g = wide(gradients[k]);
+    if (Status launched =
+            kernels::square_sum_on_stream(g.data_ptr<float>(), static_cast<std::size_t>(g.numel()),
+                                          workspace.data_ptr<double>(), sums.data_ptr<double>() + k, stream);
         !launched)
       throw std::runtime_error(launched.error().message);
   }
@@ -185,7 +196,7 @@ std::unique_ptr<DeviceAdam> make_device_adam(const std::vector<torch::Tensor>& p
     bytes += 2 * static_cast<int64_t>(p.nbytes());
   }
   adam->steps = ParameterSteps(parameter_count);
-  adam->charge = MemoryCharge(ledger, MemoryKind::optimizer_state, bytes);
+  adam->charge = MemoryCharge(ledger, MemoryKind::optimizer_state, bytes, MemorySide::device);
   return adam;
 }
 
@@ -223,6 +234,23 @@ void step_device_adam(const DeviceAdam& adam, const OptimizerRule& rule, const R
     if (Status launched = kernels::adam_on_stream(chunks, adam_params_of(rule, step), stream); !launched)
       throw std::runtime_error(launched.error().message);
   }
+}
+
+// The device's update on the owner's stream: the gradients unscaled and clipped by
+// `scale` (16-bit ones widened first, so they are rounded once), the fused Adam over the
+// fp32 values, and under mixed precision the 16-bit parameters rounded from the masters.
+void step_on_device(ShardOwnerState& s, const OptimizerRule& rule, const RunsByStep& by_step, double scale) {
+  void* stream = s.stream->native_handle();
+  if (s.masters.empty()) {
+    scale_gradients(s.gradients, scale);
+    return step_device_adam(*s.device_adam, rule, by_step, s.parameters, s.gradients, stream);
+  }
+  std::vector<torch::Tensor> gradients;
+  for (const auto& g : s.gradients) gradients.push_back(g.scalar_type() == torch::kFloat32 ? g : wide(g));
+  scale_gradients(gradients, scale);
+  step_device_adam(*s.device_adam, rule, by_step, s.masters, gradients, stream);
+  torch::NoGradGuard no_grad;
+  for (std::size_t k = 0; k < s.parameters.size(); ++k) s.parameters[k].view({-1}).copy_(s.masters[k]);
 }
 
 TorchPieces torch_pieces(const ShardOwnerState& s) {
@@ -264,9 +292,12 @@ std::shared_ptr<HostMirror> make_host_mirror(const ShardOwnerState& s) {
     mirror->offsets.push_back(total);
     total += static_cast<std::size_t>(g.numel());
   }
-  const auto& ledger = s.options.store->ledger();
-  mirror->parameters = std::make_shared<HostBuffer>(total * sizeof(float), ledger, MemoryKind::parameters);
-  mirror->gradients = std::make_shared<HostBuffer>(total * sizeof(float), ledger, MemoryKind::gradients);
+  const ParameterStore& store = *s.options.store;
+  const auto& ledger = store.ledger();
+  mirror->parameters =
+      std::make_shared<HostBuffer>(total * store.element_size(), ledger, MemoryKind::parameters);
+  mirror->gradients =
+      std::make_shared<HostBuffer>(total * element_bytes(store.reduce_type()), ledger, MemoryKind::gradients);
   mirror->store = s.options.store;
   if (const auto& pin = s.options.device->pin)
     for (const auto& buffer : {mirror->parameters, mirror->gradients}) {
@@ -298,10 +329,9 @@ void copy_mirror(ShardOwnerState& s, MirrorCopy what, std::function<void()> done
                         : to_host ? "parameters to host"
                                   : "parameters to device";
     for (std::size_t k = 0; k < device.size(); ++k) {
-      float* on_device = device[k].data_ptr<float>();
-      float* on_host = host.as<float>() + m.offsets[k];
-      std::size_t bytes = static_cast<std::size_t>(device[k].numel()) * sizeof(float);
-      copies.copy(to_host ? on_host : on_device, to_host ? on_device : on_host, bytes, label);
+      void* on_device = device[k].data_ptr();
+      void* on_host = host.data() + m.offsets[k] * device[k].element_size();
+      copies.copy(to_host ? on_host : on_device, to_host ? on_device : on_host, device[k].nbytes(), label);
     }
     if (done) copies.record().on_complete(done);
   });
@@ -338,9 +368,10 @@ const char* checkpoint_refusal() {
          "troupe does not save";
 }
 
-// The device Adam's partition as a checkpoint's arrays: the fp32 values, exp_avg, exp_avg_sq.
+// The device Adam's partition as a checkpoint's arrays: the fp32 values (the masters under
+// mixed precision), exp_avg, exp_avg_sq.
 std::vector<std::vector<torch::Tensor>> device_arrays(const ShardOwnerState& s) {
-  return {s.parameters, s.device_adam->exp_avg, s.device_adam->exp_avg_sq};
+  return {s.masters.empty() ? s.parameters : s.masters, s.device_adam->exp_avg, s.device_adam->exp_avg_sq};
 }
 
 // A GPU rank's fused Adam: its partition copied out on the d2h stream once the owner's
@@ -378,8 +409,14 @@ void restore_device(ShardOwner* self, restore_state& r) {
   r.state.steps.resize(counts);
   s.device_adam->steps.restore(std::move(r.state.steps));
   copy_shards(*d.h2d, s.stream->record(), ShardCopy::to_device, arrays, r.state.arrays,
-              [to = r.reply_to, keep = r.state.arrays] { caf::anon_send(to, state_restored{""}); });
+              [keep = r.state.arrays] {});
   s.stream->wait(d.h2d->record());
+  if (!s.masters.empty())  // the 16-bit copy an uninterrupted run holds
+    s.stream->enqueue("round restored masters", [&s] {
+      torch::NoGradGuard no_grad;
+      for (std::size_t k = 0; k < s.parameters.size(); ++k) s.parameters[k].view({-1}).copy_(s.masters[k]);
+    });
+  reply_after(self, r.reply_to, state_restored{""});
 }
 
 caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) {
@@ -403,17 +440,25 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
   // On a GPU rank, state made here belongs to the compute stream.
   std::shared_ptr<void> on_compute =
       s.options.device && s.options.device->scope ? s.options.device->scope() : nullptr;
+  const bool mixed = s.options.store->dtype() != DataType::f32;
   if (s.options.offload && s.options.device) {
     s.mirror = make_host_mirror(s);
-    copy_mirror(s, MirrorCopy::parameters_to_host);  // the master copy starts from the device's
+    // fp32: the master copy starts from the device's (mixed: the store's masters are it).
+    if (!mixed) copy_mirror(s, MirrorCopy::parameters_to_host);
   }
   if (s.options.offload) {
     OffloadManagerOptions o;
     o.offload = *s.options.offload;
     o.rule = s.options.rule;
     for (std::size_t k = 0; k < s.parameters.size(); ++k) {
-      if (s.options.store->dtype() != DataType::f32) {
-        o.partition.push_back(mixed_span(s, k));
+      if (mixed) {
+        o.partition.push_back(
+            s.mirror ? mixed_span(s, k,
+                                  s.mirror->gradients->data() +
+                                      s.mirror->offsets[k] * element_bytes(s.options.store->reduce_type()),
+                                  s.mirror->parameters->data() +
+                                      s.mirror->offsets[k] * s.options.store->element_size())
+                     : mixed_span(s, k, s.gradients[k].data_ptr(), s.parameters[k].data_ptr()));
         continue;
       }
       const torch::Tensor& p = s.parameters[k];
@@ -433,8 +478,11 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
     s.offload = spawn_offload_manager(self->system(), std::move(o));
     self->link_to(s.offload);
   } else if (s.options.device && !s.options.make_optimizer) {
-    s.device_adam = make_device_adam(s.parameters, s.options.store->layout().parameter_count(),
-                                     s.options.store->ledger());
+    if (mixed)  // the fp32 masters the fused Adam updates, in device memory
+      for (std::size_t k = 0; k < s.gradients.size(); ++k)
+        s.masters.push_back(s.options.store->master_of(k, s.gradients[k].numel()));
+    s.device_adam = make_device_adam(mixed ? s.masters : s.parameters,
+                                     s.options.store->layout().parameter_count(), s.options.store->ledger());
   } else {
     s.pieces = torch_pieces(s);
     s.optimizer = s.options.make_optimizer(s.pieces.tensors);
@@ -472,9 +520,7 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
           st.stream->enqueue(fmt::format("optimizer step {}", u.step),
                              [&st, scale = u.scale, rule = st.options.rule.with(u.hyper),
                               by_step = advance_device_steps(*st.device_adam, st.runs, u.used)] {
-                               scale_gradients(st.gradients, scale);
-                               step_device_adam(*st.device_adam, rule, by_step, st.parameters, st.gradients,
-                                                st.stream->native_handle());
+                               step_on_device(st, rule, by_step, scale);
                              });
           return reply_after(self, u.reply_to, shard_updated{u.step});
         }
@@ -483,7 +529,9 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
           scale_gradients(st.gradients, scale);
           set_hyper(*st.optimizer, hyper);
           step_torch(*st.optimizer, st.pieces, used);
-          st.options.store->ledger()->set(MemoryKind::optimizer_state, optimizer_state_bytes(*st.optimizer));
+          st.options.store->ledger()->set(
+              MemoryKind::optimizer_state, optimizer_state_bytes(*st.optimizer),
+              st.options.store->memory().on_device() ? MemorySide::device : MemorySide::host);
         });
         reply_after(self, u.reply_to, shard_updated{u.step});
       },

@@ -170,7 +170,8 @@ Status build(StageActor* self) {
     s.store = std::make_shared<ParameterStore>(
         std::move(*plan), std::move(parameters->tensors), s.options.rank, s.options.ledger, std::move(swap),
         s.options.device ? StoreMemory(s.options.device->memory, s.options.device->device) : StoreMemory(),
-        s.options.dtype, s.options.reduce_type);
+        s.options.dtype, s.options.reduce_type,
+        /*masters_on_host=*/!s.options.device || s.options.offload.has_value());
     s.loss = std::make_shared<HostBuffer>((1 + s.store->layout().parameter_count()) * sizeof(float));
   } catch (const std::exception& e) {
     return make_error(e.what());
@@ -260,10 +261,13 @@ void sum_ties(StageActor* self) {
   for (std::size_t t = 0; t < s.ties.size(); ++t) {
     const TieSlot& tie = s.ties[t];
     s.tie_marks->as<float>()[t] = !p.used || (*p.used)[tie.position] ? 1.0f : 0.0f;
-    self->send(s.options.comm_agent,
-               all_reduce_request{tag(Tag::tie, t), tie.gradient, ReduceOp::sum, tie.comm, me});
-    self->send(s.options.comm_agent, all_reduce_request{tag(Tag::tie, t, 1), float_span(s.tie_marks, t, 1),
-                                                        ReduceOp::sum, tie.comm, me});
+    // Both through the actor that moves the gradient's memory, so the mark follows it.
+    const caf::actor& to = collectives_for(s.options, tie.gradient);
+    BufferSpan gradient = tie.gradient;
+    gradient.ready = written_so_far(s.options);
+    self->send(to, all_reduce_request{tag(Tag::tie, t), std::move(gradient), ReduceOp::sum, tie.comm, me});
+    self->send(to, all_reduce_request{tag(Tag::tie, t, 1), float_span(s.tie_marks, t, 1), ReduceOp::sum,
+                                      tie.comm, me});
   }
 }
 
@@ -359,6 +363,7 @@ void exchange_step_figures(StageActor* self) {
   auto* mine = s.step_figures->as<int64_t>() + s.options.rank * static_cast<int64_t>(kStepFields);
   for (std::size_t k = 0; k < kMemoryFields; ++k) mine[k] = peak.bytes[k];
   mine[kBusyField] = std::llround(s.flow.busy_s * 1e9);
+  mine[kDeviceField] = device_bytes_of(s.options.ledger->device_peak());
   put_scale(mine, s.progress.loss_scale, s.progress.skipped);
   std::size_t floats = kStepFields * sizeof(int64_t) / sizeof(float);  // moved as raw bytes
   BufferSpan out = float_span(s.step_figures, 0, floats * static_cast<std::size_t>(s.options.dp));
@@ -384,6 +389,7 @@ void report_step(StageActor* self) {
     it = it->second.op == pipeline::Op::optimizer_step ? f.started.erase(it) : std::next(it);
   StepStats stats{s.progress.grad_norm, largest, mine[0], mine[1], mine[2], mine[3]};
   stats.activation_bytes = mine[static_cast<std::size_t>(MemoryKind::activations)];
+  stats.device_bytes = mine[kDeviceField];
   stats.busy_s = static_cast<double>(busy_ns) / 1e9 / static_cast<double>(s.options.dp);
   stats.lr = s.progress.lr;
   stats.loss_scale = s.progress.loss_scale;

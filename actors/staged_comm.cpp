@@ -33,6 +33,7 @@ typename Inspector::result_type inspect(Inspector& f, staged_in& x) {
 
 struct Staged {
   CollectiveCall call;
+  CommunicatorPlace place;  // this rank's in the call's communicator
   // Size × count elements for the gathers and scatters, else count; null for a request
   // on host memory, which goes to the comm agent as it is, in line.
   std::shared_ptr<HostBuffer> staging;
@@ -56,8 +57,8 @@ bool whole_world(CollectiveKind kind) {
   return kind == CollectiveKind::reduce_scatter || kind == CollectiveKind::all_gather;
 }
 
-std::size_t my_block(const StagedCommState& s, const CollectiveCall& c) {
-  return static_cast<std::size_t>(s.options.rank) * c.count * element(c);
+std::size_t my_block(const CommunicatorPlace& place, const CollectiveCall& c) {
+  return static_cast<std::size_t>(place.position) * c.count * element(c);
 }
 
 // A staging buffer, page-locked once (when the options can) and used again by later
@@ -81,27 +82,29 @@ std::shared_ptr<HostBuffer> take_staging(StagedCommState& s, std::size_t bytes) 
 
 void stage_out(StagedComm* self, CollectiveCall c) {
   auto& s = self->state;
-  if (c.comm != world_communicator)
+  const CommunicatorPlace place = s.options.places(c.comm);
+  if (place.position < 0 || place.position >= place.size)
     return answer_now(self, c,
-                      fmt::format("staged collectives span the world; this {} asked for communicator {}",
-                                  name_of(c.kind), c.comm));
+                      fmt::format("staged collectives: this rank is not a member of communicator {}, "
+                                  "which this {} named",
+                                  c.comm, name_of(c.kind)));
   uint64_t serial = s.next_serial++;
   if (on_host(c)) {  // its place in line: after the copies out of the requests before it
     s.options.d2h->notify(s.options.d2h->record(), caf::actor_cast<caf::actor>(self),
                           caf::make_message(staged_out{serial}));
-    s.pending.emplace(serial, Staged{std::move(c), nullptr});
+    s.pending.emplace(serial, Staged{std::move(c), place, nullptr});
     return;
   }
-  std::size_t blocks = whole_world(c.kind) ? static_cast<std::size_t>(s.options.size) : 1;
+  std::size_t blocks = whole_world(c.kind) ? static_cast<std::size_t>(place.size) : 1;
   auto staging = take_staging(s, blocks * c.count * element(c));
-  std::byte* into = staging->data() + (c.kind == CollectiveKind::all_gather ? my_block(s, c) : 0);
+  std::byte* into = staging->data() + (c.kind == CollectiveKind::all_gather ? my_block(place, c) : 0);
   std::size_t bytes = (c.kind == CollectiveKind::reduce_scatter ? blocks : 1) * c.count * element(c);
   s.options.d2h->wait(c.input.ready);
   s.options.d2h->wait(c.output.ready);
   s.options.d2h->copy(into, c.input.data(), bytes, fmt::format("stage out {}", serial));
   s.options.d2h->notify(s.options.d2h->record(), caf::actor_cast<caf::actor>(self),
                         caf::make_message(staged_out{serial}));
-  s.pending.emplace(serial, Staged{std::move(c), std::move(staging)});
+  s.pending.emplace(serial, Staged{std::move(c), place, std::move(staging)});
 }
 
 // The host collective over the staging buffer; the comm agent answers with the serial.
@@ -119,21 +122,20 @@ void reduce_on_host(StagedComm* self, uint64_t serial) {
   auto span = [&](std::size_t offset_bytes, std::size_t count) {
     return BufferSpan{st.staging, offset_bytes, count, c.type()};
   };
-  std::size_t all = static_cast<std::size_t>(s.options.size) * c.count;
+  std::size_t all = static_cast<std::size_t>(st.place.size) * c.count;
+  const std::size_t mine = my_block(st.place, c);
   switch (c.kind) {
     case CollectiveKind::all_reduce:
-      return self->send(s.options.comm_agent,
-                        all_reduce_request{serial, span(0, c.count), c.op, world_communicator, me});
+      return self->send(s.options.comm_agent, all_reduce_request{serial, span(0, c.count), c.op, c.comm, me});
     case CollectiveKind::reduce_scatter:
       return self->send(s.options.comm_agent,
-                        reduce_scatter_request{serial, span(0, all), span(my_block(s, c), c.count), c.op,
-                                               world_communicator, me});
+                        reduce_scatter_request{serial, span(0, all), span(mine, c.count), c.op, c.comm, me});
     case CollectiveKind::all_gather:
-      return self->send(s.options.comm_agent, all_gather_request{serial, span(my_block(s, c), c.count),
-                                                                 span(0, all), world_communicator, me});
+      return self->send(s.options.comm_agent,
+                        all_gather_request{serial, span(mine, c.count), span(0, all), c.comm, me});
     case CollectiveKind::broadcast:
       return self->send(s.options.comm_agent,
-                        broadcast_request{serial, span(0, c.count), c.root, world_communicator, me});
+                        broadcast_request{serial, span(0, c.count), c.root, c.comm, me});
   }
 }
 
@@ -142,8 +144,8 @@ void stage_in(StagedComm* self, uint64_t serial) {
   Staged& st = s.pending.at(serial);
   const CollectiveCall& c = st.call;
   const std::byte* from =
-      st.staging->data() + (c.kind == CollectiveKind::reduce_scatter ? my_block(s, c) : 0);
-  std::size_t bytes = (c.kind == CollectiveKind::all_gather ? static_cast<std::size_t>(s.options.size) : 1) *
+      st.staging->data() + (c.kind == CollectiveKind::reduce_scatter ? my_block(st.place, c) : 0);
+  std::size_t bytes = (c.kind == CollectiveKind::all_gather ? static_cast<std::size_t>(st.place.size) : 1) *
                       c.count * element(c);
   s.options.h2d->copy(c.output.data(), from, bytes, fmt::format("stage in {}", serial));
   s.options.h2d->notify(s.options.h2d->record(), caf::actor_cast<caf::actor>(self),
@@ -188,6 +190,19 @@ caf::behavior staged_comm_behavior(StagedComm* self, StagedCommOptions options) 
 }
 
 }  // namespace
+
+CommunicatorPlaces communicator_places(std::weak_ptr<const Transport> transport) {
+  return [transport = std::move(transport)](CommunicatorId comm) {
+    auto t = transport.lock();
+    return t ? CommunicatorPlace{t->position_in(comm), t->size_of(comm)} : CommunicatorPlace{};
+  };
+}
+
+CommunicatorPlaces world_place(int64_t rank, int64_t world) {
+  return [rank, world](CommunicatorId comm) {
+    return comm == world_communicator ? CommunicatorPlace{rank, world} : CommunicatorPlace{};
+  };
+}
 
 caf::actor spawn_staged_comm(caf::actor_system& system, StagedCommOptions options) {
   // Detached: issuing a copy may block (pageable memory), so it gets a thread of its own

@@ -11,6 +11,10 @@ Result<int> cuda_device_count() {
   return make_error("this troupe was built without CUDA (no CUDA toolkit was found when it was configured)");
 }
 
+Result<DeviceMemory> cuda_memory(int) {
+  return make_error("this troupe was built without CUDA (no CUDA toolkit was found when it was configured)");
+}
+
 }  // namespace troupe::kernels
 
 namespace troupe::kernels::detail {

@@ -21,6 +21,7 @@
 #include "actors/checkpoint_writer.hpp"
 #include "actors/comm_agent.hpp"
 #include "actors/data_loader.hpp"
+#include "actors/issuing_stream.hpp"
 #include "actors/model_parameters.hpp"
 #include "actors/protocol/comm.hpp"
 #include "actors/protocol/pipeline.hpp"
@@ -211,8 +212,7 @@ Status broadcast_parameters(Transport& transport, std::vector<torch::Tensor> par
 // [parallel] tp > 1: the trainer's model is made of tensor-parallel layers over a group
 // of this rank's size and position; what does not work with tensor parallelism yet is
 // refused naming the key.
-Status check_tensor_parallel(const JobConfig& config, const RankEnvironment& rank, const Trainable& t,
-                             bool stand_in_device) {
+Status check_tensor_parallel(const JobConfig& config, const RankEnvironment& rank, const Trainable& t) {
   const int64_t tp = config.parallel.tp;
   const auto& group = t.tensor_parallel;
   if (!group)
@@ -241,9 +241,7 @@ Status check_tensor_parallel(const JobConfig& config, const RankEnvironment& ran
       {profiled, "[pipeline] partition = \"profile\""},
       {config.precision.dtype != Dtype::fp32, "a 16-bit [precision] dtype"},
       {config.checkpoint.every_steps > 0 || !config.checkpoint.resume.empty(), "[checkpoint]"},
-      {!config.model.init_from.empty(), "[model] init_from"},
-      {config.cluster.device == DeviceKind::cuda, "[cluster] device = \"cuda\""},
-      {stand_in_device, "the device path on the CPU (TROUPE_DEVICE_PATH=cpu)"}};
+      {!config.model.init_from.empty(), "[model] init_from"}};
   for (const auto& [used, what] : not_yet)
     if (used)
       return make_error(
@@ -360,12 +358,17 @@ class Engine::Impl {
     // work item waits on the stream for its own chunk's collectives (a free gradient bucket,
     // a gathered row), and with one stream a chunk waiting for its peers could hold up the
     // other chunk's work they wait for in turn; each chunk computes on a stream of its own.
+    // On the device path the shared stream issues onto the device's compute stream.
     StageOptions shared = common;
     auto failures = std::make_shared<std::vector<caf::actor>>();  // where the shared stream's errors go
+    auto on_error = [failures](const std::string& what) {
+      for (const caf::actor& chunk : *failures) caf::anon_send(chunk, stage_failed{what});
+    };
     if (chunks > 1 && !config.zero.policy().compute_waits_for_collectives())
-      shared.compute = CpuStream::make("compute", tracer.get(), [failures](const std::string& what) {
-        for (const caf::actor& chunk : *failures) caf::anon_send(chunk, stage_failed{what});
-      });
+      shared.compute =
+          common.device ? std::shared_ptr<Stream>(IssuingStream::make(
+                              "compute", common.device->stream, common.device->scope, tracer.get(), on_error))
+                        : std::shared_ptr<Stream>(CpuStream::make("compute", tracer.get(), on_error));
     for (int64_t c = 0; c < chunks; ++c) {
       StageOptions so = shared;
       const int64_t vs = plan.virtual_stage(c);
@@ -402,6 +405,7 @@ class Engine::Impl {
     actor_config.set("scheduler.max-threads", 2);
     system = std::make_unique<caf::actor_system>(actor_config);
     Tracer* tr = tracer.get();
+    CommunicatorPlaces places = communicator_places(transport);
     comm = spawn_comm_agent(*system, std::move(transport), tr);
     const auto& b = config.batch;
     const pipeline::RankPlace& place = plan.place;
@@ -443,7 +447,7 @@ class Engine::Impl {
     if (device) {
       // A GPU rank: Adam and AdamW as the fused CUDA kernel (no factory), SGD as LibTorch's
       // on the device; with [offload] optimizer, the tier's kernels on the host.
-      so.device = device->spawn(*system, comm, ledger);
+      so.device = device->spawn(*system, comm, ledger, std::move(places));
       collectives = so.device->collectives;
       if (!so.offload && !own_optimizer && so.rule.kind != OptimizerRule::Kind::sgd)
         so.make_optimizer = nullptr;
@@ -917,7 +921,7 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
     TROUPE_TRY(check_device_path(impl->config, impl->config.origins,
                                  fmt::format("the device path on the CPU ({}=cpu)", kDevicePathVariable)));
   if (impl->config.parallel.tp > 1) {
-    TROUPE_TRY(check_tensor_parallel(impl->config, impl->rank, trainable, stand_in));
+    TROUPE_TRY(check_tensor_parallel(impl->config, impl->rank, trainable));
     impl->tensor_group = trainable.tensor_parallel;
     for (const torch::Tensor& p : parameters->tensors)
       impl->tensor_splits.push_back(impl->tensor_group->split_of(p.unsafeGetTensorImpl()));
@@ -974,9 +978,7 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
                                    fmt::format("the tensor-parallel group of ranks {}",
                                                fmt::join(impl->plan.place.tensor_parallel_group, ", "))));
   if (on_gpu) TROUPE_TRY(impl->open_gpu(*shared));
-  if (stand_in)
-    impl->device =
-        std::make_unique<StandInDevice>(impl->rank.rank, impl->rank.world_size, impl->tracer.get());
+  if (stand_in) impl->device = std::make_unique<StandInDevice>(impl->tracer.get());
   impl->start_actors(std::move(shared), trainable);
   TROUPE_TRY(impl->prepare_checkpoints());
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));

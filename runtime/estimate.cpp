@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "memory/offload_plan.hpp"
@@ -190,9 +191,9 @@ Result<ModelStateEstimate> estimate_layers(const JobConfig& job, const LayerSet&
   e.dp = job.parallel.dp;
   e.tp = job.parallel.tp;
   e.params = set.parameters;
-  // Every kind lives in host memory: the CPU backend is the only one for now. GPU tiers
-  // (device memory, pinned host buffers) come with the CUDA backend.
-  e.tier = "host";
+  // A CPU rank holds every kind in host memory; a GPU rank its parameters, gradients and
+  // bucket slots on the device, and the optimizer state there too unless a tier takes it.
+  e.tier = job.cluster.device == DeviceKind::cuda ? "device" : "host";
   e.dtype = job.precision.dtype;
   e.bytes = estimate_model_state(*plan, inputs);
 
@@ -212,6 +213,12 @@ Result<ModelStateEstimate> estimate_layers(const JobConfig& job, const LayerSet&
   if (e.zero.gathers_before_use())
     e.live_window_elements = static_cast<int64_t>(stage3_peak_gathered(*plan, inputs.limits));
   TROUPE_TRY(move_to_nvme(job, *plan, e));
+  if (e.tier == "device") {
+    e.optimizer_state_tier = job.offload.optimizer == OffloadTier::none ? "device" : "host";
+    e.device_bytes = e.bytes[MemoryKind::parameters] + e.bytes[MemoryKind::gradients] +
+                     e.bytes[MemoryKind::communication] +
+                     (e.optimizer_state_tier == "device" ? e.bytes[MemoryKind::optimizer_state] : 0);
+  }
   return e;
 }
 
@@ -254,6 +261,32 @@ Result<int64_t> peak_rank_bytes(const JobConfig& job) {
                               static_cast<int64_t>(block * static_cast<double>(blocks * held)));
   }
   return most;
+}
+
+Status check_fits_device(const JobConfig& job, int64_t free_bytes, int64_t ranks, const std::string& device) {
+  auto e = estimate_job(job);
+  if (!e) return e.error();
+  auto peak = peak_rank_bytes(job);
+  if (!peak) return peak.error();
+  const int64_t held = e->bytes.model_state() + e->bytes[MemoryKind::communication];
+  const int64_t activations = std::max<int64_t>(0, *peak - held);
+  const int64_t need = (e->device_bytes + activations) * ranks;
+  if (need <= free_bytes) return {};
+  std::vector<std::string> keys;
+  if (!e->zero.partitions_parameters())
+    keys.push_back(fmt::format("a higher [zero] stage (now {})", e->zero.stage()));
+  if (job.offload.optimizer == OffloadTier::none) keys.push_back("[offload] optimizer = \"cpu\" or \"nvme\"");
+  if (job.batch.micro_batch_size > 1)
+    keys.push_back(fmt::format("a smaller [batch] micro_batch_size (now {})", job.batch.micro_batch_size));
+  if (!job.model.activation_checkpointing) keys.push_back("[model] activation_checkpointing = true");
+  if (ranks > 1) keys.push_back(fmt::format("fewer ranks sharing the GPU (now {})", ranks));
+  return make_error(fmt::format(
+      "{}: the job needs about {} of {}'s memory ({} of model state and buffers and {} of activations per "
+      "rank{}), but {} is free; {}",
+      job.source, bytes_text(need), device, bytes_text(e->device_bytes), bytes_text(activations),
+      ranks > 1 ? fmt::format(", {} ranks on it", ranks) : "", bytes_text(free_bytes),
+      keys.empty() ? "the model does not fit this GPU at any setting troupe has"
+                   : "to fit, set " + fmt::format("{}", fmt::join(keys, ", or "))));
 }
 
 Status choose_micro_batch(JobConfig& job) {
@@ -380,6 +413,8 @@ std::string render_estimate(const ModelStateEstimate& e) {
     rows.push_back({std::string(memory_kind_name(k)), e.bytes[k]});
   rows.push_back({"model states", e.bytes.model_state()});
   std::vector<std::string> tiers(rows.size(), e.tier);
+  tiers[2] = e.optimizer_state_tier.empty() ? e.tier : e.optimizer_state_tier;
+  if (tiers[2] != e.tier) tiers[4] = "";  // model states span the device and the host
   if (e.nvme_parameter_bytes > 0) {  // the parameter partition, on disk
     rows.push_back({"parameters", e.nvme_parameter_bytes});
     tiers.push_back("nvme");
@@ -394,13 +429,18 @@ std::string render_estimate(const ModelStateEstimate& e) {
     kind_width = std::max(kind_width, r.kind.size());
     bytes_width = std::max(bytes_width, group_thousands(r.bytes).size());
   }
-  const std::size_t tier_width = std::max<std::size_t>(heading[1].size(), 4);
+  std::size_t tier_width = std::max<std::size_t>(heading[1].size(), 6);
+  for (const std::string& t : tiers) tier_width = std::max(tier_width, t.size());
   out += fmt::format("  {:<{}}  {:<{}}  {:>{}}  {:>11}\n", heading[0], kind_width, heading[1], tier_width,
                      heading[2], bytes_width, heading[3]);
   for (std::size_t i = 0; i < rows.size(); ++i)
     out +=
         fmt::format("  {:<{}}  {:<{}}  {:>{}}  {:>11.2f}\n", rows[i].kind, kind_width, tiers[i], tier_width,
                     group_thousands(rows[i].bytes), bytes_width, per_param(rows[i].bytes, e.params));
+  if (e.tier == "device")
+    out += fmt::format("  {:<{}}  {:<{}}  {:>{}}  {:>11.2f}\n", "on the device", kind_width, "device",
+                       tier_width, group_thousands(e.device_bytes), bytes_width,
+                       per_param(e.device_bytes, e.params));
   out += fmt::format("ZeRO formula ({}): {} = {:.2f} bytes/param at N = {}", name_of(e.dtype), e.formula,
                      e.formula_bytes_per_param, e.dp);
   if (e.zero.gathers_before_use())
@@ -431,6 +471,10 @@ std::string estimate_json(const ModelStateEstimate& e) {
   if (e.zero.gathers_before_use()) j["live_window_elements"] = e.live_window_elements;
   if (e.nvme_optimizer_state_bytes > 0) j["nvme_optimizer_state_bytes"] = e.nvme_optimizer_state_bytes;
   if (e.nvme_parameter_bytes > 0) j["nvme_parameter_bytes"] = e.nvme_parameter_bytes;
+  if (e.tier == "device") {
+    j["device_bytes"] = e.device_bytes;
+    j["optimizer_state_tier"] = e.optimizer_state_tier;
+  }
   if (e.tp > 1) {
     j["tp"] = e.tp;
     j["model_params"] = e.model_params;

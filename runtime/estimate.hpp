@@ -40,9 +40,15 @@ struct ModelStateEstimate {
   int64_t params = 0;  ///< the model's parameter count
   /// Bytes one rank holds at the peak of a step, by kind.
   MemoryBytes bytes;
-  /// The tier every kind lives in: "host" for the CPU backend (GPU tiers come with the
-  /// CUDA backend).
+  /// Where the kinds live: "host" on CPU ranks; "device" on GPU ranks ([cluster] device =
+  /// "cuda"), whose optimizer state is in `optimizer_state_tier` ("device", or "host" with
+  /// an [offload] optimizer tier; nvme_optimizer_state_bytes then says what is on disk).
   std::string tier = "host";
+  std::string optimizer_state_tier;  ///< set on GPU ranks only
+  /// GPU ranks: the parameters, gradients, bucket slots and (without a tier) optimizer
+  /// state in device memory; stage 3 leaves out the live window, as model_state does. 0 on
+  /// CPU ranks. What `troupe run --metrics` measures as device_bytes.
+  int64_t device_bytes = 0;
   /// [precision] dtype: "fp32", or "bf16"/"fp16" (2-byte parameters and gradients, an fp32
   /// master copy with the optimizer state).
   Dtype dtype = Dtype::fp32;
@@ -90,6 +96,12 @@ Result<int64_t> peak_rank_bytes(const JobConfig& job);
 /// error names the key when even one sequence does not fit.
 Status choose_micro_batch(JobConfig& job);
 
+/// A GPU rank's job against its device: the estimate's device bytes and the activations
+/// of peak_rank_bytes, times the `ranks` that share the device ([cluster] share_gpus), must
+/// fit in `free_bytes` (what the CUDA runtime reports free, before the model moves there).
+/// The error gives the estimate, the free bytes and the keys that would make it fit.
+Status check_fits_device(const JobConfig& job, int64_t free_bytes, int64_t ranks, const std::string& device);
+
 /// The estimate for a resolved job; fails with a sentence when the job cannot be planned.
 Result<ModelStateEstimate> estimate_job(const JobConfig& job);
 
@@ -99,6 +111,7 @@ std::string render_estimate(const ModelStateEstimate& estimate);
 /// One JSON object (one line): file, stage, dp, params, parameters_bytes, gradients_bytes,
 /// optimizer_state_bytes, communication_bytes, model_state_bytes, formula (the text, e.g.
 /// "4 + 12/N"), formula_bytes_per_param, tier and, for stage 3, live_window_elements;
+/// on GPU ranks device_bytes and optimizer_state_tier;
 /// with pp > 1 also pp, heaviest_stage, model_params and stages (one object each: stage,
 /// first_layer, layers, params, model_state_bytes, activation_bytes).
 std::string estimate_json(const ModelStateEstimate& estimate);

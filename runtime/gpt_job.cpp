@@ -12,9 +12,13 @@
 
 #include <fmt/format.h>
 
+#include "kernels/devices.hpp"
 #include "runtime/console.hpp"
 #include "runtime/data/corpus.hpp"
+#include "runtime/devices.hpp"
+#include "runtime/estimate.hpp"
 #include "runtime/host_check.hpp"
+#include "runtime/launch/environment.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/model/gpt.hpp"
 #include "runtime/model/gpt_flops.hpp"
@@ -113,10 +117,31 @@ Result<Trainable> make_gpt_trainable(const JobConfig& job) {
 
 namespace {
 
+// [cluster] device = "cuda": what the built-in job's estimate puts on this rank's GPU (times
+// the ranks sharing it) must fit what the GPU has free, before the model moves there. A
+// machine without a usable GPU is left to the engine, which names the key.
+Status check_gpu_memory(const JobConfig& job) {
+  if (job.cluster.device != DeviceKind::cuda) return {};
+  auto count = kernels::cuda_device_count();
+  auto detected = detect_rank_environment(process_environment());
+  if (!count || *count < 1 || !detected) return {};
+  const RankEnvironment rank = detected->value_or(RankEnvironment{0, 1, 0, 1, "", "single process"});
+  const int gpu = gpu_of(rank.local_rank, *count);
+  auto memory = kernels::cuda_memory(gpu);
+  if (!memory) return {};
+  int64_t sharing = 1;  // the local ranks on this GPU: local rank modulo the count
+  if (job.cluster.share_gpus) sharing = (rank.local_world_size - gpu + *count - 1) / *count;
+  if (Status fits = check_fits_device(job, memory->free_bytes, sharing, fmt::format("GPU {}", gpu)); !fits)
+    return make_error(fmt::format("rank {}: {}", rank.rank, fits.error().message));
+  return {};
+}
+
 int train_rank(const JobConfig& job, const JobOutputs& outputs, std::string& phase) {
   // Under any launcher: this rank alone must fit in what the host has left.
   phase = "checking this machine's memory";
   if (auto fits = check_host_memory(job, 1, "this rank"); !fits) return fail(fits.error().message);
+  phase = "checking the GPU's memory";
+  if (auto fits = check_gpu_memory(job); !fits) return fail(fits.error().message);
   phase = fmt::format("making the corpus ({} bytes) and the model",
                       job.data.path.empty() ? job.data.synthetic_bytes : 0);
   auto trainable = make_gpt_trainable(job);
@@ -151,6 +176,7 @@ int train_rank(const JobConfig& job, const JobOutputs& outputs, std::string& pha
     m.loss_scale = r->stats.loss_scale;
     m.skipped = r->stats.skipped;
     m.activation_bytes = r->stats.activation_bytes;
+    m.device_bytes = r->stats.device_bytes;
     m.step_flops = step_flops;
     if (peak > 0 && r->step_ms > 0)
       m.mfu = step_flops / (r->step_ms / 1e3 * static_cast<double>(ranks) * peak);

@@ -47,7 +47,6 @@ struct GpuErrorRoute {
 
 struct GpuRank::Impl {
   int device = 0;
-  int64_t rank = 0, world_size = 1;
   double timeout_s = 120;
   Tracer* tracer = nullptr;
   std::shared_ptr<CudaStream> compute, h2d, d2h;
@@ -86,8 +85,6 @@ Result<std::unique_ptr<GpuRank>> GpuRank::open(Transport& transport, int device,
   gpu->impl_ = std::make_unique<Impl>();
   Impl& m = *gpu->impl_;
   m.device = device;
-  m.rank = transport.rank();
-  m.world_size = transport.world_size();
   m.timeout_s = timeout_s;
   m.tracer = tracer;
   auto on_error = [device, errors = m.errors](const std::string& what) { (*errors)(device, what); };
@@ -129,7 +126,7 @@ Status GpuRank::adopt(torch::nn::Sequential& model) {
 }
 
 DeviceRank GpuRank::spawn(caf::actor_system& system, [[maybe_unused]] caf::actor comm_agent,
-                          [[maybe_unused]] std::shared_ptr<MemoryLedger> ledger) {
+                          [[maybe_unused]] std::shared_ptr<MemoryLedger> ledger, CommunicatorPlaces places) {
   Impl& m = *impl_;
   DeviceRank d;
   d.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(m.device));
@@ -146,8 +143,9 @@ DeviceRank GpuRank::spawn(caf::actor_system& system, [[maybe_unused]] caf::actor
     return d;
   }
 #endif
-  d.collectives = spawn_staged_comm(system, StagedCommOptions{std::move(comm_agent), m.d2h, m.h2d, m.rank,
-                                                              m.world_size, std::move(ledger), pin_host});
+  d.collectives = spawn_staged_comm(
+      system,
+      StagedCommOptions{std::move(comm_agent), m.d2h, m.h2d, std::move(places), std::move(ledger), pin_host});
   return d;
 }
 

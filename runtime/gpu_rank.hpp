@@ -40,8 +40,8 @@ class GpuRank final : public RankDevice {
 
   /// Moves `model` to the GPU on the compute stream.
   Status adopt(torch::nn::Sequential& model) override;
-  DeviceRank spawn(caf::actor_system& system, caf::actor comm_agent,
-                   std::shared_ptr<MemoryLedger> ledger) override;
+  DeviceRank spawn(caf::actor_system& system, caf::actor comm_agent, std::shared_ptr<MemoryLedger> ledger,
+                   CommunicatorPlaces places) override;
   /// CUDA errors on the rank's streams.
   void report_errors_to(caf::actor stage) override;
 

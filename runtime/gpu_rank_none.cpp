@@ -20,7 +20,7 @@ Status GpuRank::adopt(torch::nn::Sequential&) {
   return {};
 }
 
-DeviceRank GpuRank::spawn(caf::actor_system&, caf::actor, std::shared_ptr<MemoryLedger>) {
+DeviceRank GpuRank::spawn(caf::actor_system&, caf::actor, std::shared_ptr<MemoryLedger>, CommunicatorPlaces) {
   TROUPE_CHECK(false, "a GpuRank exists only in a build with CUDA");
   return {};
 }

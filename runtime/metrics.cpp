@@ -53,6 +53,7 @@ Status MetricsWriter::write(const StepMetrics& metrics) {
       {"optimizer_state_bytes", metrics.optimizer_state_bytes},
       {"communication_bytes", metrics.communication_bytes},
       {"activation_bytes", metrics.activation_bytes},
+      {"device_bytes", metrics.device_bytes},
       {"step_flops", metrics.step_flops},
       {"mfu", metrics.mfu},
       {"bubble", metrics.bubble},

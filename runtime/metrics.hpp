@@ -34,6 +34,9 @@ struct StepMetrics {
   int64_t optimizer_state_bytes = 0;
   int64_t communication_bytes = 0;
   int64_t activation_bytes = 0;  ///< this rank's peak of activations held (MemoryKind::activations)
+  /// Of this rank's model state and communication buffers, the bytes in the device's memory
+  /// (GPU ranks, and the device path on CPU streams; 0 on the host path).
+  int64_t device_bytes = 0;
   double bubble = 0;             ///< the ranks' mean idle fraction of the step (StepStats::bubble)
   double lr = 0;                 ///< the learning rate of the step's update ([scheduler])
   /// Payload bytes rank 0 sent to its peers during the step (gradients, gathers, activations).
@@ -50,7 +53,7 @@ struct StepMetrics {
 /// StepMetrics field under its own name:
 /// {"step":..,"steps_total":..,"loss":..,"tokens_per_s":..,"step_ms":..,"tokens":..,
 ///  "grad_norm":..,"params":..,"model_state_bytes":..,"parameter_bytes":..,
-///  "gradient_bytes":..,"optimizer_state_bytes":..,"communication_bytes":..,"activation_bytes":..,"bubble":..,
+///  "gradient_bytes":..,"optimizer_state_bytes":..,"communication_bytes":..,"activation_bytes":..,"device_bytes":..,"bubble":..,
 ///  "lr":..,"sent_bytes":..,"loss_scale":..,"skipped":..,"step_flops":..,"mfu":..}; a grad_norm that is not
 ///  finite (a skipped step's) is null.
 class MetricsWriter {

@@ -37,8 +37,7 @@ struct StandInDevice::Errors {
   }
 };
 
-StandInDevice::StandInDevice(int64_t rank, int64_t world, Tracer* tracer)
-    : rank_(rank), world_(world), errors_(std::make_shared<Errors>()) {
+StandInDevice::StandInDevice(Tracer* tracer) : errors_(std::make_shared<Errors>()) {
   auto report = [errors = errors_](const std::string& what) { errors->report(what); };
   compute_ = CpuStream::make("device", tracer, report);
   d2h_ = CpuStream::make("d2h", tracer, report);
@@ -52,13 +51,13 @@ Status StandInDevice::adopt(torch::nn::Sequential&) {
 }
 
 DeviceRank StandInDevice::spawn(caf::actor_system& system, caf::actor comm_agent,
-                                std::shared_ptr<MemoryLedger> ledger) {
+                                std::shared_ptr<MemoryLedger> ledger, CommunicatorPlaces places) {
   DeviceRank d;
   d.stream = compute_;
   d.d2h = d2h_;
   d.h2d = h2d_;
-  d.collectives = spawn_staged_comm(system, StagedCommOptions{std::move(comm_agent), d2h_, h2d_, rank_,
-                                                              world_, std::move(ledger), nullptr});
+  d.collectives = spawn_staged_comm(system, StagedCommOptions{std::move(comm_agent), d2h_, h2d_,
+                                                              std::move(places), std::move(ledger), nullptr});
   return d;
 }
 

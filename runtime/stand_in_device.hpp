@@ -25,19 +25,18 @@ Result<bool> device_path_on_cpu();
 
 class StandInDevice final : public RankDevice {
  public:
-  /// Rank `rank` of `world`, all of whose collectives are staged over the world.
-  StandInDevice(int64_t rank, int64_t world, Tracer* tracer);
+  /// A rank whose collectives are all staged through its host memory and the comm agent.
+  explicit StandInDevice(Tracer* tracer);
   ~StandInDevice() override;
 
   /// The model stays where it is: its "device" memory is the host's.
   Status adopt(torch::nn::Sequential& model) override;
-  DeviceRank spawn(caf::actor_system& system, caf::actor comm_agent,
-                   std::shared_ptr<MemoryLedger> ledger) override;
+  DeviceRank spawn(caf::actor_system& system, caf::actor comm_agent, std::shared_ptr<MemoryLedger> ledger,
+                   CommunicatorPlaces places) override;
   void report_errors_to(caf::actor stage) override;
 
  private:
   struct Errors;
-  int64_t rank_ = 0, world_ = 1;
   std::shared_ptr<Errors> errors_;
   std::shared_ptr<Stream> compute_, d2h_, h2d_;
 };

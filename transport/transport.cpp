@@ -171,6 +171,10 @@ int64_t Transport::position_in(CommunicatorId comm) const {
   return impl_->position_in(comm);
 }
 
+int64_t Transport::size_of(CommunicatorId comm) const {
+  return impl_->size_of(comm);
+}
+
 void Transport::on_message(MessageHandler handler) {
   impl_->submit([impl = impl_.get(), handler = std::move(handler)]() mutable {
     impl->set_message_handler(std::move(handler));

@@ -90,6 +90,8 @@ class Transport {
   bool two_level() const;
   /// This rank's position in `comm`, or -1 when it is not a member.
   int64_t position_in(CommunicatorId comm) const;
+  /// How many ranks `comm` has, or 0 when no such communicator was made.
+  int64_t size_of(CommunicatorId comm) const;
 
   /// Actor messages between ranks: small opaque frames (at most wire::message_bytes_max),
   /// in order per peer. The handler runs on the progress thread: keep it short.

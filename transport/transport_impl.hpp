@@ -116,6 +116,10 @@ class Transport::Impl final : public TransferIo {
     std::lock_guard<std::mutex> lock(communicators_mutex_);
     return comm < communicators_.size() ? communicators_[comm].position : -1;
   }
+  int64_t size_of(CommunicatorId comm) const {
+    std::lock_guard<std::mutex> lock(communicators_mutex_);
+    return comm < communicators_.size() ? static_cast<int64_t>(communicators_[comm].members.size()) : 0;
+  }
   std::size_t communicator_count() const {
     std::lock_guard<std::mutex> lock(communicators_mutex_);
     return communicators_.size();

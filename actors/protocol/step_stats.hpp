@@ -17,6 +17,9 @@ struct StepStats {
   int64_t optimizer_state_bytes = 0;
   int64_t communication_bytes = 0;
   int64_t activation_bytes = 0;  ///< this rank's peak of MemoryKind::activations
+  /// This rank's model state and communication buffers in the device's memory (their
+  /// peaks; 0 on the host path).
+  int64_t device_bytes = 0;
   /// The stage's forward and backward seconds of the step, the mean over its data-parallel
   /// replicas (exchanged with the memory peaks after the update).
   double busy_s = 0;
@@ -34,8 +37,8 @@ struct StepStats {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepStats& x) {
   return f(caf::meta::type_name("StepStats"), x.grad_norm, x.model_state_bytes, x.parameter_bytes,
-           x.gradient_bytes, x.optimizer_state_bytes, x.communication_bytes, x.activation_bytes, x.busy_s,
-           x.bubble, x.lr, x.loss_scale, x.skipped);
+           x.gradient_bytes, x.optimizer_state_bytes, x.communication_bytes, x.activation_bytes,
+           x.device_bytes, x.busy_s, x.bubble, x.lr, x.loss_scale, x.skipped);
 }
 
 }  // namespace troupe

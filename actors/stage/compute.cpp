@@ -159,7 +159,8 @@ void run_forward(StageState& s, ComputeSide& c, const ForwardWork& w, caf::actor
     done.shape = x.sizes().vec();
   }
   saved.held = MemoryCharge(s.options.ledger, MemoryKind::activations,
-                            bytes_of_tensor(saved.input) + bytes_of_tensor(saved.output));
+                            bytes_of_tensor(saved.input) + bytes_of_tensor(saved.output),
+                            s.options.device ? MemorySide::device : MemorySide::host);
   c.saved[w.micro] = std::move(saved);
   done.seconds = seconds_since(start);
   caf::anon_send(self, std::move(done));

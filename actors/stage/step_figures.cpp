@@ -19,6 +19,10 @@ std::string scale_of(const int64_t* row) {
 
 }  // namespace
 
+int64_t device_bytes_of(const MemoryBytes& device_peak) {
+  return device_peak.model_state() + device_peak[MemoryKind::communication];
+}
+
 void put_scale(int64_t* row, double loss_scale, bool skipped) {
   std::memcpy(&row[kScaleField], &loss_scale, sizeof(double));
   row[kSkippedField] = skipped ? 1 : 0;

@@ -1,7 +1,7 @@
 // What a stage's rank gives its replicas after each update (one row of kStepFields int64 per
 // rank, all-gathered): its memory peaks by kind, its forward and backward time of the step
-// in nanoseconds, and with loss scaling the scale it used (a double's bits) and whether it
-// skipped the step.
+// in nanoseconds, with loss scaling the scale it used (a double's bits) and whether it
+// skipped the step, and its device bytes (device_bytes_of).
 #pragma once
 
 #include <cstddef>
@@ -16,7 +16,12 @@ constexpr std::size_t kMemoryFields = memory_kind_count;  // by MemoryKind
 constexpr std::size_t kBusyField = kMemoryFields;
 constexpr std::size_t kScaleField = kMemoryFields + 1;
 constexpr std::size_t kSkippedField = kMemoryFields + 2;
-constexpr std::size_t kStepFields = kMemoryFields + 3;
+constexpr std::size_t kDeviceField = kMemoryFields + 3;
+constexpr std::size_t kStepFields = kMemoryFields + 4;
+
+/// The model state and communication buffers in the device's memory at their peaks
+/// (what `troupe estimate` predicts as device_bytes; activations are reported apart).
+int64_t device_bytes_of(const MemoryBytes& device_peak);
 
 /// Writes the loss scale and skip of a step into a rank's row.
 void put_scale(int64_t* row, double loss_scale, bool skipped);

@@ -38,7 +38,8 @@ torch::Tensor view_of(const std::shared_ptr<Buffer>& buffer, std::size_t offset,
 
 ParameterStore::ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> parameters, int64_t rank,
                                std::shared_ptr<MemoryLedger> ledger, std::shared_ptr<ParameterSwap> swap,
-                               StoreMemory memory, DataType dtype, std::optional<DataType> reduce_type)
+                               StoreMemory memory, DataType dtype, std::optional<DataType> reduce_type,
+                               bool masters_on_host)
     : plan_(std::move(plan)),
       parameters_(std::move(parameters)),
       rank_(rank),
@@ -46,7 +47,8 @@ ParameterStore::ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> paramet
       swap_(std::move(swap)),
       memory_(memory),
       dtype_(dtype),
-      reduce_type_(reduce_type.value_or(dtype)) {
+      reduce_type_(reduce_type.value_or(dtype)),
+      masters_memory_(masters_on_host ? StoreMemory() : memory) {
   TROUPE_CHECK(!swap_ || policy().partitions_parameters(), "only partitioned parameters are swapped");
   TROUPE_CHECK(plan_.parameter_of.size() == parameters_.size(), "the plan covers every parameter once");
   for (const auto& p : parameters_) {
@@ -55,8 +57,7 @@ ParameterStore::ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> paramet
   }
   TROUPE_CHECK(parameters_.empty() || parameters_.front().device() == memory_.device(),
                "the parameters are in the store's memory");
-  TROUPE_CHECK(dtype_ == DataType::f32 || (!on_device() && !swap_),
-               "16-bit parameters are kept on the host, in memory");
+  TROUPE_CHECK(dtype_ == DataType::f32 || !swap_, "16-bit parameters are kept in memory");
   TROUPE_CHECK(!swap_ || !on_device(), "swapped rows are read into host memory");
   TROUPE_CHECK(reduce_type_ == dtype_ || reduce_type_ == DataType::f32,
                "gradients reduce in the dtype or fp32");
@@ -74,7 +75,8 @@ ParameterStore::ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> paramet
   switch (policy().parameter_home()) {
     case ParameterHome::model_tensors:
       own_tensors_ = MemoryCharge(ledger_, MemoryKind::parameters,
-                                  static_cast<int64_t>(plan_.parameter_elements * element_size()));
+                                  static_cast<int64_t>(plan_.parameter_elements * element_size()),
+                                  memory_.on_device() ? MemorySide::device : MemorySide::host);
       lay_out_gradients();
       break;
     case ParameterHome::flat:
@@ -86,7 +88,7 @@ ParameterStore::ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> paramet
   if (!policy().keeps_flat_gradients())
     partition_gradients_ = allocate(layout().partition_size(), reduce_type_, MemoryKind::gradients);
   if (policy().keeps_flat_gradients() && reduce_type_ != dtype_)
-    reduced_gradients_ = charged(layout().total(), reduce_type_, ledger_, MemoryKind::gradients);
+    reduced_gradients_ = allocate(layout().total(), reduce_type_, MemoryKind::gradients);
 }
 
 // Mixed precision: the fp32 values of this rank's shards, laid out as shards() lists them
@@ -98,15 +100,15 @@ void ParameterStore::keep_masters() {
       master_offsets_.push_back(total);
       total += static_cast<std::size_t>(p.numel());
     }
-    master_ = charged(total, DataType::f32, ledger_, MemoryKind::optimizer_state);
+    master_ = masters_memory_.allocate(total * sizeof(float), ledger_, MemoryKind::optimizer_state);
     for (std::size_t k = 0; k < parameters_.size(); ++k)
       copy_into(master_, master_offsets_[k], parameters_[k], DataType::f32);
     return;
   }
   for (std::size_t k = 0; k < layout().row_count(); ++k)
     master_offsets_.push_back(layout().row(k).partition_offset);
-  master_ = charged(layout().partition_size(), DataType::f32, ledger_, MemoryKind::optimizer_state);
-  std::memset(master_->data(), 0, master_->bytes());
+  master_ = masters_memory_.allocate(layout().partition_size() * sizeof(float), ledger_,
+                                     MemoryKind::optimizer_state);
   for (const auto& piece : layout().pieces_in(rank_)) {
     auto flat = parameter_at(piece.parameter).detach().reshape({-1});
     copy_into(master_, piece.partition_offset,

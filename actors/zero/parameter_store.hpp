@@ -14,7 +14,8 @@
 //            live on NVMe: the host partition holds the persistent rows only.
 // Every buffer is in the store's memory (StoreMemory): the host's, or on a GPU rank the
 // device's, where the model's parameters already are; the collectives that move a buffer
-// follow its placement. Only 16-bit training and swapped rows are host-only so far.
+// follow its placement. Swapped rows are host-only so far. The fp32 masters of mixed
+// precision are where the optimizer runs (`masters_on_host`: an offload tier's kernels).
 // Mixed precision (`dtype` bf16 or fp16): every buffer above holds 16-bit values, the
 // model's parameters become 16-bit tensors, and the store keeps the fp32 master values of
 // this rank's shards (as shards() lists them) for the shard owner, which updates them and
@@ -61,7 +62,7 @@ class ParameterStore {
   ParameterStore(ZeroPlan plan, std::vector<torch::Tensor> parameters, int64_t rank,
                  std::shared_ptr<MemoryLedger> ledger, std::shared_ptr<ParameterSwap> swap = nullptr,
                  StoreMemory memory = {}, DataType dtype = DataType::f32,
-                 std::optional<DataType> reduce_type = std::nullopt);
+                 std::optional<DataType> reduce_type = std::nullopt, bool masters_on_host = true);
   ParameterStore(const ParameterStore&) = delete;
   ParameterStore& operator=(const ParameterStore&) = delete;
 
@@ -77,10 +78,15 @@ class ParameterStore {
   DataType reduce_type() const { return reduce_type_; }
   /// Stages 0-1 reducing in fp32 what autograd accumulates in 16 bits (else null): each
   /// row is widened here, at its flat offsets, then reduced in place.
-  std::shared_ptr<HostBuffer> reduced_gradients() const { return reduced_gradients_; }
+  const std::shared_ptr<Buffer>& reduced_gradients() const { return reduced_gradients_; }
   /// Mixed precision (else null): the fp32 master values of the shards, shard k at
-  /// master_offsets()[k], charged as optimizer state (ZeRO counts them so).
-  std::shared_ptr<HostBuffer> master_parameters() const { return master_; }
+  /// master_offsets()[k], charged as optimizer state (ZeRO counts them so); in host memory,
+  /// or the device's when the optimizer runs there.
+  const std::shared_ptr<Buffer>& master_parameters() const { return master_; }
+  /// Shard k's master values (mixed precision), as a tensor where they are.
+  torch::Tensor master_of(std::size_t k, int64_t count) const {
+    return view(master_, master_offsets_[k], {count}, DataType::f32);
+  }
   const std::vector<std::size_t>& master_offsets() const { return master_offsets_; }
   const std::shared_ptr<MemoryLedger>& ledger() const { return ledger_; }
 
@@ -143,8 +149,9 @@ class ParameterStore {
   StoreMemory memory_;
   DataType dtype_ = DataType::f32;
   DataType reduce_type_ = DataType::f32;
-  std::shared_ptr<HostBuffer> reduced_gradients_;
-  std::shared_ptr<HostBuffer> master_;
+  StoreMemory masters_memory_;
+  std::shared_ptr<Buffer> reduced_gradients_;
+  std::shared_ptr<Buffer> master_;
   std::vector<std::size_t> master_offsets_;
   MemoryCharge own_tensors_;  // stage 0: the model's own parameter storage
   std::shared_ptr<Buffer> flat_parameters_, flat_gradients_, partition_parameters_, partition_gradients_;

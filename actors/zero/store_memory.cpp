@@ -28,7 +28,7 @@ std::shared_ptr<Buffer> StoreMemory::allocate(std::size_t bytes, const std::shar
   // LibTorch's allocator hands out blocks aligned for any of its kernels (512 bytes on a GPU).
   block->tensor =
       torch::zeros({static_cast<int64_t>(bytes)}, torch::TensorOptions(torch::kUInt8).device(device_));
-  block->charge = MemoryCharge(ledger, kind, static_cast<int64_t>(bytes));
+  block->charge = MemoryCharge(ledger, kind, static_cast<int64_t>(bytes), MemorySide::device);
   void* data = block->tensor.data_ptr();
   return std::make_shared<ViewBuffer>(data, bytes, placement_, std::move(block));
 }

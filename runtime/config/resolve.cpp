@@ -655,36 +655,51 @@ Status resolve_checkpoint(const JobConfig& raw, const ConfigOrigins& origins) {
   return {};
 }
 
-// What the device path cannot run yet is refused at its key: pipeline stages, parameters
-// on a host or NVMe tier, 16-bit precision and checkpoints of LibTorch's SGD are the host
+// What the device path cannot run yet is refused at its key: parameters on a host or NVMe
+// tier, and LibTorch's SGD with 16 bits or checkpoints are the host
 // path's so far (tensor parallelism is refused with the model, Engine::run).
 Status check_device_path(const JobConfig& raw, const ConfigOrigins& origins, const std::string& path) {
-  if (raw.parallel.pp > 1)
-    return key_error(origins, "parallel", "pp",
-                     fmt::format("pp = {} with {}: pipeline stages run on CPU ranks so far; set device = "
-                                 "\"cpu\" or pp = 1",
-                                 raw.parallel.pp, path));
   if (raw.offload.param != OffloadTier::none)
     return key_error(origins, "offload", "param",
                      fmt::format("param = {} with {}: a GPU rank keeps its parameter partition in device "
                                  "memory so far (its optimizer state may go to the host or NVMe with "
                                  "[offload] optimizer); set param = \"none\"",
                                  toml_string(name_of(raw.offload.param)), path));
+  // SGD on a GPU rank without a tier runs as LibTorch's optimizer: fp32 only, state unsaved.
+  const bool torch_sgd =
+      raw.optimizer.type == OptimizerType::sgd && raw.offload.optimizer == OffloadTier::none;
   const Dtype dtype = raw.precision.dtype;
-  if (dtype != Dtype::fp32)
+  if (dtype != Dtype::fp32 && torch_sgd)
     return key_error(
-        origins, "precision", "dtype",
-        fmt::format("dtype = {} with {}: GPU ranks train fp32 so far; {} runs on device = \"cpu\"",
-                    toml_string(name_of(dtype)), path, name_of(dtype)));
+        origins, "optimizer", "type",
+        fmt::format("type = \"sgd\" with {} and dtype = {}: SGD on a GPU rank runs as LibTorch's "
+                    "optimizer, without fp32 master weights; use adamw or adam, or [offload] "
+                    "optimizer = \"cpu\" (troupe's kernels on the host)",
+                    path, toml_string(name_of(dtype))));
   const CheckpointConfig& c = raw.checkpoint;
   const bool saves = c.every_steps > 0 || !c.resume.empty();
-  if (saves && raw.optimizer.type == OptimizerType::sgd && raw.offload.optimizer == OffloadTier::none)
+  if (saves && torch_sgd)
     return key_error(
         origins, "optimizer", "type",
         fmt::format("type = \"sgd\" with {} and [checkpoint]: SGD on a GPU rank runs as LibTorch's "
                     "optimizer, whose momentum troupe does not save; use adamw or adam, or "
                     "[offload] optimizer = \"cpu\" (troupe's kernels on the host)",
                     path));
+  return {};
+}
+
+// NCCL runs on the world's communicator alone so far: a pipeline's or a tensor-parallel
+// layout's data-parallel groups need communicators of their own (ncclCommSplit), which
+// the staged collectives of [cluster] share_gpus have.
+Status check_nccl_groups(const JobConfig& raw, const ConfigOrigins& origins) {
+  for (const auto& [key, value] : {std::pair{"pp", raw.parallel.pp}, std::pair{"tp", raw.parallel.tp}})
+    if (value > 1)
+      return key_error(origins, "parallel", key,
+                       fmt::format("{} = {} with [cluster] device = \"cuda\" over NCCL: its data-parallel "
+                                   "groups need NCCL communicators of their own, which troupe does not "
+                                   "split yet; set [cluster] share_gpus = true (collectives staged through "
+                                   "host memory over UCX) or {} = 1",
+                                   key, value, key));
   return {};
 }
 
@@ -706,6 +721,8 @@ Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins) {
   TROUPE_TRY(resolve_checkpoint(raw, origins));
   if (raw.cluster.device == DeviceKind::cuda)
     TROUPE_TRY(check_device_path(raw, origins, "[cluster] device = \"cuda\""));
+  if (raw.cluster.device == DeviceKind::cuda && !raw.cluster.share_gpus)
+    TROUPE_TRY(check_nccl_groups(raw, origins));
   raw.origins = origins;
   if (choose_micro) TROUPE_TRY(choose_micro_batch(raw));
   return raw;

@@ -31,36 +31,45 @@ void check(const Status& status, const char* what) {
     throw std::runtime_error(fmt::format("tensor-parallel {}: {}", what, status.error().message));
 }
 
-// A fresh fp32 contiguous copy: the buffer a collective may write.
+// The group's collectives run on fp32 host buffers (TensorParallelComm): a GPU rank's
+// tensors are staged through host memory and come back to the device they were on.
+const torch::TensorOptions kHostF32 = torch::TensorOptions().device(torch::kCPU).dtype(torch::kFloat32);
+
+// A fresh fp32 contiguous copy in host memory: the buffer a collective may write.
 torch::Tensor fresh_f32(const torch::Tensor& x) {
-  return x.to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true).contiguous();
+  return x.to(kHostF32, /*non_blocking=*/false, /*copy=*/true).contiguous();
+}
+
+// A collective's result as `like` was: its device and dtype.
+torch::Tensor back_like(const torch::Tensor& result, const torch::Tensor& like) {
+  return result.to(like.device(), like.scalar_type());
 }
 
 torch::Tensor summed(const torch::Tensor& x, TensorParallelGroup& group) {
   torch::Tensor buffer = fresh_f32(x);
   check(group.comm().all_reduce(buffer.data_ptr<float>(), static_cast<std::size_t>(buffer.numel())),
         "all-reduce");
-  return buffer.to(x.scalar_type());
+  return back_like(buffer, x);
 }
 
-// [B, T, ...] -> [T, B, ...] in fp32, contiguous: each rank's piece of the sequence is then
-// one block of the buffer.
+// [B, T, ...] -> [T, B, ...] in fp32 host memory, contiguous: each rank's piece of the
+// sequence is then one block of the buffer.
 torch::Tensor sequence_major(const torch::Tensor& x) {
-  return x.transpose(0, 1).to(torch::kFloat32).contiguous();
+  return x.transpose(0, 1).to(kHostF32).contiguous();
 }
-torch::Tensor batch_major(const torch::Tensor& x, torch::ScalarType type) {
-  return x.transpose(0, 1).contiguous().to(type);
+torch::Tensor batch_major(const torch::Tensor& x, const torch::Tensor& like) {
+  return back_like(x.transpose(0, 1).contiguous(), like);
 }
 
 torch::Tensor gathered_sequence(const torch::Tensor& x, TensorParallelGroup& group) {
   torch::Tensor in = sequence_major(x);
   auto sizes = in.sizes().vec();
   sizes[0] *= group.size();
-  torch::Tensor out = torch::empty(sizes, torch::kFloat32);
+  torch::Tensor out = torch::empty(sizes, kHostF32);
   check(group.comm().all_gather(in.data_ptr<float>(), out.data_ptr<float>(),
                                 static_cast<std::size_t>(in.numel())),
         "all-gather along the sequence");
-  return batch_major(out, x.scalar_type());
+  return batch_major(out, x);
 }
 
 torch::Tensor scattered_sequence(const torch::Tensor& x, TensorParallelGroup& group) {
@@ -69,11 +78,11 @@ torch::Tensor scattered_sequence(const torch::Tensor& x, TensorParallelGroup& gr
               " positions does not split evenly across a tensor-parallel group of ", group.size());
   auto sizes = in.sizes().vec();
   sizes[0] /= group.size();
-  torch::Tensor out = torch::empty(sizes, torch::kFloat32);
+  torch::Tensor out = torch::empty(sizes, kHostF32);
   check(group.comm().reduce_scatter(in.data_ptr<float>(), out.data_ptr<float>(),
                                     static_cast<std::size_t>(out.numel())),
         "reduce-scatter along the sequence");
-  return batch_major(out, x.scalar_type());
+  return batch_major(out, x);
 }
 
 torch::Tensor unchanged(const torch::Tensor& x, TensorParallelGroup&) {
@@ -82,14 +91,14 @@ torch::Tensor unchanged(const torch::Tensor& x, TensorParallelGroup&) {
 
 // A column-parallel layer's gathered output: every rank's slice of the last dimension.
 torch::Tensor gathered_last_dim(const torch::Tensor& x, TensorParallelGroup& group) {
-  torch::Tensor in = x.movedim(-1, 0).to(torch::kFloat32).contiguous();
+  torch::Tensor in = x.movedim(-1, 0).to(kHostF32).contiguous();
   auto sizes = in.sizes().vec();
   sizes[0] *= group.size();
-  torch::Tensor out = torch::empty(sizes, torch::kFloat32);
+  torch::Tensor out = torch::empty(sizes, kHostF32);
   check(group.comm().all_gather(in.data_ptr<float>(), out.data_ptr<float>(),
                                 static_cast<std::size_t>(in.numel())),
         "all-gather of the output");
-  return out.movedim(0, -1).contiguous().to(x.scalar_type());
+  return back_like(out.movedim(0, -1).contiguous(), x);
 }
 
 torch::Tensor own_last_dim_slice(const torch::Tensor& x, TensorParallelGroup& group) {
@@ -155,11 +164,13 @@ struct ColumnParallelFunction : torch::autograd::Function<ColumnParallelFunction
         buffer = sequence_major(full);
         auto sizes = buffer.sizes().vec();
         sizes[0] /= group.size();
-        out = torch::empty(sizes, torch::kFloat32);
+        out = torch::empty(sizes, kHostF32);
         wait = group.comm().start_reduce_scatter(buffer.data_ptr<float>(), out.data_ptr<float>(),
                                                  static_cast<std::size_t>(out.numel()));
       } else {
-        buffer = full.scalar_type() == torch::kFloat32 && full.is_contiguous() ? full : fresh_f32(full);
+        buffer = full.is_cpu() && full.scalar_type() == torch::kFloat32 && full.is_contiguous()
+                     ? full
+                     : fresh_f32(full);
         wait =
             group.comm().start_all_reduce(buffer.data_ptr<float>(), static_cast<std::size_t>(buffer.numel()));
       }
@@ -172,7 +183,7 @@ struct ColumnParallelFunction : torch::autograd::Function<ColumnParallelFunction
     torch::Tensor grad_x;
     if (wait) {
       check(wait(), sequence ? "reduce-scatter of an input gradient" : "all-reduce of an input gradient");
-      grad_x = sequence ? batch_major(out, grad.scalar_type()) : buffer.to(grad.scalar_type());
+      grad_x = sequence ? batch_major(out, grad) : back_like(buffer, grad);
     }
     return {grad_x, grad_weight, grad_bias, torch::Tensor()};
   }
@@ -194,11 +205,13 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     const torch::Tensor index = local.clamp(0, rows - 1);
     const torch::Tensor target_logit = x.gather(1, index.unsqueeze(1)).squeeze(1) * here.to(torch::kFloat32);
 
-    torch::Tensor mine = torch::stack({local_max, exps.sum(1), target_logit}).contiguous();  // [3, N]
-    torch::Tensor all = torch::empty({group->size(), 3, tokens}, torch::kFloat32);
-    check(group->comm().all_gather(mine.data_ptr<float>(), all.data_ptr<float>(),
+    torch::Tensor mine =
+        torch::stack({local_max, exps.sum(1), target_logit}).to(kHostF32).contiguous();  // [3, N]
+    torch::Tensor gathered = torch::empty({group->size(), 3, tokens}, kHostF32);
+    check(group->comm().all_gather(mine.data_ptr<float>(), gathered.data_ptr<float>(),
                                    static_cast<std::size_t>(mine.numel())),
           "all-gather of the cross-entropy's sums");
+    const torch::Tensor all = gathered.to(x.device());
     const torch::Tensor maxima = all.select(1, 0);
     const torch::Tensor global_max = std::get<0>(maxima.max(0));
     const torch::Tensor total = (all.select(1, 1) * (maxima - global_max.unsqueeze(0)).exp()).sum(0);

@@ -101,8 +101,55 @@ INSTANTIATE_TEST_SUITE_P(
                 " --set cluster.share_gpus=true --set offload.optimizer=cpu"},
         Variant{"TwoRanksShareOneGpuZero3", " --set zero.stage=3 --set zero.reduce_bucket_size=16384",
                 " --set cluster.world_size=2 --set parallel.dp=2 --set batch.micro_batch_size=8"
-                " --set cluster.share_gpus=true"}),
+                " --set cluster.share_gpus=true"},
+        // pp 2 × dp 2 on one GPU: each stage's group staged on its own communicator.
+        Variant{"FourRanksShareOneGpuPp2Dp2OneFOneB",
+                " --set zero.stage=1 --set zero.reduce_bucket_size=16384",
+                " --set cluster.world_size=4 --set parallel.dp=2 --set parallel.pp=2"
+                " --set batch.micro_batch_size=4 --set batch.gradient_accumulation_steps=2"
+                " --set pipeline.schedule=1f1b --set cluster.share_gpus=true"},
+        Variant{"FourRanksShareOneGpuPp2Dp2Zbv", " --set zero.stage=1 --set zero.reduce_bucket_size=16384",
+                " --set cluster.world_size=4 --set parallel.dp=2 --set parallel.pp=2"
+                " --set batch.micro_batch_size=4 --set batch.gradient_accumulation_steps=2"
+                " --set pipeline.schedule=zbv --set cluster.share_gpus=true"},
+        // tp 2 × dp 2 on one GPU: the layers' collectives staged through host memory.
+        Variant{"FourRanksShareOneGpuTp2Dp2", " --set zero.stage=1 --set zero.reduce_bucket_size=16384",
+                " --set cluster.world_size=4 --set parallel.dp=2 --set parallel.tp=2"
+                " --set batch.micro_batch_size=8 --set cluster.share_gpus=true"}),
     [](const auto& info) { return info.param.name; });
+
+// bf16 with fp32 masters on the GPU (the fused Adam on them) and on the host tier, ZeRO 2
+// on two ranks sharing the GPU, against the reference in bf16 on the CPU: a GPU's bf16
+// kernels round differently from the CPU's, so within 1e-2 (losses, relative; parameters,
+// of their norm).
+TEST(GpuTraining, Bf16MatchesTheBf16ReferenceWithin1e2) {
+  TROUPE_SKIP_WITHOUT_GPU();
+  const std::string bf16 =
+      " --set precision.dtype=bf16 --set zero.stage=2 --set zero.reduce_bucket_size=16384";
+  const std::string two =
+      " --set cluster.world_size=2 --set parallel.dp=2 --set batch.micro_batch_size=8"
+      " --set cluster.share_gpus=true";
+  Outcome cpu = train(" --reference", bf16, testing::make_temp_dir());
+  ASSERT_TRUE(cpu.ok) << cpu.output;
+  for (const std::string tier : {"none", "cpu"}) {
+    Outcome gpu = train(" --set cluster.device=cuda", bf16 + two + " --set offload.optimizer=" + tier,
+                        testing::make_temp_dir());
+    TROUPE_SKIP_WITHOUT_TORCH_CUDA(gpu);
+    ASSERT_TRUE(gpu.ok) << gpu.output;
+    ASSERT_EQ(gpu.run.losses.size(), 20u);
+    double worst = 0;
+    for (std::size_t s = 0; s < 20; ++s) {
+      double relative = std::abs(gpu.run.losses[s] - cpu.run.losses[s]) / std::abs(cpu.run.losses[s]);
+      EXPECT_LT(relative, 1e-2) << "optimizer on " << tier << ", step " << s + 1;
+      worst = std::max(worst, relative);
+    }
+    double distance = testing::parameter_distance(gpu.run.parameters, cpu.run.parameters);
+    EXPECT_LT(distance, 1e-2) << tier;
+    std::printf(
+        "gpu parity: bf16 ZeRO 2, optimizer on %s: worst loss difference %.2e relative, parameters %.2e\n",
+        tier.c_str(), worst, distance);
+  }
+}
 
 using Interval = std::pair<double, double>;
 

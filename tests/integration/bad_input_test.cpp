@@ -88,11 +88,16 @@ TEST(BadInput, PrecisionNamesTheDtypeItCannotRun) {
   auto r = run_on("check", "[precision]\ndtype = \"fp8\"\n" + batch, &path);
   expect_refused(r, path + ":2:");
   expect_refused(r, "[precision] dtype must be one of \"fp32\", \"bf16\" or \"fp16\", got \"fp8\"");
-  r = run_on("check", "[precision]\ndtype = \"fp16\"\n[cluster]\ndevice = \"cuda\"\n" + batch, &path);
-  expect_refused(r, path + ":2:");
-  expect_refused(r,
-                 "dtype = \"fp16\" with [cluster] device = \"cuda\": GPU ranks train fp32 so far; fp16 "
-                 "runs on device = \"cpu\"");
+  // A GPU rank trains 16 bits with fp32 masters, but not through LibTorch's SGD.
+  r = run_on(
+      "check",
+      "[precision]\ndtype = \"fp16\"\n[optimizer]\ntype = \"sgd\"\n[cluster]\ndevice = \"cuda\"\n" + batch,
+      &path);
+  expect_refused(r, path + ":4:");
+  expect_refused(
+      r,
+      "[optimizer] type = \"sgd\" with [cluster] device = \"cuda\" and dtype = \"fp16\": SGD on a GPU "
+      "rank runs as LibTorch's optimizer, without fp32 master weights");
   r = run_on("check", "[precision]\ndtype = \"bf16\"\ncommunication_data_type = \"fp16\"\n" + batch, &path);
   expect_refused(r, path + ":3:");
   expect_refused(
@@ -100,8 +105,6 @@ TEST(BadInput, PrecisionNamesTheDtypeItCannotRun) {
   r = run_on("check", "[precision]\ncommunication_data_type = \"int8\"\n" + batch, &path);
   expect_refused(
       r, "[precision] communication_data_type must be empty (the dtype), \"fp32\", \"bf16\" or \"fp16\"");
-  r = run_on("check", "[precision]\ndtype = \"bf16\"\n[cluster]\ndevice = \"cuda\"\n" + batch, &path);
-  expect_refused(r, "GPU ranks train fp32 so far");
   r = run_on("check", "[precision]\nloss_scaling = true\nloss_scale = -1.0\n" + batch, &path);
   expect_refused(r, path + ":3:");
   expect_refused(r, "[precision] loss_scale = -1 is not a loss scale: 0 for a dynamic scale");

@@ -136,11 +136,11 @@ TEST(DeepSpeedConfig, SyntaxAndTypeErrorsNameTheLineColumnOrKeyPath) {
                  "ds_config.json: fp16.loss_scale: [precision] loss_scale = -1 is not a loss scale");
   expect_refused(check_json(R"({"train_batch_size": 16, "fp16": {"enabled": true, "hysteresis": "2"}})"),
                  "fp16.hysteresis must be an integer, got \"2\" (a string), for [precision] hysteresis");
-  // fp16 on a GPU rank: not yet, at the key that asked for it.
-  expect_refused(
-      check_json(R"({"train_batch_size": 16, "fp16": {"enabled": true}})",
-                 " --set cluster.device=\\\"cuda\\\""),
-      "fp16.enabled: [precision] dtype = \"fp16\" with [cluster] device = \"cuda\": GPU ranks train fp32");
+  // fp16 with SGD on a GPU rank (LibTorch's optimizer, no fp32 masters), at the key that asked for it.
+  expect_refused(check_json(R"({"train_batch_size": 16, "fp16": {"enabled": true},
+                               "optimizer": {"type": "SGD", "params": {"lr": 0.1}}})",
+                            " --set cluster.device=\\\"cuda\\\""),
+                 "[optimizer] type = \"sgd\" with [cluster] device = \"cuda\" and dtype = \"fp16\"");
 }
 
 // A job TOML may point at a DeepSpeed config for its training keys and give the model and

@@ -84,7 +84,8 @@ int train(caf::actor_system& system, caf::actor agent, int64_t rank, int64_t wor
     d.d2h = streams.d2h;
     d.h2d = streams.h2d;
     d.collectives = spawn_staged_comm(
-        system, StagedCommOptions{agent, streams.d2h, streams.h2d, rank, world, so.ledger, nullptr});
+        system,
+        StagedCommOptions{agent, streams.d2h, streams.h2d, world_place(rank, world), so.ledger, nullptr});
     so.device = d;
     if (mode != "device-torch") so.make_optimizer = nullptr;  // the fused device Adam
   }

@@ -228,6 +228,71 @@ TEST_P(Memory, MeasuredMatchesTheEstimateAndTheZeroFormula) {
   }
 }
 
+// On the device path (a GPU rank's, here on CPU streams standing in) the ledger charges
+// what is in the device's memory apart: the parameters, gradients, bucket slots and, without
+// a tier, the fused Adam's state and fp32 masters. Measured device bytes (the run's
+// device_bytes) against `troupe estimate` of the same job on `device = "cuda"` within 5%;
+// stage 3 holds the estimate plus at most its live window of gathered rows.
+struct DeviceCase {
+  Case job;
+  std::string offload = "none";  ///< [offload] optimizer
+};
+
+class DeviceMemory : public ::testing::TestWithParam<DeviceCase> {};
+
+int64_t max_device_bytes(const std::string& metrics) {
+  std::ifstream in(metrics);
+  int64_t most = 0;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) most = std::max<int64_t>(most, nlohmann::json::parse(line).value("device_bytes", 0));
+  return most;
+}
+
+TEST_P(DeviceMemory, MeasuredDeviceBytesMatchTheEstimate) {
+  const DeviceCase d = GetParam();
+  const std::string flags = job_flags(d.job) + " --set offload.optimizer=" + d.offload;
+  const std::string dir = testing::make_temp_dir();
+  auto run = testing::run_command(
+      "TROUPE_DEVICE_PATH=cpu " + std::string(TROUPE_BINARY) + " run " + config() + flags +
+          " --set cluster.coordinator=" + testing::free_coordinator() + " --metrics " + dir + "/m.jsonl",
+      120);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  auto host = testing::run_command(std::string(TROUPE_BINARY) + " run " + config() + flags +
+                                       " --set cluster.coordinator=" + testing::free_coordinator() +
+                                       " --metrics " + dir + "/host.jsonl",
+                                   120);
+  ASSERT_EQ(host.exit_code, 0) << host.output;
+  EXPECT_EQ(max_device_bytes(dir + "/host.jsonl"), 0) << "the host path holds nothing on a device";
+  auto r = testing::run_command(std::string(TROUPE_BINARY) + " estimate " + config() + flags +
+                                " --set cluster.device=\"cuda\" --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  const int64_t estimated = j.at("device_bytes"), measured = max_device_bytes(dir + "/m.jsonl");
+  EXPECT_EQ(j.at("optimizer_state_tier"), d.offload == "none" ? "device" : "host");
+  ASSERT_GT(estimated, 0);
+  const int64_t item = d.job.bf16 ? 2 : 4;
+  const int64_t window = d.job.stage == 3 ? item * j.at("live_window_elements").get<int64_t>() : 0;
+  EXPECT_GE(static_cast<double>(measured), (1 - kTolerance) * static_cast<double>(estimated));
+  EXPECT_LE(static_cast<double>(measured), (1 + kTolerance) * static_cast<double>(estimated + window))
+      << "estimated " << estimated << " B" << (window ? " + a live window of " + std::to_string(window) : "");
+  std::printf("device memory: stage %d, dp %d%s, optimizer %s: measured %" PRId64 " B, estimated %" PRId64
+              " B%s\n",
+              d.job.stage, d.job.dp, d.job.bf16 ? ", bf16" : "", d.offload.c_str(), measured, estimated,
+              window ? (" + live window " + std::to_string(window) + " B").c_str() : "");
+}
+
+INSTANTIATE_TEST_SUITE_P(DevicePath, DeviceMemory,
+                         ::testing::Values(DeviceCase{Case{0, 2}}, DeviceCase{Case{1, 2}},
+                                           DeviceCase{Case{2, 2}}, DeviceCase{Case{3, 2}},
+                                           DeviceCase{Case{2, 2, false, true}},
+                                           DeviceCase{Case{2, 2}, "cpu"}),
+                         [](const auto& info) {
+                           const DeviceCase& d = info.param;
+                           return std::string(d.job.bf16 ? "Bf16" : "") + "Stage" +
+                                  std::to_string(d.job.stage) + "Dp" + std::to_string(d.job.dp) +
+                                  (d.offload == "none" ? "" : "OptimizerOnHost");
+                         });
+
 // (c) Each stage frees what it partitions: a stage that kept what the one before it
 // holds whole would fail here.
 TEST(Memory, EveryStageFreesWhatItPartitions) {

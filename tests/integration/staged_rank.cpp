@@ -102,8 +102,7 @@ int main(int argc, char** argv) {
     so.comm_agent = agent;
     so.d2h = std::shared_ptr<troupe::Stream>(troupe::CpuStream::make("d2h", nullptr, fail));
     so.h2d = std::shared_ptr<troupe::Stream>(troupe::CpuStream::make("h2d", nullptr, fail));
-    so.rank = rank;
-    so.size = world;
+    so.places = troupe::world_place(rank, world);
     caf::actor staged = troupe::spawn_staged_comm(system, std::move(so));
     failures = troupe::check(rank, world, system, staged);
     caf::anon_send_exit(staged, caf::exit_reason::user_shutdown);

@@ -30,12 +30,14 @@ struct TpJob {
   bool sequence = false;
   std::string offload = "none";
   double clip = 0;
+  bool device_path = false;  ///< on CPU streams standing in for a GPU's (TROUPE_DEVICE_PATH=cpu)
 };
 
 std::string describe(const TpJob& j) {
   return "tp " + std::to_string(j.tp) + " × pp " + std::to_string(j.pp) + " × dp " + std::to_string(j.dp) +
          ", zero " + std::to_string(j.zero) + (j.sequence ? ", sequence parallel" : "") +
-         (j.offload != "none" ? ", optimizer on " + j.offload : "") + (j.clip > 0 ? ", clipping" : "");
+         (j.offload != "none" ? ", optimizer on " + j.offload : "") + (j.clip > 0 ? ", clipping" : "") +
+         (j.device_path ? ", the device path" : "");
 }
 
 // 20 steps of configs/tiny-gpt.toml (4 heads, vocabulary 256, sequence 64) on a global
@@ -70,9 +72,9 @@ std::string overrides(const TpJob& j) {
 
 TrainedRun train(const std::string& how, const TpJob& j) {
   std::string dir = make_temp_dir();
-  auto r = run_command(std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR + "/configs/tiny-gpt.toml" +
-                           how + overrides(j) + " --metrics " + dir + "/metrics.jsonl --parameters-out " +
-                           dir + "/parameters.bin",
+  auto r = run_command(std::string(j.device_path ? "TROUPE_DEVICE_PATH=cpu " : "") + TROUPE_BINARY + " run " +
+                           TROUPE_SOURCE_DIR + "/configs/tiny-gpt.toml" + how + overrides(j) + " --metrics " +
+                           dir + "/metrics.jsonl --parameters-out " + dir + "/parameters.bin",
                        300);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return read_run(dir + "/metrics.jsonl", dir + "/parameters.bin");
@@ -105,6 +107,7 @@ std::string name(const ::testing::TestParamInfo<TpJob>& info) {
   if (j.sequence) n += "_sequence";
   if (j.offload != "none") n += "_" + j.offload;
   if (j.clip > 0) n += "_clip";
+  if (j.device_path) n += "_devicePath";
   return n;
 }
 
@@ -119,6 +122,16 @@ INSTANTIATE_TEST_SUITE_P(
                       // tier, 8 processes
                       TpJob{2, 2, 2, 3, false, "cpu", 1.0}, TpJob{2, 2, 2, 3, true, "cpu", 0}),
     name);
+
+// The device path (a GPU rank's, on CPU streams): the layers' collectives staged through
+// host memory inside forward and backward, each data-parallel group's rows on its own
+// communicator through the device collectives.
+INSTANTIATE_TEST_SUITE_P(DevicePath, TensorParallel,
+                         ::testing::Values(TpJob{2, 1, 2, 1, false, "none", 1.0, true},
+                                           TpJob{2, 1, 2, 3, true, "none", 0, true},
+                                           TpJob{2, 1, 2, 2, false, "cpu", 0, true},
+                                           TpJob{2, 2, 2, 3, false, "cpu", 1.0, true}),
+                         name);
 
 // What rank 0 sends per step (the transport's payload counter, the metrics' sent_bytes),
 // each step alike: the median over the run.

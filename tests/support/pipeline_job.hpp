@@ -78,11 +78,14 @@ inline std::string joined(const std::vector<std::string>& overrides, const std::
   return out;
 }
 
-inline TrainedRun train_pipeline(const std::string& how, const PipelineJob& j) {
+// `environment` prefixes the command (TROUPE_DEVICE_PATH=cpu: the device path on CPU streams).
+inline TrainedRun train_pipeline(const std::string& how, const PipelineJob& j,
+                                 const std::string& environment = "") {
   std::string dir = make_temp_dir();
-  std::string command = std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR + "/configs/tiny-gpt.toml" +
-                        how + joined(pipeline_overrides(j), " --set ") + j.settings + " --metrics " + dir +
-                        "/metrics.jsonl --parameters-out " + dir + "/parameters.bin";
+  std::string command = environment + " " + TROUPE_BINARY + " run " + TROUPE_SOURCE_DIR +
+                        "/configs/tiny-gpt.toml" + how + joined(pipeline_overrides(j), " --set ") +
+                        j.settings + " --metrics " + dir + "/metrics.jsonl --parameters-out " + dir +
+                        "/parameters.bin";
   auto r = run_command(command, 300);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return read_run(dir + "/metrics.jsonl", dir + "/parameters.bin");
@@ -101,13 +104,14 @@ inline const TrainedRun& pipeline_reference(double clip, bool tied, const std::s
 
 // Trains `j` and holds it to the reference: losses within 1e-5 relative, gradient norms
 // within 1e-4, final parameters within 1e-5 of their norm; prints the worst figures.
-inline void expect_pipeline_parity(const PipelineJob& j) {
+inline void expect_pipeline_parity(const PipelineJob& j, const std::string& environment = "") {
   const TrainedRun& ref = pipeline_reference(j.clip, j.tied, model_settings(j.settings));
-  TrainedRun run = train_pipeline("", j);
+  TrainedRun run = train_pipeline("", j, environment);
   ParityFigures worst = expect_parity(run, ref, 20, j.clip);
   std::printf(
-      "pipeline parity: %s: worst loss %.2e relative, gradient norm %.2e, parameters %.2e of their norm\n",
-      describe(j).c_str(), worst.loss, worst.grad_norm, worst.parameters);
+      "pipeline parity%s: %s: worst loss %.2e relative, gradient norm %.2e, parameters %.2e of their norm\n",
+      environment.empty() ? "" : (" (" + environment + ")").c_str(), describe(j).c_str(), worst.loss,
+      worst.grad_norm, worst.parameters);
 }
 
 // A test name for `j`: pp2_dp1_OneFOneB_m4_zero0 and its settings.

@@ -1361,5 +1361,56 @@ TEST(Config, AutoMicroBatchIsTheLargestThatFits) {
       << typo.error().message;
 }
 
+// A GPU rank's job against its GPU's free memory: refused with the estimate, the free
+// bytes and the keys that would make it fit; the same job fits a larger GPU, and a job
+// with every key already used names none of them.
+TEST(Config, AJobTooBigForTheGpuIsRefusedWithTheKeysThatWouldMakeItFit) {
+  const std::string job =
+      "[cluster]\nworld_size = 2\ndevice = \"cuda\"\n[parallel]\ndp = 2\n[batch]\nmicro_batch_size = 4\n"
+      "[model]\nseq_len = 128\nd_model = 256\nn_layers = 4\nn_heads = 4\n";
+  auto config = load(job);
+  ASSERT_TRUE(config) << config.error().message;
+  auto estimate = estimate_job(*config);
+  ASSERT_TRUE(estimate) << estimate.error().message;
+  EXPECT_EQ(estimate->tier, "device");
+  EXPECT_EQ(estimate->optimizer_state_tier, "device");
+  EXPECT_EQ(estimate->device_bytes,
+            estimate->bytes.model_state() + estimate->bytes[MemoryKind::communication]);
+  EXPECT_TRUE(check_fits_device(*config, int64_t{80} << 30, 1, "GPU 0").ok());
+  Status small = check_fits_device(*config, estimate->device_bytes / 2, 1, "GPU 0");
+  ASSERT_FALSE(small.ok());
+  const std::string& m = small.error().message;
+  EXPECT_NE(m.find("job.toml: the job needs about"), std::string::npos) << m;
+  EXPECT_NE(m.find("of GPU 0's memory"), std::string::npos) << m;
+  EXPECT_NE(
+      m.find("to fit, set a higher [zero] stage (now 0), or [offload] optimizer = \"cpu\" or \"nvme\", "
+             "or a smaller [batch] micro_batch_size (now 4), or [model] activation_checkpointing = true"),
+      std::string::npos)
+      << m;
+  // Twice what one rank needs (all of its peak is on the device): one rank fits, three
+  // sharing the GPU do not.
+  auto one_rank = peak_rank_bytes(*config);
+  ASSERT_TRUE(one_rank);
+  EXPECT_TRUE(check_fits_device(*config, 2 * *one_rank, 1, "GPU 0").ok());
+  Status shared = check_fits_device(*config, 2 * *one_rank, 3, "GPU 0");
+  ASSERT_FALSE(shared.ok());
+  EXPECT_NE(shared.error().message.find("3 ranks on it"), std::string::npos) << shared.error().message;
+  EXPECT_NE(shared.error().message.find("fewer ranks sharing the GPU (now 3)"), std::string::npos);
+  // The optimizer on the host: the estimate's device bytes leave it out.
+  auto offloaded = load(job, {"offload.optimizer=\"cpu\"", "zero.stage=3", "batch.micro_batch_size=1",
+                              "model.activation_checkpointing=true"});
+  ASSERT_TRUE(offloaded) << offloaded.error().message;
+  auto host_state = estimate_job(*offloaded);
+  ASSERT_TRUE(host_state);
+  EXPECT_EQ(host_state->optimizer_state_tier, "host");
+  EXPECT_EQ(host_state->device_bytes, host_state->bytes.model_state() +
+                                          host_state->bytes[MemoryKind::communication] -
+                                          host_state->bytes[MemoryKind::optimizer_state]);
+  Status none = check_fits_device(*offloaded, 1000, 1, "GPU 0");
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.error().message.find("does not fit this GPU at any setting troupe has"), std::string::npos)
+      << none.error().message;
+}
+
 }  // namespace
 }  // namespace troupe

@@ -486,8 +486,8 @@ TEST(Metrics, WriterAppendsOneJsonObjectPerStep) {
     ASSERT_TRUE(writer.ok());
     ASSERT_TRUE(writer->write({1, 2, 5.5, 100.0, 10.0, 1000}).ok());
     ASSERT_TRUE(writer
-                    ->write({2,   2,  5.0,  200.0, 5.0,  1000, 0.75,   123,   4000,  492,  492,
-                             984, 64, 2048, 0.25,  3e-4, 8192, 1024.0, false, 4.5e9, 0.375})
+                    ->write({2,   2,  5.0,  200.0, 5.0,  1000, 0.75, 123,    4000,  492,   492,
+                             984, 64, 2048, 4096,  0.25, 3e-4, 8192, 1024.0, false, 4.5e9, 0.375})
                     .ok());
     StepMetrics skipped{3, 3, 4.5, 100.0, 10.0, 1000};
     skipped.grad_norm = std::numeric_limits<double>::infinity();
@@ -514,6 +514,7 @@ TEST(Metrics, WriterAppendsOneJsonObjectPerStep) {
   EXPECT_EQ(lines[1]["optimizer_state_bytes"], 984);
   EXPECT_EQ(lines[1]["communication_bytes"], 64);
   EXPECT_EQ(lines[1]["activation_bytes"], 2048);
+  EXPECT_EQ(lines[1]["device_bytes"], 4096);
   EXPECT_DOUBLE_EQ(lines[1]["bubble"].get<double>(), 0.25);
   EXPECT_DOUBLE_EQ(lines[1]["lr"].get<double>(), 3e-4);
   EXPECT_EQ(lines[1]["sent_bytes"], 8192);
@@ -521,7 +522,7 @@ TEST(Metrics, WriterAppendsOneJsonObjectPerStep) {
   EXPECT_EQ(lines[1]["skipped"], false);
   EXPECT_DOUBLE_EQ(lines[1]["step_flops"].get<double>(), 4.5e9);
   EXPECT_DOUBLE_EQ(lines[1]["mfu"].get<double>(), 0.375);
-  EXPECT_EQ(lines[1].size(), 21u);  // every StepMetrics field, nothing else
+  EXPECT_EQ(lines[1].size(), 22u);  // every StepMetrics field, nothing else
   // A step the loss scaler skipped: its norm is not a number JSON has, so it is null.
   EXPECT_TRUE(lines[2]["grad_norm"].is_null());
   EXPECT_EQ(lines[2]["skipped"], true);

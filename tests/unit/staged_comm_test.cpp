@@ -37,6 +37,7 @@ class StagedCommTest : public testing::OneRankAgent {
     o.comm_agent = agent_;
     o.d2h = std::shared_ptr<Stream>(CpuStream::make("d2h", nullptr, fail));
     o.h2d = std::shared_ptr<Stream>(CpuStream::make("h2d", nullptr, fail));
+    o.places = world_place(0, 1);
     o.ledger = ledger_;
     o.pin = [pins = pins_, pinned = pinned_](void*, std::size_t) -> Result<std::shared_ptr<void>> {
       ++*pins;

@@ -314,5 +314,28 @@ TEST(MemoryLedger, ChargesFollowBufferLifetimesAndPeaksReset) {
   EXPECT_EQ(ledger->peak().model_state(), 64);
 }
 
+// What is in the device's memory is counted in the totals and, apart, on the device side;
+// a measured figure replaces its side's last one without dropping the charges beside it.
+TEST(MemoryLedger, CountsTheDevicesShareApart) {
+  auto ledger = std::make_shared<MemoryLedger>();
+  MemoryCharge host(ledger, MemoryKind::parameters, 100);
+  {
+    MemoryCharge device(ledger, MemoryKind::parameters, 40, MemorySide::device);
+    EXPECT_EQ(ledger->current()[MemoryKind::parameters], 140);
+    EXPECT_EQ(ledger->device_current()[MemoryKind::parameters], 40);
+  }
+  EXPECT_EQ(ledger->device_current()[MemoryKind::parameters], 0);
+  EXPECT_EQ(ledger->device_peak()[MemoryKind::parameters], 40);
+  EXPECT_EQ(ledger->peak()[MemoryKind::parameters], 140);
+  MemoryCharge state(ledger, MemoryKind::optimizer_state, 8, MemorySide::device);
+  ledger->set(MemoryKind::optimizer_state, 30, MemorySide::device);
+  ledger->set(MemoryKind::optimizer_state, 20, MemorySide::device);
+  EXPECT_EQ(ledger->current()[MemoryKind::optimizer_state], 28);
+  EXPECT_EQ(ledger->device_current()[MemoryKind::optimizer_state], 28);
+  ledger->reset_peaks();
+  EXPECT_EQ(ledger->device_peak()[MemoryKind::parameters], 0);
+  EXPECT_EQ(ledger->device_peak()[MemoryKind::optimizer_state], 28);
+}
+
 }  // namespace
 }  // namespace troupe
