@@ -25,14 +25,15 @@ struct DeviceCommState {
   std::map<uint64_t, Pending> pending;  // by serial: issued, not yet run by the GPU
   uint64_t next_serial = 0;
   caf::actor comm_agent;  // host spans' collectives, passed on in arrival order
-  std::shared_ptr<NcclGroup> group;
-  std::shared_ptr<CudaStream> stream;  // after the group: destroyed (and drained) first
+  std::map<CommunicatorId, std::shared_ptr<NcclGroup>> groups;
+  std::shared_ptr<CudaStream> stream;  // after the groups: destroyed (and drained) first
   static inline const char* name = "device_comm";
 
   // Collectives still in flight when the actor goes (a lost peer, a failed job) may spin
-  // on the GPU forever: abort them first, so the comm stream drains and the group goes.
+  // on the GPU forever: abort them first, so the comm stream drains and the groups go.
   ~DeviceCommState() {
-    if (!pending.empty() && group) group->abort();
+    if (pending.empty()) return;
+    for (auto& [comm, group] : groups) group->abort();
   }
 };
 using DeviceComm = caf::stateful_actor<DeviceCommState>;
@@ -52,7 +53,7 @@ Status launch(NcclGroup& group, const CollectiveCall& c, void* stream) {
 }
 
 // Why NCCL cannot run `c` here, or nothing.
-std::optional<std::string> refusal(const CollectiveCall& c) {
+std::optional<std::string> refusal(const DeviceCommState& s, const CollectiveCall& c) {
   for (const BufferSpan* span : {&c.input, &c.output})
     if (!span->owner)
       return fmt::format("this {} has a span without a buffer", name_of(c.kind));
@@ -61,9 +62,9 @@ std::optional<std::string> refusal(const CollectiveCall& c) {
           "NCCL runs collectives on device memory; this {} has a span in {} memory (a "
           "collective on host memory goes to the comm agent, one with a span in each is not run)",
           name_of(c.kind), describe(span->placement()));
-  if (c.comm != world_communicator)
-    return fmt::format("the rank's NCCL communicator spans the world; this {} asked for communicator {}",
-                       name_of(c.kind), c.comm);
+  if (!s.groups.count(c.comm))
+    return fmt::format("this rank has no NCCL group for communicator {}, which this {} named", c.comm,
+                       name_of(c.kind));
   return std::nullopt;
 }
 
@@ -71,12 +72,13 @@ void issue(DeviceComm* self, CollectiveCall c) {
   auto& s = self->state;
   // The comm agent's (its own sequence over UCX, apart from NCCL's): as they came.
   if (on_host(c)) return self->send(s.comm_agent, request_of(c));
-  if (auto refused = refusal(c)) return answer_now(self, c, std::move(*refused));
+  if (auto refused = refusal(s, c)) return answer_now(self, c, std::move(*refused));
+  NcclGroup& group = *s.groups.at(c.comm);
   s.stream->wait(c.input.ready);  // on the device: NCCL starts once their writers are done
   s.stream->wait(c.output.ready);
   auto launched = std::make_shared<Status>();
   std::string label = fmt::format("nccl {} {} B", name_of(c.kind), c.count * element_bytes(c.type()));
-  s.stream->enqueue(label, [&] { *launched = launch(*s.group, c, s.stream->native()); });
+  s.stream->enqueue(label, [&] { *launched = launch(group, c, s.stream->native()); });
   if (!*launched) return answer_now(self, c, launched->error().message);  // nothing was enqueued
   uint64_t serial = s.next_serial++;
   s.pending[serial] = Pending{c.tag, std::move(c.reply_to), std::move(c.input), std::move(c.output)};
@@ -87,10 +89,11 @@ void issue(DeviceComm* self, CollectiveCall c) {
   });
 }
 
-caf::behavior device_comm_behavior(DeviceComm* self, caf::actor comm_agent, std::shared_ptr<NcclGroup> group,
+caf::behavior device_comm_behavior(DeviceComm* self, caf::actor comm_agent,
+                                   std::map<CommunicatorId, std::shared_ptr<NcclGroup>> groups,
                                    std::shared_ptr<CudaStream> stream) {
   self->state.comm_agent = std::move(comm_agent);
-  self->state.group = std::move(group);
+  self->state.groups = std::move(groups);
   self->state.stream = std::move(stream);
   return {
       [=](all_reduce_request& r) { issue(self, call_of(r)); },
@@ -110,13 +113,21 @@ caf::behavior device_comm_behavior(DeviceComm* self, caf::actor comm_agent, std:
 
 }  // namespace
 
-caf::actor spawn_device_comm(caf::actor_system& system, caf::actor comm_agent,
-                             std::unique_ptr<NcclGroup> group, std::unique_ptr<CudaStream> stream) {
+caf::actor spawn_device_comm(caf::actor_system& system, caf::actor comm_agent, NcclGroups groups,
+                             std::unique_ptr<CudaStream> stream) {
+  std::map<CommunicatorId, std::shared_ptr<NcclGroup>> shared;
+  for (auto& [comm, group] : groups) shared.emplace(comm, std::move(group));
   // Detached: a non-blocking communicator may answer "in progress" while it enqueues, and
   // the group polls until it settles; that wait gets a thread of its own, not the scheduler's.
-  return system.spawn<caf::detached>(device_comm_behavior, std::move(comm_agent),
-                                     std::shared_ptr<NcclGroup>(std::move(group)),
+  return system.spawn<caf::detached>(device_comm_behavior, std::move(comm_agent), std::move(shared),
                                      std::shared_ptr<CudaStream>(std::move(stream)));
+}
+
+caf::actor spawn_device_comm(caf::actor_system& system, caf::actor comm_agent,
+                             std::unique_ptr<NcclGroup> group, std::unique_ptr<CudaStream> stream) {
+  NcclGroups groups;
+  groups.emplace(world_communicator, std::move(group));
+  return spawn_device_comm(system, std::move(comm_agent), std::move(groups), std::move(stream));
 }
 
 }  // namespace troupe

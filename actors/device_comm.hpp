@@ -6,13 +6,16 @@
 // comes back as collective_done through a host callback of the comm stream, so no thread
 // ever blocks on the GPU. A failed launch answers with the error; the actor goes on.
 // Protocol: the comm agent's requests (actors/protocol/comm.hpp) over spans in device
-// memory, on the world communicator; one over host memory is passed on to the comm agent
-// (whose UCX sequence is NCCL's apart); anything else is answered with an error saying why.
+// memory, on any communicator the rank has an NCCL group for (the world, a pipeline
+// stage's data-parallel group, a tied weight's stages); one over host memory is passed on
+// to the comm agent (whose UCX sequence is NCCL's apart); anything else is answered with an
+// error saying why. The groups share the comm stream, so their calls run in the order issued.
 #pragma once
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include <map>
 #include <memory>
 
 #include "actors/cuda_stream.hpp"
@@ -20,7 +23,14 @@
 
 namespace troupe {
 
-/// The actor owns `group` and `stream` (the rank's comm stream).
+/// NCCL's group of each communicator this rank is in (the world's among them).
+using NcclGroups = std::map<CommunicatorId, std::unique_ptr<NcclGroup>>;
+
+/// The actor owns `groups` and `stream` (the rank's comm stream).
+caf::actor spawn_device_comm(caf::actor_system& system, caf::actor comm_agent, NcclGroups groups,
+                             std::unique_ptr<CudaStream> stream);
+
+/// One group, the world's.
 caf::actor spawn_device_comm(caf::actor_system& system, caf::actor comm_agent,
                              std::unique_ptr<NcclGroup> group, std::unique_ptr<CudaStream> stream);
 

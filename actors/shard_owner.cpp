@@ -443,8 +443,10 @@ caf::behavior shard_owner_behavior(ShardOwner* self, ShardOwnerOptions options) 
   const bool mixed = s.options.store->dtype() != DataType::f32;
   if (s.options.offload && s.options.device) {
     s.mirror = make_host_mirror(s);
-    // fp32: the master copy starts from the device's (mixed: the store's masters are it).
-    if (!mixed) copy_mirror(s, MirrorCopy::parameters_to_host);
+    // The mirror starts from the device's values: fp32, the master copy; mixed, the 16-bit
+    // copy (the store's fp32 masters are on the host already), whose every value goes
+    // back after each pass, a parameter no step used included.
+    copy_mirror(s, MirrorCopy::parameters_to_host);
   }
   if (s.options.offload) {
     OffloadManagerOptions o;

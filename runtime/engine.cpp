@@ -333,8 +333,13 @@ class Engine::Impl {
   Status open_gpu(Transport& transport) {
     const Result<int> devices = kernels::cuda_device_count();
     const int count = devices.ok() ? *devices : 0;
-    auto opened = GpuRank::open(transport, gpu_of(rank.local_rank, count),
-                                config.cluster.collective_timeout_s, tracer.get(), config.cluster.share_gpus);
+    // NCCL groups for what the device collectives name besides the world: each chunk's
+    // data-parallel group and each tied weight's stages.
+    std::vector<CommunicatorId> named(groups.begin(), groups.end());
+    for (const TiedWeight& t : ties) named.push_back(t.comm);
+    auto opened =
+        GpuRank::open(transport, gpu_of(rank.local_rank, count), config.cluster.collective_timeout_s,
+                      tracer.get(), config.cluster.share_gpus, std::move(named));
     if (!opened) return make_error(fmt::format("rank {}: {}", rank.rank, opened.error().message));
     device = std::move(*opened);
     if (auto moved = device->adopt(layers); !moved)

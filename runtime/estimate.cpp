@@ -270,20 +270,24 @@ Status check_fits_device(const JobConfig& job, int64_t free_bytes, int64_t ranks
   if (!peak) return peak.error();
   const int64_t held = e->bytes.model_state() + e->bytes[MemoryKind::communication];
   const int64_t activations = std::max<int64_t>(0, *peak - held);
-  const int64_t need = (e->device_bytes + activations) * ranks;
+  // Stage 3's gathered rows are on the device too, beyond the partition.
+  const int64_t window = e->live_window_elements * (job.precision.dtype == Dtype::fp32 ? 4 : 2);
+  const int64_t need = (e->device_bytes + window + activations) * ranks;
   if (need <= free_bytes) return {};
   std::vector<std::string> keys;
-  if (!e->zero.partitions_parameters())
+  if (!e->zero.partitions_parameters() && job.parallel.dp > 1)
     keys.push_back(fmt::format("a higher [zero] stage (now {})", e->zero.stage()));
   if (job.offload.optimizer == OffloadTier::none) keys.push_back("[offload] optimizer = \"cpu\" or \"nvme\"");
   if (job.batch.micro_batch_size > 1)
     keys.push_back(fmt::format("a smaller [batch] micro_batch_size (now {})", job.batch.micro_batch_size));
   if (!job.model.activation_checkpointing) keys.push_back("[model] activation_checkpointing = true");
-  if (ranks > 1) keys.push_back(fmt::format("fewer ranks sharing the GPU (now {})", ranks));
+  if (ranks > 1)
+    keys.push_back(
+        fmt::format("[cluster] share_gpus = false with a GPU per rank (now {} ranks share it)", ranks));
   return make_error(fmt::format(
       "{}: the job needs about {} of {}'s memory ({} of model state and buffers and {} of activations per "
-      "rank{}), but {} is free; {}",
-      job.source, bytes_text(need), device, bytes_text(e->device_bytes), bytes_text(activations),
+      "rank{}), but it has {} for the job; {}",
+      job.source, bytes_text(need), device, bytes_text(e->device_bytes + window), bytes_text(activations),
       ranks > 1 ? fmt::format(", {} ranks on it", ranks) : "", bytes_text(free_bytes),
       keys.empty() ? "the model does not fit this GPU at any setting troupe has"
                    : "to fit, set " + fmt::format("{}", fmt::join(keys, ", or "))));

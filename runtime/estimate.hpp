@@ -96,9 +96,11 @@ Result<int64_t> peak_rank_bytes(const JobConfig& job);
 /// error names the key when even one sequence does not fit.
 Status choose_micro_batch(JobConfig& job);
 
-/// A GPU rank's job against its device: the estimate's device bytes and the activations
-/// of peak_rank_bytes, times the `ranks` that share the device ([cluster] share_gpus), must
-/// fit in `free_bytes` (what the CUDA runtime reports free, before the model moves there).
+/// A GPU rank's job against its device: the estimate's device bytes (stage 3: with its
+/// live window) and the activations of peak_rank_bytes, times the `ranks` that share the
+/// device ([cluster] share_gpus), must fit in `free_bytes` (what the CUDA runtime reports
+/// free before the model moves there; for a shared GPU its total, the others' use of it
+/// being counted already).
 /// The error gives the estimate, the free bytes and the keys that would make it fit.
 Status check_fits_device(const JobConfig& job, int64_t free_bytes, int64_t ranks, const std::string& device);
 

@@ -131,7 +131,10 @@ Status check_gpu_memory(const JobConfig& job) {
   if (!memory) return {};
   int64_t sharing = 1;  // the local ranks on this GPU: local rank modulo the count
   if (job.cluster.share_gpus) sharing = (rank.local_world_size - gpu + *count - 1) / *count;
-  if (Status fits = check_fits_device(job, memory->free_bytes, sharing, fmt::format("GPU {}", gpu)); !fits)
+  // Shared, the other ranks may have taken some of it already: the job is held to the whole
+  // card, every rank's share counted once.
+  const int64_t room = sharing > 1 ? memory->total_bytes : memory->free_bytes;
+  if (Status fits = check_fits_device(job, room, sharing, fmt::format("GPU {}", gpu)); !fits)
     return make_error(fmt::format("rank {}: {}", rank.rank, fits.error().message));
   return {};
 }

@@ -6,8 +6,10 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -52,7 +54,7 @@ struct GpuRank::Impl {
   std::shared_ptr<CudaStream> compute, h2d, d2h;
   std::unique_ptr<CudaStream> comm;  // handed to the NCCL issuer
 #if TROUPE_WITH_NCCL
-  std::unique_ptr<NcclGroup> nccl;
+  NcclGroups nccl;  // by communicator
 #endif
   IssuingStream::Scope scope;
   bool staged = false;  // collectives through host memory: no NCCL
@@ -80,7 +82,8 @@ Result<IssuingStream::Scope> torch_scope([[maybe_unused]] const std::shared_ptr<
 }  // namespace
 
 Result<std::unique_ptr<GpuRank>> GpuRank::open(Transport& transport, int device, double timeout_s,
-                                               Tracer* tracer, bool staged) {
+                                               Tracer* tracer, bool staged,
+                                               [[maybe_unused]] std::vector<CommunicatorId> groups) {
   std::unique_ptr<GpuRank> gpu(new GpuRank());
   gpu->impl_ = std::make_unique<Impl>();
   Impl& m = *gpu->impl_;
@@ -102,9 +105,15 @@ Result<std::unique_ptr<GpuRank>> GpuRank::open(Transport& transport, int device,
   if (!staged) {
     auto timeout =
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(timeout_s));
-    auto group = NcclGroup::create(transport, device, timeout);
-    if (!group) return make_error("starting NCCL: " + group.error().message);
-    m.nccl = std::move(*group);
+    groups.push_back(world_communicator);
+    std::sort(groups.begin(), groups.end());
+    groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
+    for (CommunicatorId comm : groups) {
+      auto group = NcclGroup::create(transport, device, timeout, comm);
+      if (!group)
+        return make_error(fmt::format("starting NCCL (communicator {}): {}", comm, group.error().message));
+      m.nccl.emplace(comm, std::move(*group));
+    }
   }
 #endif
   return gpu;
@@ -138,7 +147,7 @@ DeviceRank GpuRank::spawn(caf::actor_system& system, [[maybe_unused]] caf::actor
   d.scope = m.scope;
 #if TROUPE_WITH_NCCL
   if (!m.staged) {
-    TROUPE_CHECK(m.nccl != nullptr, "GpuRank::spawn is called once");
+    TROUPE_CHECK(!m.nccl.empty(), "GpuRank::spawn is called once");
     d.collectives = spawn_device_comm(system, std::move(comm_agent), std::move(m.nccl), std::move(m.comm));
     return d;
   }

@@ -17,6 +17,7 @@
 #include <caf/actor_system.hpp>
 
 #include <memory>
+#include <vector>
 
 #include "actors/device_rank.hpp"
 #include "base/result.hpp"
@@ -29,11 +30,15 @@ namespace troupe {
 
 class GpuRank final : public RankDevice {
  public:
-  /// Opens GPU `device` for this rank; collective over `transport` (the NCCL bootstrap).
+  /// Opens GPU `device` for this rank; collective over `transport` (the NCCL bootstrap):
+  /// an NCCL group for the world and for each of `groups` (the transport's communicators
+  /// this rank's device collectives name: its data-parallel groups, its tied weights'),
+  /// made in the order of their ids on every rank, so members meet whatever else they are in.
   /// `staged`: no NCCL (ranks share GPUs, which NCCL refuses); collectives are staged
   /// through host memory and the comm agent instead, on every rank alike.
   static Result<std::unique_ptr<GpuRank>> open(Transport& transport, int device, double timeout_s,
-                                               Tracer* tracer, bool staged = false);
+                                               Tracer* tracer, bool staged = false,
+                                               std::vector<CommunicatorId> groups = {});
   ~GpuRank() override;
   GpuRank(const GpuRank&) = delete;
   GpuRank& operator=(const GpuRank&) = delete;

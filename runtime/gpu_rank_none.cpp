@@ -9,7 +9,8 @@ struct GpuRank::Impl {};
 
 GpuRank::~GpuRank() = default;
 
-Result<std::unique_ptr<GpuRank>> GpuRank::open(Transport&, int, double, Tracer*, bool) {
+Result<std::unique_ptr<GpuRank>> GpuRank::open(Transport&, int, double, Tracer*, bool,
+                                               std::vector<CommunicatorId>) {
   return make_error(
       "[cluster] device = \"cuda\": this troupe was built without CUDA (no CUDA toolkit was found when "
       "it was configured); use device = \"cpu\"");

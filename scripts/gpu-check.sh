@@ -69,21 +69,31 @@ train_gpu() {  # NAME SETTINGS...: 21 steps; the first warms up
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][1:]
 step = statistics.median(r["step_ms"] for r in rows)
-print(json.dumps({"run": sys.argv[2], "median_step_ms": step,
+tflops = rows[0]["step_flops"] / (step / 1000) / 1e12
+# MFU against an H100/H200's dense bf16 tensor-core peak (989 TFLOP/s, NVIDIA's figure).
+print(json.dumps({"run": sys.argv[2], "median_step_ms": step, "tflops": tflops, "mfu_bf16_dense": tflops / 989,
                   "tokens_per_s": rows[0]["tokens"] / (step / 1000), "steps": len(rows)}))
 PY
 }
-export out shape
+export out shape big
 export -f train_gpu
 step train-gpu 300 bash -c 'train_gpu "$@"' _ train-gpu
 step train-gpu-offload 300 bash -c 'train_gpu "$@"' _ train-gpu-offload --set offload.optimizer=cpu
 step train-torch-cuda 300 sh -c "python3 scripts/peer-torch-gpt-cuda.py --layers 12 --hidden 768 --heads 12 \
   --seq 512 --micro 8 --steps 20 > '$out/train-torch-cuda.txt'"
+# The issue's GPU benchmark: a GPT of about 1.3 B parameters (24 layers, d_model 2048, 16
+# heads, sequence 1024) in bf16 with fp32 masters on the GPU, beside eager PyTorch under
+# bf16 autocast on the same shape (targets: MFU >= 40%, >= 1.05x eager).
+big="--set model.n_layers=24 --set model.d_model=2048 --set model.n_heads=16 --set model.seq_len=1024"
+step train-gpu-1b3-bf16 420 bash -c 'train_gpu "$@" $big' _ train-gpu-1b3-bf16 --set precision.dtype=bf16 \
+  --set batch.micro_batch_size=4 --set train.steps=11
+step train-torch-cuda-1b3-bf16 420 sh -c "python3 scripts/peer-torch-gpt-cuda.py --layers 24 --hidden 2048 \
+  --heads 16 --seq 1024 --micro 4 --steps 10 --dtype bf16 > '$out/train-torch-cuda-1b3-bf16.txt'"
 # A short traced run: compute, comm and copy streams in one Perfetto timeline.
 step trace-gpu 120 build-gpu/troupe run configs/tiny-gpt.toml --set cluster.device=cuda --set cluster.world_size=1 \
   --set parallel.dp=1 --set train.steps=5 --set offload.optimizer=cpu --set zero.reduce_bucket_size=16384 \
   --set cluster.coordinator=127.0.0.1:29592 --set trace.path="$out/trace-gpu.json"
-cat "$out/train-torch-cuda.txt" 2>/dev/null
+cat "$out/train-torch-cuda.txt" "$out/train-torch-cuda-1b3-bf16.txt" 2>/dev/null
 for f in "$out"/*.json; do
   [ -f "$f" ] && [ "$(basename "$f")" != trace-gpu.json ] && echo "$(basename "$f"): $(cat "$f")"
 done

@@ -2,9 +2,10 @@
 """The GPU peer of scripts/gpu-check.sh's training benchmark: the same GPT as troupe's
 runtime/model/gpt.cpp (token and position embeddings, pre-LayerNorm blocks of causal
 attention and a 4x GELU MLP, a final LayerNorm and an unbiased LM head), trained by plain
-eager PyTorch on one CUDA device in fp32 with its AdamW (PyTorch's default implementation
-on CUDA), on random tokens. Prints one line: tokens_per_s=..., step_ms=... (medians of the
-steps after the first, which warms up)."""
+eager PyTorch on one CUDA device with its AdamW (PyTorch's default implementation on CUDA),
+on random tokens: in fp32, or with --dtype bf16 under autocast (fp32 weights and optimizer,
+bf16 matrix products: PyTorch's usual mixed precision). Prints one line: tokens_per_s=...,
+step_ms=... (medians of the steps after the first, which warms up)."""
 import argparse
 import math
 import statistics
@@ -59,8 +60,10 @@ def main():
     for name, default in [("layers", 12), ("hidden", 768), ("heads", 12), ("seq", 512), ("micro", 8),
                           ("vocab", 256), ("steps", 20)]:
         p.add_argument("--" + name, type=int, default=default)
+    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     a = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32, as troupe's run
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.dtype == "bf16")
     torch.manual_seed(0)
     model = Gpt(a.vocab, a.seq, a.hidden, a.layers, a.heads).cuda()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
@@ -70,7 +73,9 @@ def main():
         torch.cuda.synchronize()
         start = time.perf_counter()
         x, y = tokens[:, :-1].cuda(), tokens[:, 1:].cuda()
-        loss = F.cross_entropy(model(x).reshape(-1, a.vocab), y.reshape(-1))
+        with autocast:
+            logits = model(x)
+        loss = F.cross_entropy(logits.float().reshape(-1, a.vocab), y.reshape(-1))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

@@ -34,20 +34,26 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 }  // namespace
 
 Result<std::unique_ptr<NcclGroup>> NcclGroup::create(Transport& transport, int device,
-                                                     std::chrono::milliseconds timeout) {
-  auto rank = static_cast<int>(transport.rank()), size = static_cast<int>(transport.world_size());
+                                                     std::chrono::milliseconds timeout,
+                                                     CommunicatorId group) {
+  auto rank = static_cast<int>(transport.position_in(group)),
+       size = static_cast<int>(transport.size_of(group));
+  const int64_t who = transport.rank();  // errors name the world's rank
+  if (rank < 0)
+    return make_error(
+        fmt::format("NCCL on rank {}: this rank is not a member of communicator {}", who, group));
   if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess)
     return make_error(
-        fmt::format("NCCL on rank {}: selecting GPU {} failed: {}", rank, device, cudaGetErrorString(e)));
+        fmt::format("NCCL on rank {}: selecting GPU {} failed: {}", who, device, cudaGetErrorString(e)));
   ncclUniqueId id{};
   static_assert(sizeof id % sizeof(float) == 0, "the id travels as fp32 words");
   if (rank == 0)
     if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess)
       return make_error(
-          fmt::format("NCCL on rank 0: making the unique id failed: {}", ncclGetErrorString(r)));
-  if (Status sent = transport.broadcast_sync(&id, sizeof id / sizeof(float), DataType::f32, 0); !sent)
+          fmt::format("NCCL on rank {}: making the unique id failed: {}", who, ncclGetErrorString(r)));
+  if (Status sent = transport.broadcast_sync(&id, sizeof id / sizeof(float), DataType::f32, 0, group); !sent)
     return make_error(
-        fmt::format("NCCL on rank {}: receiving the unique id failed: {}", rank, sent.error().message));
+        fmt::format("NCCL on rank {}: receiving the unique id failed: {}", who, sent.error().message));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t comm = nullptr;
@@ -56,7 +62,7 @@ Result<std::unique_ptr<NcclGroup>> NcclGroup::create(Transport& transport, int d
   while (r == ncclInProgress) {  // poll: a peer that never joins is a timeout, not a hang
     if (std::chrono::steady_clock::now() > deadline) {
       ncclCommAbort(comm);
-      return make_error(fmt::format("NCCL on rank {}: the {} ranks did not all join within {} ms", rank, size,
+      return make_error(fmt::format("NCCL on rank {}: the {} ranks did not all join within {} ms", who, size,
                                     timeout.count()));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -64,8 +70,8 @@ Result<std::unique_ptr<NcclGroup>> NcclGroup::create(Transport& transport, int d
   }
   if (r != ncclSuccess) {
     if (comm != nullptr) ncclCommAbort(comm);
-    return make_error(fmt::format("NCCL on rank {}: joining the group of {} failed: {}", rank, size,
-                                  ncclGetErrorString(r)));
+    return make_error(
+        fmt::format("NCCL on rank {}: joining the group of {} failed: {}", who, size, ncclGetErrorString(r)));
   }
   return std::unique_ptr<NcclGroup>(new NcclGroup(comm, rank, size, device));
 }

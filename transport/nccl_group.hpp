@@ -28,9 +28,12 @@ namespace troupe {
 
 class NcclGroup {
  public:
-  /// Collective over `transport`'s world: every rank calls it with its own GPU `device`.
+  /// Collective over `comm` of `transport` (the world, or a group the transport made):
+  /// every member calls it with its own GPU `device`; the group's ranks are the
+  /// communicator's positions.
   static Result<std::unique_ptr<NcclGroup>> create(Transport& transport, int device,
-                                                   std::chrono::milliseconds timeout);
+                                                   std::chrono::milliseconds timeout,
+                                                   CommunicatorId comm = world_communicator);
   ~NcclGroup();
   NcclGroup(const NcclGroup&) = delete;
   NcclGroup& operator=(const NcclGroup&) = delete;

@@ -83,10 +83,15 @@ void write_model_values(StageState& s, const HostBuffer& values, const stage_lay
     if (!tensor.is_contiguous()) throw std::runtime_error("a parameter to restore is not contiguous");
     const float* from = values.as<float>() + offsets[tensor_of[p]];
     const auto n = static_cast<std::size_t>(tensor.numel());
-    if (s.store->dtype() == DataType::f32)  // into host or device memory, on the compute stream
+    if (s.store->dtype() == DataType::f32) {  // into host or device memory, on the compute stream
       tensor.view({-1}).copy_(torch::from_blob(const_cast<float*>(from), {tensor.numel()}));
-    else
+    } else if (tensor.is_cpu()) {
       kernels::cast_from_f32(from, tensor.data_ptr(), n, s.store->dtype());
+    } else {  // rounded on the host by the same kernel, then copied to the device
+      torch::Tensor rounded = torch::empty({tensor.numel()}, tensor.options().device(torch::kCPU));
+      kernels::cast_from_f32(from, rounded.data_ptr(), n, s.store->dtype());
+      tensor.view({-1}).copy_(rounded);
+    }
   }
 }
 

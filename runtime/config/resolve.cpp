@@ -688,21 +688,6 @@ Status check_device_path(const JobConfig& raw, const ConfigOrigins& origins, con
   return {};
 }
 
-// NCCL runs on the world's communicator alone so far: a pipeline's or a tensor-parallel
-// layout's data-parallel groups need communicators of their own (ncclCommSplit), which
-// the staged collectives of [cluster] share_gpus have.
-Status check_nccl_groups(const JobConfig& raw, const ConfigOrigins& origins) {
-  for (const auto& [key, value] : {std::pair{"pp", raw.parallel.pp}, std::pair{"tp", raw.parallel.tp}})
-    if (value > 1)
-      return key_error(origins, "parallel", key,
-                       fmt::format("{} = {} with [cluster] device = \"cuda\" over NCCL: its data-parallel "
-                                   "groups need NCCL communicators of their own, which troupe does not "
-                                   "split yet; set [cluster] share_gpus = true (collectives staged through "
-                                   "host memory over UCX) or {} = 1",
-                                   key, value, key));
-  return {};
-}
-
 Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins) {
   const bool choose_micro = raw.batch.micro_batch_auto && raw.batch.micro_batch_size == 0;
   TROUPE_TRY(resolve_cluster(raw.cluster, origins));
@@ -721,8 +706,6 @@ Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins) {
   TROUPE_TRY(resolve_checkpoint(raw, origins));
   if (raw.cluster.device == DeviceKind::cuda)
     TROUPE_TRY(check_device_path(raw, origins, "[cluster] device = \"cuda\""));
-  if (raw.cluster.device == DeviceKind::cuda && !raw.cluster.share_gpus)
-    TROUPE_TRY(check_nccl_groups(raw, origins));
   raw.origins = origins;
   if (choose_micro) TROUPE_TRY(choose_micro_batch(raw));
   return raw;

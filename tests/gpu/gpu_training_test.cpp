@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -194,6 +195,45 @@ TEST(GpuTrace, ComputeCommAndCopiesRunOnTheirOwnStreamsAndOverlap) {
     EXPECT_FALSE(tracks[track].empty()) << "no spans on " << track;
   EXPECT_GT(overlap(tracks["gpu comm"], tracks["gpu compute"]), 0)
       << "gradient rows are all-reduced while backward still runs";
+}
+
+// On the GPU the ledger's device share is what cudaMalloc'd buffers hold: the run's
+// device_bytes (one rank on the GPU, ZeRO 0-3 over 2 ranks sharing it) within 5% of
+// `troupe estimate`'s for the same job on device = "cuda" (stage 3: plus its live window).
+TEST(GpuMemory, DeviceBytesMatchTheEstimate) {
+  TROUPE_SKIP_WITHOUT_GPU();
+  for (int stage : {0, 1, 2, 3}) {
+    const std::string flags =
+        " --set train.steps=3 --set cluster.world_size=2 --set parallel.dp=2 --set cluster.share_gpus=true"
+        " --set batch.micro_batch_size=4 --set batch.gradient_accumulation_steps=1"
+        " --set batch.global_batch_size=8 --set model.d_model=128 --set zero.reduce_bucket_size=65536"
+        " --set zero.param_persistence_threshold=1000 --set zero.max_reuse_distance=0"
+        " --set zero.max_live_parameters=210000 --set cluster.device=cuda --set zero.stage=" +
+        std::to_string(stage);
+    const std::string dir = testing::make_temp_dir();
+    auto run = testing::run_command(
+        std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR + "/configs/tiny-gpt.toml" + flags +
+            " --set cluster.coordinator=" + testing::free_coordinator() + " --metrics " + dir + "/m.jsonl",
+        300);
+    if (run.output.find("has no CUDA") != std::string::npos) GTEST_SKIP() << run.output;
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    int64_t measured = 0;
+    std::istringstream lines(testing::read_file(dir + "/m.jsonl"));
+    for (std::string line; std::getline(lines, line);)
+      if (!line.empty())
+        measured = std::max<int64_t>(measured, nlohmann::json::parse(line).at("device_bytes"));
+    auto e = testing::run_command(std::string(TROUPE_BINARY) + " estimate " + TROUPE_SOURCE_DIR +
+                                  "/configs/tiny-gpt.toml" + flags + " --json");
+    ASSERT_EQ(e.exit_code, 0) << e.output;
+    const auto j = nlohmann::json::parse(e.output);
+    const int64_t estimated = j.at("device_bytes");
+    const int64_t window = stage == 3 ? 4 * j.at("live_window_elements").get<int64_t>() : 0;
+    EXPECT_GE(static_cast<double>(measured), 0.95 * static_cast<double>(estimated)) << "stage " << stage;
+    EXPECT_LE(static_cast<double>(measured), 1.05 * static_cast<double>(estimated + window))
+        << "stage " << stage;
+    std::printf("gpu memory: ZeRO %d: measured %lld B on the device, estimated %lld B\n", stage,
+                static_cast<long long>(measured), static_cast<long long>(estimated));
+  }
 }
 
 }  // namespace

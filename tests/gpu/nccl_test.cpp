@@ -61,6 +61,46 @@ TEST(Nccl, AGroupBootstrappedOverTheTransportRunsEveryCollective) {
   EXPECT_FALSE(g.all_reduce(data.get(), 1, DataType::f32, ReduceOp::sum, nullptr).ok()) << "aborted";
 }
 
+// A group over a communicator the transport made (here of the one rank): its NCCL group
+// bootstraps over that communicator, and the device comm actor runs a request naming it,
+// and answers one naming a communicator it has no group for with an error.
+TEST(Nccl, AGroupPerCommunicatorRunsTheRequestsThatNameIt) {
+  TROUPE_SKIP_WITHOUT_GPU();
+  auto transport = world_of_one();
+  ASSERT_NE(transport, nullptr);
+  auto comm = transport->make_communicator({0});
+  ASSERT_TRUE(comm.ok()) << comm.error().message;
+  NcclGroups groups;
+  for (CommunicatorId id : {world_communicator, *comm}) {
+    auto group = NcclGroup::create(*transport, 0, std::chrono::seconds(60), id);
+    ASSERT_TRUE(group.ok()) << group.error().message;
+    groups.emplace(id, std::move(*group));
+  }
+  auto stream = CudaStream::make("comm", 0, CudaStream::Priority::high, nullptr,
+                                 [](const std::string& what) { ADD_FAILURE() << what; });
+  ASSERT_TRUE(stream.ok()) << stream.error().message;
+  caf::actor_system_config config;
+  caf::actor_system system{config};
+  caf::actor actor = spawn_device_comm(system, caf::actor{}, std::move(groups), std::move(*stream));
+  auto data = std::make_shared<DeviceArray<float>>(std::vector<float>(1024, 2.0f));
+  caf::scoped_actor self{system};
+  for (auto [tag, id] : {std::pair<uint64_t, CommunicatorId>{7, *comm}, {8, *comm + 1}}) {
+    auto r =
+        testing::device_request(tag, CollectiveKind::all_reduce, data->get(), data->get(), 1024, 0, data);
+    r.comm = id;
+    testing::send_device_request(self, actor, std::move(r));
+    std::string error = "no answer";
+    self->receive([&](collective_done& d) { error = d.error; },
+                  caf::after(std::chrono::seconds(60)) >> [] {});
+    if (id == *comm)
+      EXPECT_EQ(error, "") << "the group of communicator " << id;
+    else
+      EXPECT_NE(error.find("no NCCL group for communicator"), std::string::npos) << error;
+  }
+  EXPECT_EQ(data->download(), std::vector<float>(1024, 2.0f)) << "one rank: the sum is the identity";
+  caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+}
+
 // The device comm actor issues a request on its comm stream after the producer's event and
 // answers with collective_done once the GPU ran it, letting the buffer's owner go first.
 TEST(Nccl, TheDeviceCommActorAnswersWhenTheGpuRanTheCollective) {

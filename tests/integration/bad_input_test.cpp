@@ -238,6 +238,8 @@ TEST(BadInput, CudaDeviceWithoutAGpuIsRefusedNamingTheKey) {
   expect_refused(r, "rank ");
   bool explained = r.output.find("built without CUDA") != std::string::npos ||
                    r.output.find("no usable device") != std::string::npos ||
+                   r.output.find("no NVIDIA driver is loaded") != std::string::npos ||
+                   r.output.find("the NVIDIA driver is older than") != std::string::npos ||
                    r.output.find("has no CUDA device") != std::string::npos ||
                    r.output.find("LibTorch this troupe was built against has no CUDA") != std::string::npos;
   EXPECT_TRUE(explained) << r.output;

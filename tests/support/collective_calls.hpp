@@ -51,6 +51,7 @@ struct DeviceRequest {
   CollectiveKind kind = CollectiveKind::all_reduce;
   BufferSpan input, output;
   int64_t root = 0;
+  CommunicatorId comm = world_communicator;
 };
 
 inline DeviceRequest device_request(uint64_t tag, CollectiveKind kind, const float* input, float* output,
@@ -66,16 +67,14 @@ inline void send_device_request(caf::scoped_actor& self, const caf::actor& to, D
   caf::actor me{self};
   switch (d.kind) {
     case CollectiveKind::all_reduce:
-      return self->send(to,
-                        all_reduce_request{d.tag, std::move(d.input), ReduceOp::sum, world_communicator, me});
+      return self->send(to, all_reduce_request{d.tag, std::move(d.input), ReduceOp::sum, d.comm, me});
     case CollectiveKind::reduce_scatter:
       return self->send(to, reduce_scatter_request{d.tag, std::move(d.input), std::move(d.output),
-                                                   ReduceOp::sum, world_communicator, me});
+                                                   ReduceOp::sum, d.comm, me});
     case CollectiveKind::all_gather:
-      return self->send(
-          to, all_gather_request{d.tag, std::move(d.input), std::move(d.output), world_communicator, me});
+      return self->send(to, all_gather_request{d.tag, std::move(d.input), std::move(d.output), d.comm, me});
     case CollectiveKind::broadcast:
-      return self->send(to, broadcast_request{d.tag, std::move(d.input), d.root, world_communicator, me});
+      return self->send(to, broadcast_request{d.tag, std::move(d.input), d.root, d.comm, me});
   }
 }
 

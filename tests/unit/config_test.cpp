@@ -1294,19 +1294,22 @@ TEST(ConfigOffload, BadValuesNameTheKeyAndWhatIsAllowed) {
 namespace troupe {
 namespace {
 
-TEST(ConfigResolve, PipelineTakesEveryZeroStageAndCheckpointingButNotAGpu) {
+TEST(ConfigResolve, PipelineTakesEveryZeroStageCheckpointingAndAGpu) {
   const std::string pipeline = "[cluster]\nworld_size = 2\n[parallel]\npp = 2\n[batch]\nmicro_batch_size = 1\n"
                                "gradient_accumulation_steps = 2\n";
   EXPECT_TRUE(load_config_string(pipeline + "[zero]\nstage = 3\n", "job.toml", {}).ok());
   EXPECT_TRUE(load_config_string(pipeline + "[model]\nactivation_checkpointing = true\n[zero]\nstage = 3\n",
                                  "job.toml", {})
                   .ok());
-  std::string error = error_of(load_config_string(
-      "[cluster]\nworld_size = 2\ndevice = \"cuda\"\n[parallel]\npp = 2\n[batch]\nmicro_batch_size = 1\n"
-      "gradient_accumulation_steps = 2\n",
-      "job.toml", {}));
-  EXPECT_NE(error.find("job.toml:5:6: [parallel] pp = 2 with [cluster] device = \"cuda\""), std::string::npos)
-      << error;
+  // On GPU ranks: over NCCL (a group per stage's data-parallel group) or staged.
+  for (const char* share : {"false", "true"}) {
+    auto gpu = load_config_string(
+        std::string("[cluster]\nworld_size = 4\ndevice = \"cuda\"\nshare_gpus = ") + share +
+            "\n[parallel]\npp = 2\ndp = 2\n[batch]\nmicro_batch_size = 1\ngradient_accumulation_steps = 2\n"
+            "[zero]\nstage = 2\n",
+        "job.toml", {});
+    EXPECT_TRUE(gpu.ok()) << gpu.error().message;
+  }
 }
 
 // micro_batch_size = "auto": the largest micro-batch of a replica's share that fits the
@@ -1395,7 +1398,10 @@ TEST(Config, AJobTooBigForTheGpuIsRefusedWithTheKeysThatWouldMakeItFit) {
   Status shared = check_fits_device(*config, 2 * *one_rank, 3, "GPU 0");
   ASSERT_FALSE(shared.ok());
   EXPECT_NE(shared.error().message.find("3 ranks on it"), std::string::npos) << shared.error().message;
-  EXPECT_NE(shared.error().message.find("fewer ranks sharing the GPU (now 3)"), std::string::npos);
+  EXPECT_NE(
+      shared.error().message.find("[cluster] share_gpus = false with a GPU per rank (now 3 ranks share it)"),
+      std::string::npos)
+      << shared.error().message;
   // The optimizer on the host: the estimate's device bytes leave it out.
   auto offloaded = load(job, {"offload.optimizer=\"cpu\"", "zero.stage=3", "batch.micro_batch_size=1",
                               "model.activation_checkpointing=true"});
