@@ -242,17 +242,18 @@ double autograd_block_bytes(const JobConfig& job) {
   return s * b * h * (linear + 5 * a * s / (h * t)) * width;
 }
 
-Result<int64_t> peak_rank_bytes(const JobConfig& job) {
-  auto e = estimate_job(job);
-  if (!e) return e.error();
+namespace {
+
+// peak_rank_bytes of `job` given its estimate `e`.
+int64_t peak_of(const JobConfig& job, const ModelStateEstimate& e) {
   const double block = autograd_block_bytes(job);
   auto state = [](const MemoryBytes& m) { return m.model_state() + m[MemoryKind::communication]; };
   if (job.parallel.pp == 1)  // one micro-batch at a time: its boundary tensors and its blocks'
-    return state(e->bytes) + stage_activation_bytes(job, 0) +
+    return state(e.bytes) + stage_activation_bytes(job, 0) +
            static_cast<int64_t>(block * static_cast<double>(job.model.n_layers));
   int64_t most = 0;
   const int64_t m = job.batch.gradient_accumulation_steps, pp = job.parallel.pp;
-  for (const StageEstimate& s : e->stages) {
+  for (const StageEstimate& s : e.stages) {
     const int64_t stage = s.stage % pp, held = job.pipeline.schedule == "gpipe" ? m : std::min(m, pp - stage);
     const int64_t first_block = std::max<int64_t>(s.first_layer, 1);
     const int64_t blocks =
@@ -263,13 +264,19 @@ Result<int64_t> peak_rank_bytes(const JobConfig& job) {
   return most;
 }
 
+}  // namespace
+
+Result<int64_t> peak_rank_bytes(const JobConfig& job) {
+  auto e = estimate_job(job);
+  if (!e) return e.error();
+  return peak_of(job, *e);
+}
+
 Status check_fits_device(const JobConfig& job, int64_t free_bytes, int64_t ranks, const std::string& device) {
   auto e = estimate_job(job);
   if (!e) return e.error();
-  auto peak = peak_rank_bytes(job);
-  if (!peak) return peak.error();
   const int64_t held = e->bytes.model_state() + e->bytes[MemoryKind::communication];
-  const int64_t activations = std::max<int64_t>(0, *peak - held);
+  const int64_t activations = std::max<int64_t>(0, peak_of(job, *e) - held);
   // Stage 3's gathered rows are on the device too, beyond the partition.
   const int64_t window = e->live_window_elements * (job.precision.dtype == Dtype::fp32 ? 4 : 2);
   const int64_t need = (e->device_bytes + window + activations) * ranks;

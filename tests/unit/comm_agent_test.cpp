@@ -67,6 +67,19 @@ TEST_F(CommAgentTest, ACollectiveOnAnUnknownCommunicatorFailsWithAnError) {
   EXPECT_EQ(complete(all_gather_request{3, in, out, 17, {}}), -2);
 }
 
+// Requests 1 and 2 were sent behind `writer`: nothing answers before it completes (`why`
+// says what may not run), then both, in order.
+void expect_held_until_written(caf::scoped_actor& self, Event& writer, const char* why) {
+  bool early = false;
+  self->receive([&](collective_done&) { early = true; }, caf::after(std::chrono::milliseconds(200)) >> [] {});
+  EXPECT_FALSE(early) << why;
+  writer.complete();
+  std::vector<uint64_t> order;
+  for (int i = 0; i < 2; ++i)
+    self->receive([&](collective_done& d) { order.push_back(d.tag); }, caf::after(wait_bound) >> [] {});
+  EXPECT_EQ(order, (std::vector<uint64_t>{1, 2}));
+}
+
 // A span's writer not done yet holds its request back, and the ones after it: every rank
 // issues its collectives in the order they were asked for, each once its bytes are whole.
 TEST_F(CommAgentTest, ARequestWaitsForItsSpansWriterAndHoldsBackTheNext) {
@@ -76,14 +89,7 @@ TEST_F(CommAgentTest, ARequestWaitsForItsSpansWriterAndHoldsBackTheNext) {
   caf::scoped_actor self{system_};
   self->send(agent_, all_reduce_request{1, first, ReduceOp::sum, world_communicator, caf::actor{self}});
   self->send(agent_, all_reduce_request{2, second, ReduceOp::sum, world_communicator, caf::actor{self}});
-  bool early = false;
-  self->receive([&](collective_done&) { early = true; }, caf::after(std::chrono::milliseconds(200)) >> [] {});
-  EXPECT_FALSE(early) << "neither may run before the first one's writer is done";
-  writer.complete();
-  std::vector<uint64_t> order;
-  for (int i = 0; i < 2; ++i)
-    self->receive([&](collective_done& d) { order.push_back(d.tag); }, caf::after(wait_bound) >> [] {});
-  EXPECT_EQ(order, (std::vector<uint64_t>{1, 2}));
+  expect_held_until_written(self, writer, "neither may run before the first one's writer is done");
 }
 
 // A barrier is one of the world's collectives: it keeps its place behind a held request.
@@ -94,14 +100,7 @@ TEST_F(CommAgentTest, ABarrierWaitsBehindAHeldRequest) {
   caf::scoped_actor self{system_};
   self->send(agent_, all_reduce_request{1, held, ReduceOp::sum, world_communicator, caf::actor{self}});
   self->send(agent_, barrier_request{2, caf::actor{self}});
-  bool early = false;
-  self->receive([&](collective_done&) { early = true; }, caf::after(std::chrono::milliseconds(200)) >> [] {});
-  EXPECT_FALSE(early) << "the barrier may not overtake the held all-reduce";
-  writer.complete();
-  std::vector<uint64_t> order;
-  for (int i = 0; i < 2; ++i)
-    self->receive([&](collective_done& d) { order.push_back(d.tag); }, caf::after(wait_bound) >> [] {});
-  EXPECT_EQ(order, (std::vector<uint64_t>{1, 2}));
+  expect_held_until_written(self, writer, "the barrier may not overtake the held all-reduce");
 }
 
 // The transport moves host memory; a span in device memory is refused with the reason.
