@@ -60,6 +60,39 @@ std::vector<std::string> checkpoint_arrays(const OptimizerConfig& optimizer) {
   return {"values"};
 }
 
+namespace {
+
+// The model's family and shape, so that `troupe export --format hf` can describe it.
+nlohmann::json model_json(const ModelConfig& m) {
+  return {{"type", m.type},
+          {"vocab_size", m.vocab_size},
+          {"seq_len", m.seq_len},
+          {"d_model", m.d_model},
+          {"n_layers", m.n_layers},
+          {"n_heads", m.n_heads},
+          {"n_kv_heads", m.n_kv_heads},
+          {"d_ff", m.d_ff},
+          {"rope_theta", m.rope_theta},
+          {"norm_eps", m.norm_eps},
+          {"tie_embeddings", m.tie_embeddings}};
+}
+
+ModelConfig model_of(const nlohmann::json& j) {
+  ModelConfig m;
+  m.type = j.at("type").get<std::string>();
+  for (auto [key, field] :
+       {std::pair{"vocab_size", &m.vocab_size}, std::pair{"seq_len", &m.seq_len},
+        std::pair{"d_model", &m.d_model}, std::pair{"n_layers", &m.n_layers},
+        std::pair{"n_heads", &m.n_heads}, std::pair{"n_kv_heads", &m.n_kv_heads}, std::pair{"d_ff", &m.d_ff}})
+    *field = j.at(key).get<int64_t>();
+  m.rope_theta = j.at("rope_theta").get<double>();
+  m.norm_eps = j.at("norm_eps").get<double>();
+  m.tie_embeddings = j.at("tie_embeddings").get<bool>();
+  return m;
+}
+
+}  // namespace
+
 std::string checkpoint_meta(const JobConfig& job, const std::vector<std::string>& arrays,
                             const std::vector<ModelTensor>& model) {
   nlohmann::json parameters = nlohmann::json::array();
@@ -71,7 +104,8 @@ std::string checkpoint_meta(const JobConfig& job, const std::vector<std::string>
                          {"dtype", name_of(job.precision.dtype)},
                          {"offload_optimizer", name_of(job.offload.optimizer)},
                          {"arrays", arrays},
-                         {"parameters", parameters}};
+                         {"parameters", parameters},
+                         {"model", model_json(job.model)}};
   return meta.dump();
 }
 
@@ -267,6 +301,7 @@ Result<ConsolidatedParameters> consolidate_parameters(const std::string& dir, bo
     for (const auto& p : meta.at("parameters"))
       out.tensors.push_back(
           ModelTensor{p.at("name").get<std::string>(), p.at("shape").get<std::vector<int64_t>>()});
+    if (meta.contains("model")) out.model = model_of(meta.at("model"));  // saved since the LLaMA family
   } catch (const nlohmann::json::exception& e) {
     return make_error(
         fmt::format("checkpoint {}: its manifest does not list the model's parameters: {}", dir, e.what()));

@@ -74,6 +74,7 @@ struct ConsolidatedParameters {
   int64_t step = 0;                                    ///< training steps done
   int64_t updates_applied = 0;
   std::optional<LossScalerState> scaler;
+  std::optional<ModelConfig> model;  ///< the model's family and shape (absent in older checkpoints)
 };
 Result<ConsolidatedParameters> consolidate_parameters(const std::string& dir, bool with_state = false);
 

@@ -913,7 +913,7 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   auto parameters = model_parameters(trainable.layers);  // what troupe cannot train stops here
   if (!parameters) return make_error(fmt::format("rank {}: {}", impl->rank.rank, parameters.error().message));
   if (!impl->config.model.init_from.empty())
-    if (Status loaded = load_parameter_file(impl->config.model.init_from, *parameters); !loaded)
+    if (Status loaded = load_initial_parameters(impl->config.model, *parameters); !loaded)
       return make_error(fmt::format("rank {}: {}", impl->rank.rank, loaded.error().message));
   impl->tensor_names = parameters->names;
   for (std::size_t t = 0; t < parameters->tensors.size(); ++t)

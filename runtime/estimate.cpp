@@ -17,8 +17,8 @@
 #include "runtime/config/choices.hpp"
 #include "runtime/config/resolve.hpp"
 #include "runtime/metrics.hpp"
-#include "runtime/model/gpt_flops.hpp"
-#include "runtime/model/gpt_shape.hpp"
+#include "runtime/model/model_flops.hpp"
+#include "runtime/model/model_shape.hpp"
 
 namespace troupe {
 namespace {
@@ -103,7 +103,7 @@ struct LayerSet {
 // Stage [first, first + count) of `shape`'s layers as that stage holds them: a tensor an
 // earlier stage owns becomes the stage's own copy (in a row of its own, as any tensor
 // other stages use too), as the runtime's pipeline plan does.
-LayerSet stage_slice(const GptShape& shape, int64_t first, int64_t count) {
+LayerSet stage_slice(const ModelShape& shape, int64_t first, int64_t count) {
   std::vector<std::size_t> owner;  // by tensor: its layer
   std::vector<std::size_t> size;   // by tensor
   for (std::size_t layer = 0; layer < shape.layers.size(); ++layer)
@@ -140,7 +140,7 @@ LayerSet stage_slice(const GptShape& shape, int64_t first, int64_t count) {
 }
 
 // Each layer's parameter elements, for the "parameters" partition.
-std::vector<double> layer_elements(const GptShape& shape) {
+std::vector<double> layer_elements(const ModelShape& shape) {
   std::vector<double> elements;
   for (const auto& layer : shape.layers) {
     double sum = 0;
@@ -238,8 +238,19 @@ double autograd_block_bytes(const JobConfig& job) {
   const double width = job.precision.dtype == Dtype::fp32 ? 2.0 : 1.0;  // the count is for 16-bit values
   const bool sp = job.parallel.sequence_parallel;
   if (job.model.activation_checkpointing) return 2 * s * b * h * width / (sp ? t : 1);
-  const double linear = sp ? 34 / t : 10 + 24 / t;
-  return s * b * h * (linear + 5 * a * s / (h * t)) * width;
+  // Korthikanti et al.'s count, bytes per s·b·h of 16-bit values: what every rank of a
+  // tensor-parallel group keeps whole (norm and projection inputs) and what it splits.
+  // Attention through scaled_dot_product_attention keeps q, k, v, its output and a row
+  // log-sum-exp (fp32), not the s × s scores and softmax (their 5·a·s/h term).
+  double whole = 10, split = 24;
+  if (job.model.type == "llama") {
+    const double kv = static_cast<double>(job.model.n_kv_heads) / a,
+                 f = static_cast<double>(job.model.d_ff) / h;
+    whole = 8;                   // two RMSNorm inputs, q/k/v's and gate/up's inputs
+    split = 6 + 4 * kv + 8 * f;  // q, k, v, attention output, o's input; gate, up, silu, down's input
+  }
+  const double linear = sp ? (whole + split) / t : whole + split / t;
+  return s * b * h * linear * width + 4 * b * a * s / t;
 }
 
 namespace {
@@ -341,20 +352,20 @@ Status choose_micro_batch(JobConfig& job) {
 
 Result<ModelStateEstimate> estimate_job(const JobConfig& job) {
   // Shapes only: no tensor of the model is made. With tp > 1 a rank holds its shard.
-  GptShape shape = gpt_shape(job.model, job.parallel.tp);
+  ModelShape shape = model_shape(job.model, job.parallel.tp);
   if (job.parallel.pp == 1) {
     auto e = estimate_layers(job, LayerSet{shape.layers, shape.borrowed, {}, shape.parameters});
-    if (e) e->model_params = gpt_shape(job.model).parameters;
+    if (e) e->model_params = model_shape(job.model).parameters;
     return e;
   }
-  TROUPE_TRY(check_gpt_pipeline(job));
+  TROUPE_TRY(check_model_pipeline(job));
   // "profile" cuts by times measured when the job starts: estimated with the "parameters" cut.
   std::string note =
       job.pipeline.partition.counts.empty() && job.pipeline.partition.method == PartitionMethod::profile
           ? "partition = \"profile\" cuts by times measured when the job starts; estimated "
             "here with the \"parameters\" cut"
           : "";
-  auto counts = stage_layer_counts(job, layer_elements(shape), gpt_layer_costs(job));
+  auto counts = stage_layer_counts(job, layer_elements(shape), model_layer_costs(job));
   if (!counts)
     return make_error(fmt::format("{}: [pipeline] partition: {}", job.source, counts.error().message));
   std::vector<ModelStateEstimate> per_stage;
@@ -376,7 +387,7 @@ Result<ModelStateEstimate> estimate_job(const JobConfig& job) {
   e.pp = job.parallel.pp;
   e.stages = std::move(stages);
   e.heaviest = static_cast<int64_t>(heaviest);
-  e.model_params = gpt_shape(job.model).parameters;  // the whole model, whatever tp splits
+  e.model_params = model_shape(job.model).parameters;  // the whole model, whatever tp splits
   e.partition_note = std::move(note);
   return e;
 }

@@ -1,6 +1,6 @@
 // `troupe estimate`: the model-state bytes each rank will hold, predicted before a run.
 //
-// estimate_job() takes the job's GPT from its shapes alone (gpt_shape: no tensor is made, so
+// estimate_job() takes the job's GPT from its shapes alone (model_shape: no tensor is made, so
 // a 70 B model plans in milliseconds and a few MB), lays its parameters out as the runtime
 // will (plan_zero over the model's layers, a tied weight once) and asks estimate_model_state() what
 // each rank holds at the peak of a step, by kind, beside the ZeRO paper's formula for

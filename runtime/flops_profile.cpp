@@ -15,8 +15,9 @@
 #include "actors/deferred_weights.hpp"
 #include "runtime/data/corpus.hpp"
 #include "runtime/metrics.hpp"
+#include "runtime/model/family.hpp"
 #include "runtime/model/gpt.hpp"
-#include "runtime/model/gpt_flops.hpp"
+#include "runtime/model/model_flops.hpp"
 
 namespace troupe {
 namespace {
@@ -133,9 +134,9 @@ LayerTimes time_layers(torch::nn::Sequential layers, const MicroBatch& batch, co
   return chosen;
 }
 
-double gpt_step_flops(const JobConfig& job) {
+double model_step_flops(const JobConfig& job) {
   double flops = 0;
-  for (const LayerFlops& l : gpt_layer_flops(job.model, job.batch.micro_batch_size, job.model.seq_len))
+  for (const LayerFlops& l : model_layer_flops(job.model, job.batch.micro_batch_size, job.model.seq_len))
     flops += l.forward + l.backward;
   return flops * static_cast<double>(job.batch.gradient_accumulation_steps * job.parallel.dp);
 }
@@ -151,12 +152,12 @@ int run_flops_profile(const JobConfig& job, int repeats, bool json, bool typical
       job.train.threads > 0 ? job.train.threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
   torch::set_num_threads(static_cast<int>(threads));
   torch::manual_seed(static_cast<uint64_t>(job.train.seed));
-  auto layers = make_gpt(job.model);
+  auto layers = make_model(job.model);
   TokenBatch b = sample_sequences(*corpus, seq, static_cast<uint64_t>(job.train.seed), 0, micro);
   // The split halves only in JSON: what `troupe simulate` reads; the table has no column for them.
   LayerTimes times =
       time_layers(layers, MicroBatch{b.input, b.target}, lm_loss, repeats, typical, json, warmup_s);
-  std::vector<LayerFlops> flops = gpt_layer_flops(job.model, micro, seq);
+  std::vector<LayerFlops> flops = model_layer_flops(job.model, micro, seq);
   const double peak = gemm_peak_flops(1024, "fp32");
 
   double forward = 0, backward = 0, forward_s = 0, backward_s = 0;

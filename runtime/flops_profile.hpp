@@ -1,6 +1,6 @@
 // `troupe profile FILE`: DeepSpeed's flops-profiler table for the job's model, in this
 // process: per layer its parameters, the FLOPs of its forward and backward (from shapes,
-// runtime/model/gpt_flops.hpp) and their measured times, the rate each reaches, and the
+// runtime/model/model_flops.hpp) and their measured times, the rate each reaches, and the
 // totals per micro-batch and per step.
 // Thread safety: run from one thread; uses torch's global generator and thread count.
 #pragma once
@@ -41,7 +41,7 @@ LayerTimes time_layers(torch::nn::Sequential layers, const MicroBatch& batch, co
 double gemm_peak_flops(int64_t n, const std::string& dtype);
 
 /// The built-in GPT's matrix-product FLOPs of one step over the whole global batch.
-double gpt_step_flops(const JobConfig& job);
+double model_step_flops(const JobConfig& job);
 
 /// Prints the table (or one JSON object) for `job`; returns the exit code. `typical`: each
 /// layer's median pass rather than its best; `warmup_s` as time_layers'.

@@ -20,10 +20,11 @@
 #include "runtime/host_check.hpp"
 #include "runtime/launch/environment.hpp"
 #include "runtime/metrics.hpp"
+#include "runtime/model/family.hpp"
 #include "runtime/model/gpt.hpp"
-#include "runtime/model/gpt_flops.hpp"
-#include "runtime/model/gpt_shape.hpp"
 #include "runtime/model/gpt_tensor_parallel.hpp"
+#include "runtime/model/model_flops.hpp"
+#include "runtime/model/model_shape.hpp"
 #include "runtime/reference.hpp"
 #include "troupe/troupe.hpp"
 
@@ -99,14 +100,14 @@ Result<Trainable> make_gpt_trainable(const JobConfig& job) {
   auto group = Engine::tensor_parallel_group(job);
   if (!group) return group.error();
   if (*group) {
-    trainable.layers = make_tensor_parallel_gpt(job.model, *group);
+    trainable.layers = make_tensor_parallel_model(job.model, *group);
     trainable.loss = tensor_parallel_gpt_loss(*group);
     trainable.tensor_parallel = *group;
   } else {
-    trainable.layers = make_gpt(job.model);
+    trainable.layers = make_model(job.model);
     trainable.loss = lm_loss;
   }
-  trainable.layer_costs = gpt_layer_costs(job);
+  trainable.layer_costs = model_layer_costs(job);
   trainable.data = [corpus = *corpus, seq = job.model.seq_len, seed = job.train.seed](int64_t first,
                                                                                       int64_t count) {
     TokenBatch b = sample_sequences(corpus, seq, static_cast<uint64_t>(seed), first, count);
@@ -150,7 +151,7 @@ int train_rank(const JobConfig& job, const JobOutputs& outputs, std::string& pha
   auto trainable = make_gpt_trainable(job);
   if (!trainable) return fail(trainable.error().message);
   // The whole model's size, as the summary and the metrics give it, whatever its split.
-  const int64_t parameter_count = gpt_shape(job.model).parameters;
+  const int64_t parameter_count = model_shape(job.model).parameters;
   phase = fmt::format("starting the engine for {} parameters", parameter_count);
   auto engine = Engine::make(job, std::move(*trainable));
   if (!engine) return fail(engine.error().message);
@@ -159,7 +160,7 @@ int train_rank(const JobConfig& job, const JobOutputs& outputs, std::string& pha
   if (!report) return fail(report.error().message);
   // MFU's denominator: what rank 0's matrix products reach here with its threads.
   const double peak = e.rank() == 0 ? gemm_peak_flops(1024, name_of(job.precision.dtype)) : 0;
-  const double step_flops = gpt_step_flops(job);
+  const double step_flops = model_step_flops(job);
   const int64_t ranks = job.parallel.dp * job.parallel.pp * job.parallel.tp;
   for (int64_t s = e.steps_done(); s < job.train.steps; ++s) {  // a resumed run starts later
     phase = fmt::format("training step {}", s + 1);

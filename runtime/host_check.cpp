@@ -27,7 +27,12 @@ double activation_bytes(const ModelConfig& m, int64_t micro_batch) {
   const double b = static_cast<double>(micro_batch), s = static_cast<double>(m.seq_len);
   const double d = static_cast<double>(m.d_model), f = static_cast<double>(m.d_ff);
   const double heads = static_cast<double>(m.n_heads), vocab = static_cast<double>(m.vocab_size);
-  const double per_block = 10 * b * s * d + 2 * b * s * f + 2 * b * heads * s * s;
+  // Attention through scaled_dot_product_attention keeps no s × s scores, only a row
+  // log-sum-exp per head; LLaMA's SwiGLU keeps three d_ff-wide tensors to GPT's two.
+  const bool llama = m.type == "llama";
+  const double kv = static_cast<double>(m.n_kv_heads > 0 ? m.n_kv_heads : m.n_heads) / heads;
+  const double per_block = llama ? 8 * b * s * d + 2 * b * s * d * kv + 4 * b * s * f + b * heads * s
+                                 : 10 * b * s * d + 2 * b * s * f + b * heads * s;
   return kFloatBytes * (static_cast<double>(m.n_layers) * per_block + 2 * b * s * d + 3 * b * s * vocab);
 }
 

@@ -14,6 +14,7 @@
 #include <fmt/ranges.h>
 
 #include "actors/model_parameters.hpp"
+#include "runtime/model/hf_checkpoint.hpp"
 
 namespace troupe {
 namespace {
@@ -95,6 +96,11 @@ Status load_parameter_file(const std::string& path, ModelParameters& model) {
       return make_error(fmt::format("[model] init_from: {} holds {}, which the model does not have", path,
                                     entry.key().toStringRef()));
   return {};
+}
+
+Status load_initial_parameters(const ModelConfig& config, ModelParameters& model) {
+  if (is_hf_folder(config.init_from)) return load_hf_folder(config.init_from, config, model);
+  return load_parameter_file(config.init_from, model);
 }
 
 }  // namespace troupe

@@ -20,4 +20,8 @@ Status write_parameter_file(const std::string& path, const ConsolidatedParameter
 /// shape that differs, or a name the model does not have is an error naming it and `path`.
 Status load_parameter_file(const std::string& path, ModelParameters& model);
 
+/// [model] init_from into `model`: a Hugging Face folder (hf_checkpoint.hpp, checked against
+/// `config`) or a parameter file.
+Status load_initial_parameters(const ModelConfig& config, ModelParameters& model);
+
 }  // namespace troupe

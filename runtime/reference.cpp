@@ -22,6 +22,7 @@
 #include "runtime/checkpoint.hpp"
 #include "runtime/config/scheduler.hpp"
 #include "runtime/data/corpus.hpp"
+#include "runtime/model/family.hpp"
 #include "runtime/model/gpt.hpp"
 #include "runtime/model/optimizer.hpp"
 #include "runtime/overflow_injection.hpp"
@@ -230,11 +231,11 @@ Result<std::vector<StepMetrics>> train(const JobConfig& job,
   if (!corpus.ok()) return corpus.error();
 
   torch::manual_seed(static_cast<uint64_t>(job.train.seed));
-  torch::nn::Sequential model = make_gpt(job.model);
+  torch::nn::Sequential model = make_model(job.model);
   if (!job.model.init_from.empty()) {  // the same starting point as the engine's
     auto named = model_parameters(model);
     if (!named) return named.error();
-    TROUPE_TRY(load_parameter_file(job.model.init_from, *named));
+    TROUPE_TRY(load_initial_parameters(job.model, *named));
   }
   // Each tensor once: the optimizer would step a tied weight twice if listed twice.
   const std::vector<torch::Tensor> parameters = unique_parameters(*model);

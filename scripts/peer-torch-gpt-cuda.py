@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """The GPU peer of scripts/gpu-check.sh's training benchmark: the same GPT as troupe's
 runtime/model/gpt.cpp (token and position embeddings, pre-LayerNorm blocks of causal
-attention and a 4x GELU MLP, a final LayerNorm and an unbiased LM head), trained by plain
+attention through scaled_dot_product_attention, as troupe's, and a 4x GELU MLP, a final
+LayerNorm and an unbiased LM head), trained by plain
 eager PyTorch on one CUDA device with its AdamW (PyTorch's default implementation on CUDA),
 on random tokens: in fp32, or with --dtype bf16 under autocast (fp32 weights and optimizer,
 bf16 matrix products: PyTorch's usual mixed precision). Prints one line: tokens_per_s=...,
 step_ms=... (medians of the steps after the first, which warms up)."""
 import argparse
-import math
 import statistics
 import time
 
@@ -31,10 +31,8 @@ class Block(nn.Module):
         b, t, c = x.shape
         d = c // self.heads
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, d).permute(2, 0, 3, 1, 4)
-        scores = (q * (1.0 / math.sqrt(d))) @ k.transpose(-2, -1)
-        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
-        weights = scores.masked_fill(mask, float("-inf")).softmax(-1)
-        return self.projection((weights @ v).transpose(1, 2).reshape(b, t, c))
+        mixed = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # flash, as troupe's
+        return self.projection(mixed.transpose(1, 2).reshape(b, t, c))
 
     def forward(self, x):
         x = x + self.attend(self.norm_attention(x))

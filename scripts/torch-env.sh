@@ -13,7 +13,8 @@
 set -euo pipefail
 
 torch_version=2.15.0
-pins=("torch==$torch_version" "numpy==2.4.6")
+# transformers and safetensors: what hf_test holds troupe's Hugging Face folders to.
+pins=("torch==$torch_version" "numpy==2.4.6" "transformers==5.25.0" "safetensors==0.8.0")
 venv=${TROUPE_TORCH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/troupe/torch-$torch_version}
 python=$venv/bin/python
 

@@ -9,8 +9,8 @@
 #include "runtime/config/choices.hpp"
 #include "runtime/config/resolve.hpp"
 #include "runtime/estimate.hpp"
-#include "runtime/model/gpt_flops.hpp"
-#include "runtime/model/gpt_shape.hpp"
+#include "runtime/model/model_flops.hpp"
+#include "runtime/model/model_shape.hpp"
 #include "runtime/stage_programs.hpp"
 #include "sim/link_model.hpp"
 
@@ -169,7 +169,7 @@ Result<std::vector<LayerCost>> flops_layer_costs(const JobConfig& job, const Clu
   const int64_t tokens = job.batch.micro_batch_size * job.model.seq_len;
   std::vector<LayerCost> costs;
   for (const LayerFlops& layer :
-       gpt_layer_flops(job.model, job.batch.micro_batch_size, job.model.seq_len, job.parallel.tp)) {
+       model_layer_flops(job.model, job.batch.micro_batch_size, job.model.seq_len, job.parallel.tp)) {
     LayerCost c{layer.forward / achieved, layer.backward / achieved, 0, 0};
     if (layer.forward == 0 && cluster.device.memory_bandwidth > 0)  // a lookup: its rows read and written
       c.forward_s = c.backward_s =
@@ -188,7 +188,7 @@ Result<JobCosts> job_costs(const JobConfig& job, const ClusterSpec& cluster,
                                   cluster.source, cluster.world(), cluster.hosts, cluster.ranks_per_host,
                                   job.source, job.parallel.dp, job.parallel.pp, job.parallel.tp,
                                   job.parallel.dp * job.parallel.pp * job.parallel.tp));
-  const GptShape shape = gpt_shape(job.model, job.parallel.tp);
+  const ModelShape shape = model_shape(job.model, job.parallel.tp);
   if (layers.size() != shape.layers.size())
     return make_error(
         fmt::format("{} layer costs for a model of {} layers", layers.size(), shape.layers.size()));
@@ -238,7 +238,7 @@ Result<JobCosts> job_costs(const JobConfig& job, const ClusterSpec& cluster,
     if (!stage) return stage.error();
     costs.stages.push_back(*stage);
   }
-  for (const LayerFlops& l : gpt_layer_flops(job.model, job.batch.micro_batch_size, job.model.seq_len, 1))
+  for (const LayerFlops& l : model_layer_flops(job.model, job.batch.micro_batch_size, job.model.seq_len, 1))
     costs.step_flops += (l.forward + l.backward) *
                         static_cast<double>(job.batch.gradient_accumulation_steps * job.parallel.dp);
   return costs;

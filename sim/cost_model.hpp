@@ -7,7 +7,7 @@
 // ranks hold (the same accounting as `troupe estimate`, so the simulator's ledger charges
 // what the runtime's does).
 //
-// Layer times come from one of two places: the layers' FLOPs (runtime/model/gpt_flops)
+// Layer times come from one of two places: the layers' FLOPs (runtime/model/model_flops)
 // over the device's GEMM rate times the cluster's efficiency, for hardware that is not
 // here; or the job's layers timed on this machine (`compute = "measured"`).
 // Thread safety: pure functions.

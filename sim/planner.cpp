@@ -24,7 +24,8 @@ std::vector<int64_t> divisors(int64_t n) {
 
 bool tensor_parallel_fits(const ModelConfig& m, int64_t tp) {
   const int64_t ff = m.d_ff > 0 ? m.d_ff : 4 * m.d_model;
-  return m.n_heads % tp == 0 && ff % tp == 0 && m.vocab_size % tp == 0;
+  const int64_t kv_heads = m.n_kv_heads > 0 ? m.n_kv_heads : m.n_heads;
+  return m.n_heads % tp == 0 && kv_heads % tp == 0 && ff % tp == 0 && m.vocab_size % tp == 0;
 }
 
 // The schedules worth trying for pp stages over `micro` micro-batches.

@@ -214,15 +214,22 @@ struct PrecisionConfig {
   Dtype reduce_dtype() const { return communication_data_type.value_or(dtype); }
 };
 
-/// [model]: the built-in GPT's shape.
+/// [model]: the built-in model's family and shape.
 struct ModelConfig {
-  std::string type = "gpt";  ///< only "gpt" for now
+  /// "gpt" (GPT-2: LayerNorm, learned positions, GELU MLP, biases) or "llama" (RMSNorm,
+  /// rotary embeddings, SwiGLU, grouped-query attention, no biases).
+  std::string type = "gpt";
   int64_t vocab_size = 256;  ///< byte-level tokens need 256
   int64_t seq_len = 64;
   int64_t d_model = 64;
   int64_t n_layers = 2;
   int64_t n_heads = 4;
-  int64_t d_ff = 0;             ///< 0 = 4 × d_model
+  int64_t n_kv_heads = 0;  ///< llama: key/value heads, dividing n_heads; 0 = n_heads
+  /// 0 = the family's default: 4 × d_model for gpt; for llama 8/3 × d_model rounded up to
+  /// a multiple of 256 (Meta's rule)
+  int64_t d_ff = 0;
+  double rope_theta = 10000.0;  ///< llama: the rotary embedding's base θ
+  double norm_eps = 1e-5;       ///< the LayerNorms' or RMSNorms' ε
   bool tie_embeddings = false;  ///< the output head reuses the token embedding's weight
   /// Forward keeps only each stage's input; backward runs the stage's forward again
   /// (with a trainer's layers too). Trades compute for the activations held.

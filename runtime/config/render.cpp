@@ -43,10 +43,12 @@ std::optional<std::string> derived_note(const JobConfig& config, const KeySpec& 
     return fmt::format("global = micro {} × accumulation {} × dp {}", config.batch.micro_batch_size,
                        config.batch.gradient_accumulation_steps, config.parallel.dp);
   }
-  int64_t four_d_model = 0;
-  if (name == "model.d_ff" && !__builtin_mul_overflow(config.model.d_model, 4, &four_d_model) &&
-      config.model.d_ff == four_d_model) {
-    return fmt::format("d_ff = 4 × d_model {}", config.model.d_model);
+  int64_t eight_d_model = 0;
+  if (name == "model.d_ff" && !__builtin_mul_overflow(config.model.d_model, 8, &eight_d_model)) {
+    const int64_t d = config.model.d_model, ff = config.model.d_ff;
+    if (config.model.type == "gpt" && ff == eight_d_model / 2) return fmt::format("d_ff = 4 × d_model {}", d);
+    if (config.model.type == "llama" && ff == (eight_d_model / 3 + 255) / 256 * 256)
+      return fmt::format("d_ff = 8/3 × d_model {}, rounded up to a multiple of 256", d);
   }
   return std::nullopt;
 }

@@ -364,12 +364,51 @@ Status resolve_scheduler(const JobConfig& job, const ConfigOrigins& origins) {
   return key_error(origins, "scheduler", "type", why.substr(why.find(']') + 2));
 }
 
+// The family's default MLP width: GPT-2's 4 × d_model; LLaMA's SwiGLU 2/3 of that,
+// rounded up to a multiple of 256 (Meta's multiple_of). False when it would overflow.
+bool default_d_ff(ModelConfig& model) {
+  if (__builtin_mul_overflow(model.d_model, 8, &model.d_ff)) return false;
+  if (model.type == "gpt")
+    model.d_ff /= 2;
+  else
+    model.d_ff = (model.d_ff / 3 + 255) / 256 * 256;
+  return true;
+}
+
+Status resolve_heads(ModelConfig& model, const ConfigOrigins& origins) {
+  if (model.d_model % model.n_heads != 0) {
+    return key_error(
+        origins, "model", "n_heads",
+        fmt::format("d_model = {} is not divisible by n_heads = {}", model.d_model, model.n_heads));
+  }
+  TROUPE_TRY(require(in_range(model.n_kv_heads, 0, model.n_heads), origins, "model", "n_kv_heads",
+                     model.n_kv_heads));
+  if (model.n_kv_heads == 0) model.n_kv_heads = model.n_heads;
+  if (model.n_heads % model.n_kv_heads != 0)
+    return key_error(origins, "model", "n_kv_heads",
+                     fmt::format("n_kv_heads = {} does not divide n_heads = {}: each key/value head serves "
+                                 "the same number of query heads",
+                                 model.n_kv_heads, model.n_heads));
+  if (model.type == "gpt" && model.n_kv_heads != model.n_heads)
+    return key_error(origins, "model", "n_kv_heads",
+                     fmt::format("n_kv_heads = {} with type = \"gpt\": the GPT attends with n_heads = {} "
+                                 "key/value heads; grouped-query attention is type = \"llama\"'s",
+                                 model.n_kv_heads, model.n_heads));
+  if (model.type == "llama" && (model.d_model / model.n_heads) % 2 != 0)
+    return key_error(origins, "model", "n_heads",
+                     fmt::format("d_model / n_heads = {} is odd: the rotary embedding rotates pairs of a "
+                                 "head's dimensions, so a head's width must be even",
+                                 model.d_model / model.n_heads));
+  return {};
+}
+
 Status resolve_model(ModelConfig& model, const ConfigOrigins& origins) {
-  if (model.type != "gpt") {
-    const auto close = suggest(model.type, {"gpt"});
+  static const std::vector<std::string> kFamilies = {"gpt", "llama"};
+  if (std::find(kFamilies.begin(), kFamilies.end(), model.type) == kFamilies.end()) {
+    const auto close = suggest(model.type, kFamilies);
     return key_error(origins, "model", "type",
-                     fmt::format("type must be \"gpt\", got {}{}", toml_string(model.type),
-                                 close ? "; did you mean \"gpt\"?" : ""));
+                     fmt::format("type must be \"gpt\" or \"llama\", got {}{}", toml_string(model.type),
+                                 close ? fmt::format("; did you mean \"{}\"?", *close) : ""));
   }
   TROUPE_TRY(require(in_range(model.vocab_size, kByteVocabSize, int64_t{1} << 24), origins, "model",
                      "vocab_size", model.vocab_size));
@@ -380,15 +419,14 @@ Status resolve_model(ModelConfig& model, const ConfigOrigins& origins) {
   for (const auto& [key, value, bits] : sizes) {
     TROUPE_TRY(require(in_range(value, 1, int64_t{1} << bits), origins, "model", key, value));
   }
-  if (model.d_model % model.n_heads != 0) {
-    return key_error(
-        origins, "model", "n_heads",
-        fmt::format("d_model = {} is not divisible by n_heads = {}", model.d_model, model.n_heads));
-  }
+  TROUPE_TRY(resolve_heads(model, origins));
+  TROUPE_TRY(require(positive(model.rope_theta), origins, "model", "rope_theta", model.rope_theta));
+  TROUPE_TRY(require(unit_interval(model.norm_eps) && model.norm_eps > 0, origins, "model", "norm_eps",
+                     model.norm_eps));
   TROUPE_TRY(require(in_range(model.d_ff, 0, int64_t{1} << 20), origins, "model", "d_ff", model.d_ff));
-  if (model.d_ff == 0 && __builtin_mul_overflow(model.d_model, 4, &model.d_ff)) {
+  if (model.d_ff == 0 && !default_d_ff(model)) {
     return key_error(origins, "model", "d_model",
-                     fmt::format("d_model = {} is too large: d_ff = 4 × d_model does not fit "
+                     fmt::format("d_model = {} is too large: the default d_ff does not fit "
                                  "in a 64-bit integer",
                                  model.d_model));
   }
@@ -402,6 +440,7 @@ Status resolve_tensor_parallel(const JobConfig& config, const ConfigOrigins& ori
   const ModelConfig& m = config.model;
   const std::tuple<const char*, const char*, int64_t, const char*> splits[] = {
       {"n_heads", "n_heads", m.n_heads, "attention heads"},
+      {"n_kv_heads", "n_kv_heads", m.n_kv_heads, "key/value heads"},
       {"d_ff", m.d_ff == 4 * m.d_model ? "d_model" : "d_ff", m.d_ff, "the MLP's hidden width"},
       {"vocab_size", "vocab_size", m.vocab_size, "the vocabulary"}};
   for (const auto& [name, key, value, what] : splits)

@@ -1,7 +1,6 @@
 #include "runtime/model/gpt.hpp"
 
 #include <cmath>
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -9,6 +8,7 @@
 
 #include "actors/model_parameters.hpp"
 #include "base/check.hpp"
+#include "runtime/model/attention.hpp"
 #include "runtime/model/linear.hpp"
 
 namespace troupe {
@@ -44,9 +44,9 @@ torch::Tensor apply_linear(const torch::nn::Linear& module, const torch::Tensor&
   return linear(x, module->weight, module->bias);
 }
 
-torch::nn::LayerNorm make_layer_norm(int64_t width) {
+torch::nn::LayerNorm make_layer_norm(int64_t width, double eps) {
   // LayerNorm's own initialization (weight one, bias zero) is GPT-2's.
-  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({width}));
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({width}).eps(eps));
 }
 
 }  // namespace
@@ -69,10 +69,10 @@ torch::Tensor GptEmbeddingImpl::forward(torch::Tensor tokens) {
 
 GptBlockImpl::GptBlockImpl(const ModelConfig& model) : n_heads_(model.n_heads) {
   const int64_t width = model.d_model;
-  norm_attention_ = register_module("norm_attention", make_layer_norm(width));
+  norm_attention_ = register_module("norm_attention", make_layer_norm(width, model.norm_eps));
   qkv_ = register_module("qkv", torch::nn::Linear(width, 3 * width));
   attention_projection_ = register_module("attention_projection", torch::nn::Linear(width, width));
-  norm_mlp_ = register_module("norm_mlp", make_layer_norm(width));
+  norm_mlp_ = register_module("norm_mlp", make_layer_norm(width, model.norm_eps));
   mlp_in_ = register_module("mlp_in", torch::nn::Linear(width, d_ff_of(model)));
   mlp_out_ = register_module("mlp_out", torch::nn::Linear(d_ff_of(model), width));
   init_linear(qkv_, kInitStd);
@@ -93,15 +93,7 @@ torch::Tensor GptBlockImpl::attend(const torch::Tensor& x) {
   auto k = qkv[1];
   auto v = qkv[2];
 
-  // The 1/sqrt(D) scale on q, not on the scores: [B,H,T,D] is smaller than [B,H,T,T] (T > D).
-  auto scores = torch::matmul(q * (1.0 / std::sqrt(static_cast<double>(head_width))), k.transpose(-2, -1));
-  // Position t may attend to positions <= t: mask the strict upper triangle (in place: the
-  // matmul's output is not needed by its backward).
-  if (future_.size(0) != length)
-    future_ = torch::ones({length, length}, x.options().dtype(torch::kBool)).triu(1);
-  scores.masked_fill_(future_, -std::numeric_limits<float>::infinity());
-  auto weights = torch::softmax(scores, -1);
-  auto mixed = torch::matmul(weights, v);  // [B,H,T,D]
+  auto mixed = causal_attention(q, k, v);  // [B,H,T,D]
   return apply_linear(attention_projection_, mixed.transpose(1, 2).reshape({batch, length, width}));
 }
 
@@ -112,7 +104,7 @@ torch::Tensor GptBlockImpl::forward(torch::Tensor x) {
 }
 
 GptHeadImpl::GptHeadImpl(const ModelConfig& model, const torch::Tensor& tied) {
-  norm_ = register_module("norm", make_layer_norm(model.d_model));
+  norm_ = register_module("norm", make_layer_norm(model.d_model, model.norm_eps));
   if (tied.defined()) {
     tied_weight_ = register_parameter("tied_weight", tied);
     return;

@@ -58,7 +58,6 @@ class GptBlockImpl : public torch::nn::Module {
 
  private:
   torch::Tensor attend(const torch::Tensor& x);
-  torch::Tensor future_ = torch::empty({0, 0}, torch::kBool);  // the causal mask, by sequence length
 
   int64_t n_heads_;
   torch::nn::LayerNorm norm_attention_{nullptr};

@@ -1,34 +1,19 @@
 #include "runtime/model/gpt_tensor_parallel.hpp"
 
-#include <cmath>
-#include <limits>
 #include <string>
 
 #include <torch/torch.h>
 
 #include "base/check.hpp"
+#include "runtime/model/attention.hpp"
 #include "runtime/model/gpt.hpp"
+#include "runtime/model/module_parts.hpp"
 #include "runtime/model/tensor_parallel.hpp"
 
 namespace troupe {
 namespace {
 
 using Group = std::shared_ptr<TensorParallelGroup>;
-
-torch::Tensor parameter(const torch::nn::Module& module, const std::string& name) {
-  const auto named = module.named_parameters();
-  const torch::Tensor* found = named.find(name);
-  TROUPE_CHECK(found != nullptr, ("make_gpt's layer has the parameter " + name).c_str());
-  return *found;
-}
-
-template <class ModuleType>
-ModuleType child(const torch::nn::Module& module, const std::string& name) {
-  auto found = module.named_children()[name];
-  auto typed = std::dynamic_pointer_cast<typename ModuleType::ContainedType>(found);
-  TROUPE_CHECK(typed != nullptr, ("make_gpt's layer has the module " + name).c_str());
-  return ModuleType(typed);
-}
 
 // LayerNorm over a piece of the sequence: its parameters' gradients are partial sums, so
 // they are summed over the group (Megatron's sequence-parallel LayerNorm).
@@ -95,19 +80,13 @@ class TpBlockImpl : public torch::nn::Module {
     const int64_t batch = qkv_out.size(0);
     const int64_t length = qkv_out.size(1);
     auto qkv = qkv_out.view({batch, length, 3, heads_, head_width_}).permute({2, 0, 3, 1, 4});
-    auto scores =
-        torch::matmul(qkv[0] * (1.0 / std::sqrt(static_cast<double>(head_width_))), qkv[1].transpose(-2, -1));
-    if (future_.size(0) != length)
-      future_ = torch::ones({length, length}, qkv_out.options().dtype(torch::kBool)).triu(1);
-    scores.masked_fill_(future_, -std::numeric_limits<float>::infinity());
-    auto mixed = torch::matmul(torch::softmax(scores, -1), qkv[2]);
+    auto mixed = causal_attention(qkv[0], qkv[1], qkv[2]);
     return mixed.transpose(1, 2).reshape({batch, length, heads_ * head_width_});
   }
 
   Group group_;
   int64_t heads_;
   int64_t head_width_;
-  torch::Tensor future_ = torch::empty({0, 0}, torch::kBool);
   torch::nn::LayerNorm norm_attention_{nullptr};
   tp::ColumnParallelLinear qkv_{nullptr};
   tp::RowParallelLinear attention_projection_{nullptr};

@@ -109,6 +109,8 @@ TEST_P(Resume, ContinuesBitForBitFromTheCheckpoint) {
 }
 
 const std::string kBf16 = " --set precision.dtype=" + quoted("bf16");
+const std::string kLlama =
+    " --set model.type=" + quoted("llama") + " --set model.vocab_size=320 --set model.n_kv_heads=2";
 
 INSTANTIATE_TEST_SUITE_P(
     Checkpoint, Resume,
@@ -123,7 +125,10 @@ INSTANTIATE_TEST_SUITE_P(
                           kBf16 + " --set precision.loss_scaling=true --set precision.loss_scale_window=3" +
                               " --set scheduler.type=" + quoted("WarmupCosineLR") +
                               " --set scheduler.total_num_steps=20 --set scheduler.warmup_num_steps=4"),
-                      job(1, "none", 2, 2, " --set checkpoint.async=false")));
+                      job(1, "none", 2, 2, " --set checkpoint.async=false"),
+                      // the LLaMA family: bf16 over the cpu tier, and stage 3 with its parameters on NVMe
+                      job(2, "cpu", 2, 2, kLlama + kBf16),
+                      job(3, "nvme", 2, 2, kLlama + " --set offload.param=" + quoted("nvme"))));
 
 // A pipeline of 2 stages with the embedding tied between them, ZeRO 1, dp 2.
 TEST(Checkpoint, ResumesAPipelineWithATiedWeight) {

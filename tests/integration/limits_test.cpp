@@ -54,7 +54,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"HugeVocabulary", " --set model.vocab_size=16777216 --set model.d_model=1024", kMemory},
         Case{"HugeDff", " --set model.d_ff=1048576 --set model.n_layers=64", kMemory},
         Case{"DffOverItsBound", " --set model.d_ff=99999999999",
-             "[model] d_ff must be an integer from 0 to 2^20 (0 = 4 × d_model), got 99999999999"},
+             "[model] d_ff must be an integer from 0 to 2^20 (0 = the family's default), got 99999999999"},
         Case{"HugeSyntheticCorpus", " --set data.synthetic_bytes=68719476736", kMemory},
         Case{"SyntheticCorpusOverItsBound", " --set data.synthetic_bytes=999999999999999",
              "[data] synthetic_bytes must be an integer greater than seq_len + 1, up to 2^36 (64 GiB)"},

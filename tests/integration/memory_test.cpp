@@ -36,6 +36,7 @@ struct Case {
   int dp = 1;
   bool tied = false;  ///< [model] tie_embeddings
   bool bf16 = false;  ///< [precision] dtype = "bf16": 2-byte parameters and gradients, fp32 masters
+  bool llama = false;  ///< [model] type = "llama" (4 query heads over 2 key/value heads)
 };
 
 void PrintTo(const Case& c, std::ostream* out) {
@@ -82,7 +83,8 @@ std::string job_flags(const Case& c) {
          " --set zero.param_persistence_threshold=1000" +
          " --set zero.max_reuse_distance=0 --set zero.max_live_parameters=210000" +
          (c.tied ? " --set model.tie_embeddings=true" : "") +
-         (c.bf16 ? " --set precision.dtype=\\\"bf16\\\"" : "");
+         (c.bf16 ? " --set precision.dtype=\\\"bf16\\\"" : "") +
+         (c.llama ? " --set model.type=\\\"llama\\\" --set model.n_kv_heads=2" : "");
 }
 
 std::string config() {
@@ -421,6 +423,24 @@ INSTANTIATE_TEST_SUITE_P(Zero, Memory,
                            return std::string(info.param.bf16 ? "Bf16" : "") + "Stage" +
                                   std::to_string(info.param.stage) + "Dp" + std::to_string(info.param.dp);
                          });
+
+// The LLaMA family through the same accounting (its own layers and shapes, no biases,
+// narrower key/value projections): what a rank holds is what `troupe estimate` says.
+TEST(Memory, ALlamaRankHoldsWhatTheEstimateSays) {
+  for (int stage : {0, 1, 2, 3}) {
+    Case c{stage, 2};
+    c.llama = true;
+    const Measured m = measure(c);
+    const Estimated e = estimate(c);
+    ASSERT_GT(m.params, 0);
+    EXPECT_EQ(m.params, e.params) << "the run and the estimate must build the same model";
+    EXPECT_NEAR(static_cast<double>(m.model_state), static_cast<double>(e.model_state),
+                kTolerance * static_cast<double>(e.model_state))
+        << "stage " << stage;
+    std::printf("memory: llama stage %d dp 2: measured %" PRId64 " B, estimated %" PRId64 " B\n", stage,
+                m.model_state, e.model_state);
+  }
+}
 
 // pp > 1: the estimate plans each stage as its ranks lay it out (a tied embedding's copy on
 // the last stage included) and the activations the schedule keeps; stage 0's figures match

@@ -28,6 +28,9 @@ constexpr int kLongRun = 200;
 const std::string kBf16 = " --set precision.dtype=\\\"bf16\\\"";
 // DeepSpeed's communication_data_type = Dtype::fp32: bf16 gradients widened and reduced in fp32.
 const std::string kFp32Reduce = " --set precision.communication_data_type=\\\"fp32\\\"";
+// The LLaMA family (configs/tiny-llama.toml's shape on the tiny GPT's job).
+const std::string kLlama =
+    " --set model.type=\\\"llama\\\" --set model.vocab_size=320 --set model.n_kv_heads=2";
 
 struct Job {
   int stage = 0;
@@ -153,14 +156,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Job{1, 1, 4, 2, 20, " --set model.tie_embeddings=true"},
                       Job{0, 2, 2, 1, 20, kFp32Reduce}, Job{1, 2, 2, 1, 20, kFp32Reduce},
                       Job{2, 2, 2, 1, 20, kFp32Reduce}, Job{3, 2, 2, 1, 20, kFp32Reduce},
-                      Job{1, 1, 2, 2, 20, kFp32Reduce + " --set model.tie_embeddings=true"}),
+                      Job{1, 1, 2, 2, 20, kFp32Reduce + " --set model.tie_embeddings=true"},
+                      Job{2, 2, 2, 1, 20, kLlama}),
     [](const auto& info) {
       const Job& j = info.param;
       return "Stage" + std::to_string(j.stage) + "Dp" + std::to_string(j.dp) + "Pp" + std::to_string(j.pp) +
              "Accumulation" + std::to_string(j.accumulation) +
              (j.settings.find("nvme") != std::string::npos ? "OffloadNvme" : "") +
              (j.settings.find("communication") != std::string::npos ? "ReducedInFp32" : "") +
-             (j.settings.find("tie_") != std::string::npos ? "TiedEmbeddings" : "");
+             (j.settings.find("tie_") != std::string::npos ? "TiedEmbeddings" : "") +
+             (j.settings.find("llama") != std::string::npos ? "Llama" : "");
     });
 
 // fp16 on the CPU backend (LibTorch 2's Half kernels) with DeepSpeed's dynamic loss scaler

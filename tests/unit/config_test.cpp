@@ -656,11 +656,56 @@ TEST(ConfigResolve, NonPositiveModelSizeIsAnError) {
             "<struct>: [model] n_layers must be a positive integer up to 2^14, got 0");
 }
 
-TEST(ConfigResolve, ModelTypeMustBeGptAndTyposAreSuggested) {
+TEST(ConfigResolve, ModelTypeMustBeAFamilyAndTyposAreSuggested) {
   JobConfig raw = minimal_struct();
   raw.model.type = "gtp";
   EXPECT_EQ(error_of(resolve_config(raw)),
-            "<struct>: [model] type must be \"gpt\", got \"gtp\"; did you mean \"gpt\"?");
+            "<struct>: [model] type must be \"gpt\" or \"llama\", got \"gtp\"; did you mean \"gpt\"?");
+  raw.model.type = "lama";
+  EXPECT_EQ(error_of(resolve_config(raw)),
+            "<struct>: [model] type must be \"gpt\" or \"llama\", got \"lama\"; did you mean \"llama\"?");
+}
+
+TEST(ConfigResolve, EachFamilyHasItsDefaultMlpWidthAndKeyValueHeads) {
+  auto gpt = load(std::string(kMinimal) + "[model]\nd_model = 64\n");
+  ASSERT_TRUE(gpt.ok()) << gpt.error().message;
+  EXPECT_EQ(gpt->model.d_ff, 256);
+  EXPECT_EQ(gpt->model.n_kv_heads, gpt->model.n_heads);
+  // Meta's rule: 8/3 × 4096 = 10922.7, rounded up to a multiple of 256: LLaMA 2 7B's 11008.
+  auto llama = load(std::string(kMinimal) + "[model]\ntype = \"llama\"\nd_model = 4096\nn_heads = 32\n");
+  ASSERT_TRUE(llama.ok()) << llama.error().message;
+  EXPECT_EQ(llama->model.d_ff, 11008);
+  EXPECT_EQ(llama->model.n_kv_heads, 32);
+}
+
+TEST(ConfigResolve, KeyValueHeadsMustDivideTheQueryHeads) {
+  const std::string llama = std::string(kMinimal) + "[model]\ntype = \"llama\"\nn_heads = 4\n";
+  EXPECT_EQ(
+      error_of(load(llama + "n_kv_heads = 3\n")),
+      "job.toml:6:14: [model] n_kv_heads = 3 does not divide n_heads = 4: each key/value head serves the "
+      "same number of query heads");
+  EXPECT_EQ(error_of(load(llama + "n_kv_heads = 8\n")),
+            "job.toml:6:14: [model] n_kv_heads must be an integer from 0 to n_heads that divides it (0 = "
+            "n_heads), got 8");
+  EXPECT_EQ(error_of(load(std::string(kMinimal) + "[model]\nn_kv_heads = 2\n")),
+            "job.toml:4:14: [model] n_kv_heads = 2 with type = \"gpt\": the GPT attends with n_heads = 4 "
+            "key/value heads; grouped-query attention is type = \"llama\"'s");
+  EXPECT_EQ(
+      error_of(load(llama + "d_model = 12\n")),
+      "job.toml:5:11: [model] d_model / n_heads = 3 is odd: the rotary embedding rotates pairs of a head's "
+      "dimensions, so a head's width must be even");
+  EXPECT_EQ(
+      error_of(load(llama + "rope_theta = 0\n")),
+      "job.toml:6:14: [model] rope_theta must be a number above 0 (the rotary embedding's base), got 0.0");
+}
+
+TEST(ConfigResolve, TensorParallelismSplitsTheKeyValueHeads) {
+  EXPECT_EQ(
+      error_of(load(std::string(kMinimal) +
+                    "[cluster]\nworld_size = 4\n[parallel]\ntp = 4\n[model]\ntype = \"llama\"\n"
+                    "n_heads = 4\nn_kv_heads = 2\n")),
+      "job.toml:10:14: [model] n_kv_heads = 2 is not divisible by [parallel] tp = 4: tensor parallelism "
+      "splits key/value heads evenly across the group");
 }
 
 TEST(ConfigResolve, LearningRateMustBePositive) {
@@ -1055,7 +1100,7 @@ TEST(ConfigRender, RoundTripGivesAnEqualConfig) {
   raw.zero = {1, 12345, false, 6, 7, 8, 9};
   raw.batch = {3, 0, 12};
   raw.optimizer = {OptimizerType::sgd, 3e-4, 0.1, 0.2, 1e-12, 0, 0.9, true, 0.75};
-  raw.model = {"gpt", 300, 10, 12, 1, 3, 0, false, false, "start.pt"};
+  raw.model = {"gpt", 300, 10, 12, 1, 3, 0, 0, 10000.0, 1e-5, false, false, "start.pt"};
   raw.data = {write_temp_file("round_trip.txt", std::string(100, 'y')), 99, 4};
   raw.train = {5, -9, 3, 2, "metrics é.jsonl", 4};
   raw.checkpoint = {"ckpt dir", 5, 3, false, "latest"};

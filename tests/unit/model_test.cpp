@@ -15,8 +15,8 @@
 #include "runtime/data/corpus.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/model/gpt.hpp"
-#include "runtime/model/gpt_shape.hpp"
 #include "runtime/model/linear.hpp"
+#include "runtime/model/model_shape.hpp"
 #include "runtime/model/optimizer.hpp"
 #include "runtime/reference.hpp"
 
@@ -132,7 +132,7 @@ TEST(Gpt, ShapeAloneGivesEveryLayersParametersAsMakeGptRegistersThem) {
     model.tie_embeddings = tied;
     auto parameters = model_parameters(make_gpt(model));
     ASSERT_TRUE(parameters.ok());
-    GptShape shape = gpt_shape(model);
+    ModelShape shape = model_shape(model);
     EXPECT_EQ(shape.layers, parameters->owned_counts()) << "tied " << tied;
     EXPECT_EQ(shape.borrowed, parameters->borrowed) << "tied " << tied;
     EXPECT_EQ(shape.parameters, parameters->elements()) << "tied " << tied;

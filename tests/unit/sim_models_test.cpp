@@ -12,7 +12,7 @@
 
 #include "runtime/config/load.hpp"
 #include "runtime/config/resolve.hpp"
-#include "runtime/model/gpt_flops.hpp"
+#include "runtime/model/model_flops.hpp"
 #include "sim/cluster.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/link_model.hpp"
@@ -333,7 +333,7 @@ TEST(CostModel, LayerTimesAreTheirFlopsOverTheAchievedRate) {
       "d_model = 256\nn_layers = 2\nn_heads = 4\n[batch]\nmicro_batch_size = 4\n");
   auto costs = flops_layer_costs(job, h100_host(1));
   ASSERT_TRUE(costs) << costs.error().message;
-  const auto flops = gpt_layer_flops(job.model, 4, 128);
+  const auto flops = model_layer_flops(job.model, 4, 128);
   ASSERT_EQ(costs->size(), flops.size());
   EXPECT_DOUBLE_EQ((*costs)[1].forward_s, flops[1].forward / (989e12 * 0.5));
   EXPECT_DOUBLE_EQ((*costs)[1].backward_s, flops[1].backward / (989e12 * 0.5));
@@ -583,11 +583,11 @@ TEST(Partition, FlopsGiveEachChunkOneBlockOfFour) {
   JobConfig job = job_of(text);
   EXPECT_EQ(job.pipeline.partition.method, PartitionMethod::flops);
   const std::vector<double> elements(6, 1.0);
-  auto by_flops = stage_layer_counts(job, elements, gpt_layer_costs(job));
+  auto by_flops = stage_layer_counts(job, elements, model_layer_costs(job));
   ASSERT_TRUE(by_flops.ok());
   EXPECT_EQ(*by_flops, (std::vector<int64_t>{2, 1, 1, 2}));
   job.pipeline.partition.method = PartitionMethod::uniform;
-  EXPECT_EQ(*stage_layer_counts(job, elements, gpt_layer_costs(job)), (std::vector<int64_t>{2, 2, 1, 1}));
+  EXPECT_EQ(*stage_layer_counts(job, elements, model_layer_costs(job)), (std::vector<int64_t>{2, 2, 1, 1}));
   job.pipeline.partition.method = PartitionMethod::flops;  // costs for another model: said, not ignored
   auto mismatched = stage_layer_counts(job, elements, std::vector<double>(5, 1.0));
   ASSERT_FALSE(mismatched.ok());

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actors/model_parameters.hpp"
+#include "runtime/model/family.hpp"
 #include "runtime/model/gpt.hpp"
 #include "runtime/model/gpt_tensor_parallel.hpp"
 #include "troupe/tensor_parallel.hpp"  // the public header, as a trainer includes it
@@ -113,7 +114,7 @@ struct Trained {
 
 Trained plain_run(const ModelConfig& model, const torch::Tensor& input, const torch::Tensor& target) {
   torch::manual_seed(7);
-  auto layers = make_gpt(model);
+  auto layers = make_model(model);
   torch::Tensor loss = lm_loss(layers->forward(input), target);
   loss.backward();
   auto parameters = model_parameters(layers);
@@ -134,7 +135,7 @@ Trained parallel_run(const ModelConfig& model, int64_t tp, bool sequence, const 
     groups.push_back(std::make_shared<TensorParallelGroup>(tp, r, sequence));
     groups.back()->bind(std::make_shared<ThreadComm>(exchange, r, tp));
     torch::manual_seed(7);
-    models.push_back(make_tensor_parallel_gpt(model, groups.back()));
+    models.push_back(make_tensor_parallel_model(model, groups.back()));
   }
   std::vector<double> losses(static_cast<std::size_t>(tp));
   std::vector<std::thread> threads;
@@ -165,16 +166,8 @@ Trained parallel_run(const ModelConfig& model, int64_t tp, bool sequence, const 
   return t;
 }
 
-class TensorParallelGpt : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
-
-TEST_P(TensorParallelGpt, LossAndGradientsEqualThePlainModels) {
-  const auto [tp, sequence] = GetParam();
-  const ModelConfig model = tiny_model();
-  torch::manual_seed(11);
-  torch::Tensor input = torch::randint(0, model.vocab_size, {3, model.seq_len}, torch::kLong);
-  torch::Tensor target = torch::randint(0, model.vocab_size, {3, model.seq_len}, torch::kLong);
-  Trained plain = plain_run(model, input, target);
-  Trained parallel = parallel_run(model, tp, sequence, input, target);
+// The split model's loss and every gradient (joined from the shards) equal the plain model's.
+void expect_same_step(const Trained& parallel, const Trained& plain) {
   EXPECT_NEAR(parallel.loss, plain.loss, 1e-6 * plain.loss);
   ASSERT_EQ(parallel.names, plain.names);
   for (std::size_t k = 0; k < plain.gradients.size(); ++k) {
@@ -185,8 +178,37 @@ TEST_P(TensorParallelGpt, LossAndGradientsEqualThePlainModels) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Groups, TensorParallelGpt,
-                         ::testing::Combine(::testing::Values(int64_t{2}, int64_t{4}), ::testing::Bool()));
+class TensorParallelModel : public ::testing::TestWithParam<std::tuple<std::string, int64_t, bool>> {};
+
+TEST_P(TensorParallelModel, LossAndGradientsEqualThePlainModels) {
+  const auto [family, tp, sequence] = GetParam();
+  ModelConfig model = tiny_model();
+  if (family == "llama") {  // 4 query heads over 4 key/value heads split 2 or 4 ways; vocabulary 320
+    model.type = "llama";
+    model.n_kv_heads = 4;
+    model.vocab_size = 320;
+  }
+  torch::manual_seed(11);
+  torch::Tensor input = torch::randint(0, model.vocab_size, {3, model.seq_len}, torch::kLong);
+  torch::Tensor target = torch::randint(0, model.vocab_size, {3, model.seq_len}, torch::kLong);
+  expect_same_step(parallel_run(model, tp, sequence, input, target), plain_run(model, input, target));
+}
+
+INSTANTIATE_TEST_SUITE_P(Groups, TensorParallelModel,
+                         ::testing::Combine(::testing::Values("gpt", "llama"),
+                                            ::testing::Values(int64_t{2}, int64_t{4}), ::testing::Bool()));
+
+// Grouped-query attention split 2 ways: each rank's 2 query heads share its 1 key/value head.
+TEST(TensorParallelLlama, GroupedQueryAttentionSplitsItsKeyValueHeads) {
+  ModelConfig model = tiny_model();
+  model.type = "llama";
+  model.n_kv_heads = 2;
+  model.vocab_size = 320;
+  torch::manual_seed(12);
+  torch::Tensor input = torch::randint(0, model.vocab_size, {2, model.seq_len}, torch::kLong);
+  torch::Tensor target = torch::randint(0, model.vocab_size, {2, model.seq_len}, torch::kLong);
+  expect_same_step(parallel_run(model, 2, true, input, target), plain_run(model, input, target));
+}
 
 TEST(TensorParallelShards, TakeAndJoinAreInverse) {
   torch::Tensor qkv = torch::arange(12 * 5, torch::kFloat32).view({12, 5});

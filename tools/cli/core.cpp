@@ -14,6 +14,7 @@
 #include "runtime/config/load.hpp"
 #include "runtime/flops_profile.hpp"
 #include "runtime/gpt_job.hpp"
+#include "runtime/model/hf_checkpoint.hpp"
 #include "runtime/parameter_file.hpp"
 #include "tools/bench/bench.hpp"
 #include "tools/bench/bench_adam.hpp"
@@ -42,9 +43,9 @@ int train(const JobArguments& a, bool reference) {
   return reference ? run_gpt_reference(*job, outputs_of(a)) : run_gpt_rank(*job, outputs_of(a));
 }
 
-// `troupe export CKPT --out FILE`: CKPT is a checkpoint folder, or a [checkpoint] dir
-// (its newest complete checkpoint).
-int export_checkpoint(const std::string& given, const std::string& out) {
+// `troupe export CKPT --out FILE [--format hf]`: CKPT is a checkpoint folder, or a
+// [checkpoint] dir (its newest complete checkpoint).
+int export_checkpoint(const std::string& given, const std::string& out, bool hf) {
   std::string folder = given;
   if (auto newest = latest_checkpoint(given); newest && *newest) folder = **newest;
   auto parameters = consolidate_parameters(folder);
@@ -52,7 +53,17 @@ int export_checkpoint(const std::string& given, const std::string& out) {
     std::fprintf(stderr, "troupe: export: %s\n", parameters.error().message.c_str());
     return 1;
   }
-  if (Status written = write_parameter_file(out, *parameters); !written) {
+  if (hf && !parameters->model) {
+    std::fprintf(
+        stderr,
+        "troupe: export: checkpoint %s does not say which model it holds (it predates the manifest's "
+        "model entry): --format hf cannot describe it; export --format torch instead\n",
+        folder.c_str());
+    return 1;
+  }
+  Status written =
+      hf ? write_hf_folder(out, *parameters->model, *parameters) : write_parameter_file(out, *parameters);
+  if (!written) {
     std::fprintf(stderr, "troupe: export: %s\n", written.error().message.c_str());
     return 1;
   }
@@ -145,12 +156,22 @@ int main(int argc, char** argv) {
   profile_device->add_option("--threads", device_options.threads, "compute threads (default: every core)")
       ->check(CLI::Range(1, 4096));
 
-  std::string export_from, export_to;
+  std::string export_from, export_to, export_format = "torch";
   auto* exporter = app.add_subcommand(
-      "export", "write a checkpoint's parameters as one file LibTorch and PyTorch load (torch.load)");
+      "export",
+      "write a checkpoint's parameters as one file LibTorch and PyTorch load (torch.load), or as a "
+      "Hugging Face folder");
   exporter->add_option("CKPT", export_from, "a checkpoint folder, or a [checkpoint] dir (its newest)")
       ->required();
-  exporter->add_option("--out", export_to, "the file to write (a dict of name -> fp32 tensor)")->required();
+  exporter
+      ->add_option("--out", export_to,
+                   "the file to write (a dict of name -> fp32 tensor), or with --format hf the folder")
+      ->required();
+  exporter
+      ->add_option("--format", export_format,
+                   "torch (torch.save's file) or hf (config.json and model.safetensors, which "
+                   "from_pretrained loads)")
+      ->check(CLI::IsMember({"torch", "hf"}));
 
   BenchOptions bench_options;
   auto* bench =
@@ -274,7 +295,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
 
-  if (*exporter) return export_checkpoint(export_from, export_to);
+  if (*exporter) return export_checkpoint(export_from, export_to, export_format == "hf");
   if (*profiler) {
     auto job = load_config_file(profile_args.file, overrides_of(profile_args));
     if (!job) {

@@ -34,7 +34,7 @@
 #include "runtime/host_check.hpp"
 #include "runtime/launch/environment.hpp"
 #include "runtime/launch/launcher.hpp"
-#include "runtime/model/gpt_shape.hpp"
+#include "runtime/model/model_shape.hpp"
 #include "tools/cli/core_program.hpp"
 #include "tools/cli/job_arguments.hpp"
 
@@ -60,7 +60,7 @@ int report_config_error(const Error& e) {
 // writes, and the memory of the ranks `troupe run` starts here (world_size of them, or the
 // local world size when this runs under a launcher that says how many share this machine).
 Status check_this_machine(const JobConfig& job, const std::string& metrics_path) {
-  TROUPE_TRY(check_gpt_pipeline(job));
+  TROUPE_TRY(check_model_pipeline(job));
   TROUPE_TRY(check_output_paths(job, metrics_path));
   auto launched = detect_rank_environment(process_environment());
   if (!launched) return launched.error();
@@ -257,7 +257,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, kLaunchRanksMax));
   launch->add_option("PROGRAM", program, "program and its arguments (after --)")->required();
 
-  app.add_subcommand("export", "write a checkpoint's parameters as one file LibTorch and PyTorch load");
+  app.add_subcommand(
+      "export",
+      "write a checkpoint's parameters as one file LibTorch and PyTorch load, or a Hugging Face folder");
   app.add_subcommand("profile",
                      "per layer: parameters, forward and backward FLOPs, measured times and rates");
   app.add_subcommand("plan",

@@ -1,6 +1,7 @@
-// The built-in GPT's parameters from its shapes alone: what make_gpt() registers, layer by
-// layer and in the same order, without making a tensor. `troupe estimate` plans a model of
-// any size from it in microseconds; model_test holds it to make_gpt() element for element.
+// The built-in model's parameters from its shapes alone: what make_model() registers for
+// its family (GPT or LLaMA), layer by layer and in the same order, without making a tensor.
+// `troupe estimate` plans a model of any size from it in microseconds; model_test holds it
+// to make_model() element for element.
 // Thread safety: a pure function.
 #pragma once
 
@@ -13,7 +14,7 @@
 
 namespace troupe {
 
-struct GptShape {
+struct ModelShape {
   /// By layer (embedding, blocks, head): the element counts of the tensors it owns.
   std::vector<std::vector<std::size_t>> layers;
   /// By layer: tensors it uses that an earlier layer owns, as indices in model order (the
@@ -23,11 +24,11 @@ struct GptShape {
 };
 
 /// `model` must be resolved (d_ff set). With `tp` > 1: one rank's shard of the model as
-/// make_tensor_parallel_gpt() splits it (heads, MLP width and vocabulary divided by tp).
-GptShape gpt_shape(const ModelConfig& model, int64_t tp = 1);
+/// make_tensor_parallel_model() splits it (heads, MLP width and vocabulary divided by tp).
+ModelShape model_shape(const ModelConfig& model, int64_t tp = 1);
 
-/// Whether `job`'s pipeline fits the built-in GPT it trains (n_layers + 2 layers); the
+/// Whether `job`'s pipeline fits the built-in model it trains (n_layers + 2 layers); the
 /// error names the key and its line.
-Status check_gpt_pipeline(const JobConfig& job);
+Status check_model_pipeline(const JobConfig& job);
 
 }  // namespace troupe

@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "runtime/config/resolve.hpp"
-#include "runtime/model/gpt_flops.hpp"
-#include "runtime/model/gpt_shape.hpp"
+#include "runtime/model/model_flops.hpp"
+#include "runtime/model/model_shape.hpp"
 
 namespace troupe {
 namespace {
@@ -27,7 +27,7 @@ TEST(GptFlops, ForwardAndBackwardAreSixNTokensPlusTheAttention) {
   for (bool tied : {false, true}) {
     const ModelConfig m = model_of(64, 3, 4, 32, tied);
     const int64_t batch = 5, tokens = batch * m.seq_len;
-    auto layers = gpt_layer_flops(m, batch, m.seq_len);
+    auto layers = model_layer_flops(m, batch, m.seq_len);
     ASSERT_EQ(layers.size(), 5u);
     double total = 0;
     int64_t parameters = 0;
@@ -36,7 +36,7 @@ TEST(GptFlops, ForwardAndBackwardAreSixNTokensPlusTheAttention) {
       total += l.forward + l.backward;
       parameters += l.parameters;
     }
-    EXPECT_EQ(parameters, gpt_shape(m).parameters);
+    EXPECT_EQ(parameters, model_shape(m).parameters);
     const double d = 64, ff = 256, vocab = 256, L = 3;
     const double in_products = L * (4 * d * d + 2 * d * ff) + d * vocab;
     EXPECT_DOUBLE_EQ(total, 6 * in_products * tokens + 12 * L * m.seq_len * d * tokens);
@@ -47,8 +47,8 @@ TEST(GptFlops, ForwardAndBackwardAreSixNTokensPlusTheAttention) {
 
 TEST(GptFlops, ATensorParallelRankDoesItsShareOfEveryProduct) {
   const ModelConfig m = model_of(64, 2, 4, 32, false);
-  auto whole = gpt_layer_flops(m, 2, m.seq_len);
-  auto half = gpt_layer_flops(m, 2, m.seq_len, 2);
+  auto whole = model_layer_flops(m, 2, m.seq_len);
+  auto half = model_layer_flops(m, 2, m.seq_len, 2);
   for (std::size_t i = 0; i < whole.size(); ++i) EXPECT_DOUBLE_EQ(half[i].forward, whole[i].forward / 2) << i;
   // A block's shard at d 64, MLP 256, tp 2: both LayerNorms (2 × 128), q/k/v's rows (96 × 64
   // + 96), the projection's columns (64 × 32) and its whole bias (64), the MLP's halves

@@ -1,13 +1,13 @@
-#include "runtime/model/gpt_flops.hpp"
+#include "runtime/model/model_flops.hpp"
 
 #include <numeric>
 
-#include "runtime/model/gpt_shape.hpp"
+#include "runtime/model/model_shape.hpp"
 
 namespace troupe {
 
-std::vector<LayerFlops> gpt_layer_flops(const ModelConfig& model, int64_t batch, int64_t seq, int64_t tp) {
-  const GptShape shape = gpt_shape(model, tp);
+std::vector<LayerFlops> model_layer_flops(const ModelConfig& model, int64_t batch, int64_t seq, int64_t tp) {
+  const ModelShape shape = model_shape(model, tp);
   const double tokens = static_cast<double>(batch * seq);
   const double d = static_cast<double>(model.d_model);
   const double ff = static_cast<double>(model.d_ff > 0 ? model.d_ff : 4 * model.d_model);
@@ -21,10 +21,14 @@ std::vector<LayerFlops> gpt_layer_flops(const ModelConfig& model, int64_t batch,
   };
   // The embedding looks rows up: no product, and no input gradient to compute.
   layers.push_back(LayerFlops{"embedding", owned(0), 0, 0});
-  // A block: q/k/v, scores q·kᵀ and their weighted sum of v (each 2·s·d per token over the
-  // heads), the output projection, and the MLP.
-  const double block = product(d, 3 * d / t) + 2 * 2 * tokens * static_cast<double>(seq) * d / t +
-                       product(d / t, d) + product(d, ff / t) + product(ff / t, d);
+  // A block: q/k/v (LLaMA's k and v n_kv_heads wide), scores q·kᵀ and their weighted sum
+  // of v (each 2·s·d per token over the heads), the output projection, and the MLP (GPT's
+  // in and out; LLaMA's gate, up and down).
+  const double kv = d * static_cast<double>(model.n_kv_heads > 0 ? model.n_kv_heads : model.n_heads) /
+                    static_cast<double>(model.n_heads);
+  const bool llama = model.type == "llama";
+  const double block = product(d, (d + 2 * kv) / t) + 2 * 2 * tokens * static_cast<double>(seq) * d / t +
+                       product(d / t, d) + (llama ? 2 : 1) * product(d, ff / t) + product(ff / t, d);
   for (int64_t i = 0; i < model.n_layers; ++i)
     layers.push_back(
         LayerFlops{"block" + std::to_string(i), owned(static_cast<std::size_t>(i + 1)), block, 2 * block});
@@ -33,10 +37,10 @@ std::vector<LayerFlops> gpt_layer_flops(const ModelConfig& model, int64_t batch,
   return layers;
 }
 
-std::vector<double> gpt_layer_costs(const JobConfig& job) {
+std::vector<double> model_layer_costs(const JobConfig& job) {
   std::vector<double> costs;
   for (const LayerFlops& l :
-       gpt_layer_flops(job.model, job.batch.micro_batch_size, job.model.seq_len, job.parallel.tp))
+       model_layer_flops(job.model, job.batch.micro_batch_size, job.model.seq_len, job.parallel.tp))
     costs.push_back(l.forward + l.backward);
   return costs;
 }
