@@ -74,6 +74,7 @@ nlohmann::json model_json(const ModelConfig& m) {
           {"d_ff", m.d_ff},
           {"rope_theta", m.rope_theta},
           {"norm_eps", m.norm_eps},
+          {"activation", m.activation},
           {"tie_embeddings", m.tie_embeddings}};
 }
 
@@ -88,6 +89,7 @@ ModelConfig model_of(const nlohmann::json& j) {
   m.rope_theta = j.at("rope_theta").get<double>();
   m.norm_eps = j.at("norm_eps").get<double>();
   m.tie_embeddings = j.at("tie_embeddings").get<bool>();
+  m.activation = j.value("activation", std::string("gelu"));
   return m;
 }
 

@@ -230,6 +230,8 @@ struct ModelConfig {
   int64_t d_ff = 0;
   double rope_theta = 10000.0;  ///< llama: the rotary embedding's base θ
   double norm_eps = 1e-5;       ///< the LayerNorms' or RMSNorms' ε
+  /// gpt: the MLP's "gelu" (erf) or "gelu_tanh" (GPT-2's gelu_new); llama gates with silu
+  std::string activation = "gelu";
   bool tie_embeddings = false;  ///< the output head reuses the token embedding's weight
   /// Forward keeps only each stage's input; backward runs the stage's forward again
   /// (with a trainer's layers too). Trades compute for the activations held.

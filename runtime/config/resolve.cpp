@@ -423,6 +423,13 @@ Status resolve_model(ModelConfig& model, const ConfigOrigins& origins) {
   TROUPE_TRY(require(positive(model.rope_theta), origins, "model", "rope_theta", model.rope_theta));
   TROUPE_TRY(require(unit_interval(model.norm_eps) && model.norm_eps > 0, origins, "model", "norm_eps",
                      model.norm_eps));
+  TROUPE_TRY(require(model.activation == "gelu" || model.activation == "gelu_tanh", origins, "model",
+                     "activation", model.activation));
+  if (model.type == "llama" && model.activation != "gelu")
+    return key_error(
+        origins, "model", "activation",
+        fmt::format("activation = {} with type = \"llama\": LLaMA's MLP gates with silu (SwiGLU)",
+                    toml_string(model.activation)));
   TROUPE_TRY(require(in_range(model.d_ff, 0, int64_t{1} << 20), origins, "model", "d_ff", model.d_ff));
   if (model.d_ff == 0 && !default_d_ff(model)) {
     return key_error(origins, "model", "d_model",

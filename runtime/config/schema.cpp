@@ -197,6 +197,8 @@ std::vector<KeySpec> make_key_specs() {
        [](C& c) -> FieldRef { return &c.model.rope_theta; }},
       {"model", "norm_eps", "a number above 0 and below 1",
        [](C& c) -> FieldRef { return &c.model.norm_eps; }},
+      {"model", "activation", R"("gelu" or "gelu_tanh")",
+       [](C& c) -> FieldRef { return &c.model.activation; }},
       {"model", "tie_embeddings", "true or false", [](C& c) -> FieldRef { return &c.model.tie_embeddings; }},
       {"model", "activation_checkpointing", "true or false",
        [](C& c) -> FieldRef { return &c.model.activation_checkpointing; }},

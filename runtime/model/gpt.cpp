@@ -67,7 +67,8 @@ torch::Tensor GptEmbeddingImpl::forward(torch::Tensor tokens) {
   return token_(tokens) + position_(positions);  // [B,T,C] + [T,C] broadcasts over B
 }
 
-GptBlockImpl::GptBlockImpl(const ModelConfig& model) : n_heads_(model.n_heads) {
+GptBlockImpl::GptBlockImpl(const ModelConfig& model)
+    : n_heads_(model.n_heads), gelu_approximation_(gelu_approximation(model)) {
   const int64_t width = model.d_model;
   norm_attention_ = register_module("norm_attention", make_layer_norm(width, model.norm_eps));
   qkv_ = register_module("qkv", torch::nn::Linear(width, 3 * width));
@@ -100,7 +101,7 @@ torch::Tensor GptBlockImpl::attend(const torch::Tensor& x) {
 torch::Tensor GptBlockImpl::forward(torch::Tensor x) {
   TORCH_CHECK(x.dim() == 3, "GptBlock expects activations [B,T,C], got ", x.sizes());
   x = x + attend(norm_attention_(x));
-  return x + apply_linear(mlp_out_, torch::gelu(apply_linear(mlp_in_, norm_mlp_(x))));
+  return x + apply_linear(mlp_out_, torch::gelu(apply_linear(mlp_in_, norm_mlp_(x)), gelu_approximation_));
 }
 
 GptHeadImpl::GptHeadImpl(const ModelConfig& model, const torch::Tensor& tied) {
@@ -135,6 +136,10 @@ torch::nn::Sequential make_gpt(const ModelConfig& model) {
   layers->push_back("head",
                     GptHead(model, model.tie_embeddings ? embedding->token_weight() : torch::Tensor()));
   return layers;
+}
+
+std::string gelu_approximation(const ModelConfig& model) {
+  return model.activation == "gelu_tanh" ? "tanh" : "none";
 }
 
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets) {

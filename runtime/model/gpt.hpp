@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -60,6 +61,7 @@ class GptBlockImpl : public torch::nn::Module {
   torch::Tensor attend(const torch::Tensor& x);
 
   int64_t n_heads_;
+  std::string gelu_approximation_;  // LibTorch's name: "none" (erf) or "tanh"
   torch::nn::LayerNorm norm_attention_{nullptr};
   torch::nn::Linear qkv_{nullptr};
   torch::nn::Linear attention_projection_{nullptr};
@@ -88,6 +90,9 @@ TORCH_MODULE(GptHead);
 /// `model` must be valid (d_model divisible by n_heads, positive sizes); d_ff = 0 means
 /// 4 × d_model. Draws all weights from torch's global generator.
 torch::nn::Sequential make_gpt(const ModelConfig& model);
+
+/// LibTorch's name of `model`'s GELU: "none" for activation = "gelu", "tanh" for "gelu_tanh".
+std::string gelu_approximation(const ModelConfig& model);
 
 /// Mean cross-entropy over every token: logits [B,T,V], targets int64 [B,T] -> scalar.
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets);

@@ -55,7 +55,8 @@ class TpBlockImpl : public torch::nn::Module {
   TpBlockImpl(const torch::nn::Module& full, const ModelConfig& model, Group group)
       : group_(std::move(group)),
         heads_(model.n_heads / group_->size()),
-        head_width_(model.d_model / model.n_heads) {
+        head_width_(model.d_model / model.n_heads),
+        gelu_approximation_(gelu_approximation(model)) {
     norm_attention_ = register_module("norm_attention", child<torch::nn::LayerNorm>(full, "norm_attention"));
     qkv_ = register_module("qkv", tp::ColumnParallelLinear(group_, parameter(full, "qkv.weight"),
                                                            parameter(full, "qkv.bias"), 3));
@@ -71,7 +72,7 @@ class TpBlockImpl : public torch::nn::Module {
 
   torch::Tensor forward(torch::Tensor x) {
     x = x + attention_projection_(attend(qkv_(layer_norm(norm_attention_, x, group_))));
-    return x + mlp_out_(torch::gelu(mlp_in_(layer_norm(norm_mlp_, x, group_))));
+    return x + mlp_out_(torch::gelu(mlp_in_(layer_norm(norm_mlp_, x, group_)), gelu_approximation_));
   }
 
  private:
@@ -87,6 +88,7 @@ class TpBlockImpl : public torch::nn::Module {
   Group group_;
   int64_t heads_;
   int64_t head_width_;
+  std::string gelu_approximation_;
   torch::nn::LayerNorm norm_attention_{nullptr};
   tp::ColumnParallelLinear qkv_{nullptr};
   tp::RowParallelLinear attention_projection_{nullptr};

@@ -1,10 +1,10 @@
-// Hugging Face checkpoints against transformers itself (tests/python/hf_llama.py, with the
-// Python whose torch is the LibTorch troupe builds against): a LlamaForCausalLM with random
-// weights, saved by save_pretrained, loads into troupe's LLaMA with the same logits (1e-5)
-// and the same loss on the same tokens; trained 20 steps by `troupe run` from that folder
-// over 2 ranks, exported by `troupe export --format hf`, it loads in from_pretrained with
-// logits equal to troupe's own for the trained parameters. Skips, saying so, where that
-// Python lacks transformers.
+// Hugging Face checkpoints against transformers itself (tests/python/hf_models.py, with the
+// Python whose torch is the LibTorch troupe builds against), for LlamaForCausalLM and
+// GPT2LMHeadModel: a model with random weights, saved by save_pretrained, loads into
+// troupe's model of that family with the same logits (1e-5) and the same loss on the same
+// tokens; trained 20 steps by `troupe run` from that folder over 2 ranks, exported by
+// `troupe export --format hf`, it loads in from_pretrained with logits equal to troupe's
+// own for the trained parameters. Skips, saying so, where that Python lacks transformers.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
@@ -25,7 +25,7 @@ namespace troupe {
 namespace {
 
 const std::string kPython = TROUPE_TORCH_PYTHON;
-const std::string kScript = std::string(TROUPE_SOURCE_DIR) + "/tests/python/hf_llama.py";
+const std::string kScript = std::string(TROUPE_SOURCE_DIR) + "/tests/python/hf_models.py";
 
 bool python_has_transformers() {
   return !kPython.empty() &&
@@ -37,10 +37,11 @@ bool python_has_transformers() {
   GTEST_SKIP() << "no Python with torch, transformers and safetensors (TROUPE_TORCH_PYTHON = '" << kPython \
                << "'; scripts/torch-env.sh install adds them)"
 
-// A folder hf_llama.py made with save_pretrained, and its expected.safetensors.
-std::string made_folder() {
-  const std::string dir = testing::make_temp_dir() + "/llama";
-  auto made = testing::run_command("HF_HUB_OFFLINE=1 " + kPython + " " + kScript + " make " + dir, 300);
+// A folder hf_models.py made with save_pretrained, and its expected.safetensors.
+std::string made_folder(const std::string& family) {
+  const std::string dir = testing::make_temp_dir() + "/" + family;
+  auto made = testing::run_command(
+      "HF_HUB_OFFLINE=1 " + kPython + " " + kScript + " make " + family + " " + dir, 300);
   EXPECT_EQ(made.exit_code, 0) << made.output;
   return dir;
 }
@@ -73,9 +74,17 @@ double max_difference(const torch::Tensor& a, const torch::Tensor& b) {
   return (a - b).abs().max().item<double>();
 }
 
-TEST(HuggingFace, LlamaForCausalLMsFolderGivesTheSameLogitsAndLoss) {
+// The family's folder (hf_models.py's name) and the job of configs/ that takes it.
+struct Family {
+  std::string name;
+  std::string job;  ///< `troupe run`'s config and the sets that give the folder's shape
+};
+
+class HuggingFace : public ::testing::TestWithParam<Family> {};
+
+TEST_P(HuggingFace, AFolderOfItsGivesTheSameLogitsAndLoss) {
   SKIP_WITHOUT_TRANSFORMERS();
-  const std::string dir = made_folder();
+  const std::string dir = made_folder(GetParam().name);
   auto model =
       troupe_model(dir, [&](const ModelConfig& c, ModelParameters& p) { return load_hf_folder(dir, c, p); });
   const std::string expected = dir + "/expected.safetensors";
@@ -89,18 +98,18 @@ TEST(HuggingFace, LlamaForCausalLMsFolderGivesTheSameLogitsAndLoss) {
       lm_loss(logits.index({Slice(), Slice(0, -1)}), tokens.index({Slice(), Slice(1)})).item<double>();
   const double hf_loss = tensor_of(expected, "loss").item<double>();
   EXPECT_NEAR(loss, hf_loss, 1e-5 * hf_loss);
-  std::printf("hugging face: LlamaForCausalLM's logits within %.1e, loss %.7f against its %.7f\n",
-              logit_difference, loss, hf_loss);
+  std::printf("hugging face: %s: transformers' logits within %.1e, loss %.7f against its %.7f\n",
+              GetParam().name.c_str(), logit_difference, loss, hf_loss);
 }
 
-TEST(HuggingFace, ATrainedRunExportsAFolderFromPretrainedLoadsWithTroupesLogits) {
+TEST_P(HuggingFace, ATrainedRunExportsAFolderFromPretrainedLoadsWithTroupesLogits) {
   SKIP_WITHOUT_TRANSFORMERS();
-  const std::string dir = made_folder();
+  const std::string dir = made_folder(GetParam().name);
   const std::string root = testing::make_temp_dir();
   // The folder's shape, dp 2 under ZeRO 2, 20 steps, saved at the end.
   const std::string job =
-      std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR + "/configs/tiny-llama.toml" +
-      " --set model.init_from=\\\"" + dir + "\\\" --set model.d_ff=96 --set model.norm_eps=1e-5" +
+      std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR + "/configs/" + GetParam().job +
+      " --set model.init_from=\\\"" + dir + "\\\" --set model.norm_eps=1e-5" +
       " --set train.steps=20 --set zero.stage=2 --set batch.micro_batch_size=4 --set checkpoint.dir=\\\"" +
       root +
       "/ckpt\\\" --set checkpoint.every_steps=20 --set cluster.coordinator=" + testing::free_coordinator();
@@ -126,9 +135,18 @@ TEST(HuggingFace, ATrainedRunExportsAFolderFromPretrainedLoadsWithTroupesLogits)
   const double difference = max_difference(ours, tensor_of(root + "/theirs.safetensors", "logits"));
   EXPECT_LT(difference, 1e-5);
   std::printf(
-      "hugging face: after 20 steps, from_pretrained of troupe's export gives troupe's logits within %.1e\n",
-      difference);
+      "hugging face: %s: after 20 steps, from_pretrained of troupe's export gives troupe's logits within "
+      "%.1e\n",
+      GetParam().name.c_str(), difference);
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, HuggingFace,
+    ::testing::Values(Family{"llama", "tiny-llama.toml --set model.d_ff=96"},
+                      Family{"gpt2",
+                             "tiny-gpt.toml --set model.vocab_size=320 --set model.tie_embeddings=true"
+                             " --set model.activation=\\\"gelu_tanh\\\""}),
+    [](const auto& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace troupe

@@ -699,6 +699,16 @@ TEST(ConfigResolve, KeyValueHeadsMustDivideTheQueryHeads) {
       "job.toml:6:14: [model] rope_theta must be a number above 0 (the rotary embedding's base), got 0.0");
 }
 
+TEST(ConfigResolve, TheActivationIsTheGptsToChoose) {
+  EXPECT_EQ(error_of(load(std::string(kMinimal) + "[model]\nactivation = \"relu\"\n")),
+            "job.toml:4:14: [model] activation must be \"gelu\" or \"gelu_tanh\", got \"relu\"");
+  EXPECT_EQ(
+      error_of(load(std::string(kMinimal) + "[model]\ntype = \"llama\"\nactivation = \"gelu_tanh\"\n")),
+      "job.toml:5:14: [model] activation = \"gelu_tanh\" with type = \"llama\": LLaMA's MLP gates with silu "
+      "(SwiGLU)");
+  EXPECT_TRUE(load(std::string(kMinimal) + "[model]\nactivation = \"gelu_tanh\"\n").ok());
+}
+
 TEST(ConfigResolve, TensorParallelismSplitsTheKeyValueHeads) {
   EXPECT_EQ(
       error_of(load(std::string(kMinimal) +
@@ -1100,7 +1110,7 @@ TEST(ConfigRender, RoundTripGivesAnEqualConfig) {
   raw.zero = {1, 12345, false, 6, 7, 8, 9};
   raw.batch = {3, 0, 12};
   raw.optimizer = {OptimizerType::sgd, 3e-4, 0.1, 0.2, 1e-12, 0, 0.9, true, 0.75};
-  raw.model = {"gpt", 300, 10, 12, 1, 3, 0, 0, 10000.0, 1e-5, false, false, "start.pt"};
+  raw.model = {"gpt", 300, 10, 12, 1, 3, 0, 0, 10000.0, 1e-5, "gelu_tanh", false, false, "start.pt"};
   raw.data = {write_temp_file("round_trip.txt", std::string(100, 'y')), 99, 4};
   raw.train = {5, -9, 3, 2, "metrics é.jsonl", 4};
   raw.checkpoint = {"ckpt dir", 5, 3, false, "latest"};

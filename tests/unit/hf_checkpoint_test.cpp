@@ -151,6 +151,38 @@ TEST(HfFolder, WhatTroupeWritesLoadsBackBitForBitAndDescribesItsModel) {
   }
 }
 
+// GPT-2's names, its Conv1D weights stored transposed, its tied head left out of the file.
+TEST(HfFolder, AGptIsWrittenInGpt2sNamesAndLoadsBack) {
+  ModelConfig config = small_llama();
+  config.type = "gpt";
+  config.n_kv_heads = 4;
+  config.d_ff = 128;
+  config.activation = "gelu_tanh";
+  config.tie_embeddings = true;
+  const std::string dir = folder_of(config);
+  auto file = read_safetensors_header(dir + "/model.safetensors");
+  ASSERT_TRUE(file.ok());
+  EXPECT_EQ(file->tensors.at("transformer.h.0.attn.c_attn.weight").shape, (std::vector<int64_t>{32, 96}))
+      << "Conv1D's [in, out]";
+  EXPECT_EQ(file->tensors.count("lm_head.weight"), 0u) << "tied: the head is the embedding";
+  auto described = read_hf_config(dir);
+  ASSERT_TRUE(described.ok()) << described.error().message;
+  EXPECT_EQ(described->activation, "gelu_tanh");
+  EXPECT_EQ(described->seq_len, 16) << "n_positions: the learned position table's rows";
+  auto loaded = load(dir, config);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  torch::manual_seed(5);
+  auto drawn = model_parameters(make_model(config));
+  for (std::size_t t = 0; t < drawn->tensors.size(); ++t)
+    EXPECT_TRUE(torch::equal(loaded->tensors[t], drawn->tensors[t])) << drawn->names[t];
+  ModelConfig erf = config;
+  erf.activation = "gelu";
+  EXPECT_EQ(error_of(load(dir, erf)),
+            "[model] init_from: " + dir +
+                "/config.json describes another model: [model] activation = \"gelu\" "
+                "where its activation_function = \"gelu_new\"");
+}
+
 TEST(HfFolder, ShardsListedByTheIndexLoad) {
   const ModelConfig config = small_llama();
   const std::string dir = folder_of(config);
@@ -206,7 +238,7 @@ TEST(HfFolder, AMissingExtraOrMisshapenTensorIsRefusedBeforeAnyCopy) {
   });
   EXPECT_EQ(error_of(load(misshapen, config)),
             "[model] init_from: model.layers.1.self_attn.k_proj.weight in " + misshapen +
-                "/model.safetensors has shape [32, 32]; the model's block1.k.weight is [16, 32]");
+                "/model.safetensors has shape [32, 32]; the model's block1.k.weight needs [16, 32]");
   const std::string missing = folder_of(config);
   rewrite_weights(missing, [](auto& t) { t.erase("model.norm.weight"); });
   EXPECT_EQ(error_of(load(missing, config)),
@@ -232,7 +264,9 @@ TEST(HfFolder, FeaturesTroupeDoesNotBuildAreRefusedByKey) {
   EXPECT_EQ(with("\"attention_bias\": false", "\"attention_bias\": true"),
             dir + "/config.json: attention_bias = true: troupe's LLaMA has no biases");
   EXPECT_EQ(with("\"model_type\": \"llama\"", "\"model_type\": \"qwen2\""),
-            dir + "/config.json: model_type = \"qwen2\": troupe loads Hugging Face's \"llama\" models");
+            dir +
+                "/config.json: model_type = \"qwen2\": troupe loads Hugging Face's \"llama\" and \"gpt2\" "
+                "models");
   EXPECT_EQ(
       with("\"rope_theta\": 10000.0", "\"rope_scaling\": {\"rope_type\": \"llama3\"}, \"rope_theta\": 1.0"),
       dir +
