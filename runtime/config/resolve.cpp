@@ -22,6 +22,7 @@
 #include "runtime/config/suggest.hpp"
 #include "runtime/config/token.hpp"
 #include "runtime/config/toml_text.hpp"
+#include "runtime/model/hf_config.hpp"
 
 namespace troupe {
 namespace {
@@ -402,7 +403,36 @@ Status resolve_heads(ModelConfig& model, const ConfigOrigins& origins) {
   return {};
 }
 
+// [model] init_from = a Hugging Face folder: each [model] key the job leaves out takes the
+// folder's config.json value, so init_from alone describes the model. A job made in code
+// (no origins) sets its fields itself.
+Status take_shape_from_folder(ModelConfig& model, const ConfigOrigins& origins) {
+  std::error_code ec;
+  if (model.init_from.empty() || origins.source == "<struct>" ||
+      !std::filesystem::exists(model.init_from + "/config.json", ec))
+    return {};
+  auto theirs = read_hf_config(model.init_from);
+  if (!theirs) return key_error(origins, "model", "init_from", theirs.error().message);
+  auto left_out = [&](const char* key) { return !origins.by_key.count(std::string("model.") + key); };
+  if (left_out("type")) model.type = theirs->type;
+  if (model.type != theirs->type) return {};  // the load names the difference
+  for (auto [key, field, value] : {std::tuple{"vocab_size", &model.vocab_size, theirs->vocab_size},
+                                   {"d_model", &model.d_model, theirs->d_model},
+                                   {"n_layers", &model.n_layers, theirs->n_layers},
+                                   {"n_heads", &model.n_heads, theirs->n_heads},
+                                   {"n_kv_heads", &model.n_kv_heads, theirs->n_kv_heads},
+                                   {"d_ff", &model.d_ff, theirs->d_ff}})
+    if (left_out(key)) *field = value;
+  if (left_out("rope_theta")) model.rope_theta = theirs->rope_theta;
+  if (left_out("norm_eps")) model.norm_eps = theirs->norm_eps;
+  if (left_out("tie_embeddings")) model.tie_embeddings = theirs->tie_embeddings;
+  if (model.type == "gpt" && left_out("activation")) model.activation = theirs->activation;
+  if (model.type == "gpt" && left_out("seq_len")) model.seq_len = theirs->seq_len;  // its learned positions
+  return {};
+}
+
 Status resolve_model(ModelConfig& model, const ConfigOrigins& origins) {
+  TROUPE_TRY(take_shape_from_folder(model, origins));
   static const std::vector<std::string> kFamilies = {"gpt", "llama"};
   if (std::find(kFamilies.begin(), kFamilies.end(), model.type) == kFamilies.end()) {
     const auto close = suggest(model.type, kFamilies);

@@ -2,6 +2,7 @@
 // (derivations and validation), rendering and did-you-mean suggestions.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <optional>
@@ -697,6 +698,31 @@ TEST(ConfigResolve, KeyValueHeadsMustDivideTheQueryHeads) {
   EXPECT_EQ(
       error_of(load(llama + "rope_theta = 0\n")),
       "job.toml:6:14: [model] rope_theta must be a number above 0 (the rotary embedding's base), got 0.0");
+}
+
+// init_from = a Hugging Face folder: the [model] keys the job leaves out come from its
+// config.json; a key the job gives stays (and the load names the difference).
+TEST(ConfigResolve, AHuggingFaceFolderGivesTheModelKeysTheJobLeavesOut) {
+  const std::string dir = ::testing::TempDir() + "troupe_config_test_hf";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json")
+      << R"({"model_type": "llama", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 96,)"
+      << R"( "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-06,)"
+      << R"( "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}, "tie_word_embeddings": true})";
+  const std::string job = std::string(kMinimal) + "[model]\ninit_from = \"" + dir + "\"\n";
+  auto loaded = load(job + "n_layers = 2\n");
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  const ModelConfig& m = loaded->model;
+  EXPECT_EQ(m.type, "llama");
+  EXPECT_EQ(std::tuple(m.vocab_size, m.d_model, m.n_heads, m.n_kv_heads, m.d_ff),
+            std::tuple(320, 64, 4, 2, 96));
+  EXPECT_EQ(std::tuple(m.rope_theta, m.norm_eps, m.tie_embeddings), std::tuple(500000.0, 1e-6, true));
+  EXPECT_EQ(m.n_layers, 2) << "the job's own key stays";
+  std::ofstream(dir + "/config.json") << R"({"model_type": "mistral"})";
+  EXPECT_EQ(error_of(load(job)),
+            "job.toml:4:13: [model] " + dir +
+                "/config.json: model_type = \"mistral\": troupe loads Hugging Face's \"llama\" "
+                "and \"gpt2\" models");
 }
 
 TEST(ConfigResolve, TheActivationIsTheGptsToChoose) {
