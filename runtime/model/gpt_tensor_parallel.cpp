@@ -132,17 +132,8 @@ torch::nn::Sequential make_tensor_parallel_gpt(const ModelConfig& model,
                                                const std::shared_ptr<TensorParallelGroup>& group) {
   TROUPE_CHECK(model.n_heads % group->size() == 0 && model.vocab_size % group->size() == 0,
                "a validated config splits heads and vocabulary evenly");
-  torch::nn::Sequential full = make_gpt(model);  // the same draws as the single-process model
-  torch::nn::Sequential layers;
-  const auto children = full->named_children();
-  TpEmbedding embedding(*children[0].value(), group);
-  layers->push_back("embedding", embedding);
-  for (int64_t i = 0; i < model.n_layers; ++i)
-    layers->push_back("block" + std::to_string(i),
-                      TpBlock(*children[static_cast<std::size_t>(i + 1)].value(), model, group));
-  layers->push_back("head", TpHead(*children[children.size() - 1].value(), group,
-                                   model.tie_embeddings ? embedding->token_weight() : torch::Tensor()));
-  return layers;
+  // The same draws as the single-process model, each rank keeping its shard.
+  return split_layers<TpEmbedding, TpBlock, TpHead>(make_gpt(model), model, group);
 }
 
 LossFunction tensor_parallel_gpt_loss(const std::shared_ptr<TensorParallelGroup>& group) {

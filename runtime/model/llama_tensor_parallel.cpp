@@ -147,17 +147,8 @@ torch::nn::Sequential make_tensor_parallel_llama(const ModelConfig& model,
                                                  const std::shared_ptr<TensorParallelGroup>& group) {
   TROUPE_CHECK(model.n_kv_heads % group->size() == 0 && model.vocab_size % group->size() == 0,
                "a validated config splits key/value heads and vocabulary evenly");
-  torch::nn::Sequential full = make_llama(model);  // the same draws as the single-process model
-  torch::nn::Sequential layers;
-  const auto children = full->named_children();
-  TpLlamaEmbedding embedding(*children[0].value(), group);
-  layers->push_back("embedding", embedding);
-  for (int64_t i = 0; i < model.n_layers; ++i)
-    layers->push_back("block" + std::to_string(i),
-                      TpLlamaBlock(*children[static_cast<std::size_t>(i + 1)].value(), model, group));
-  layers->push_back("head", TpLlamaHead(*children[children.size() - 1].value(), group,
-                                        model.tie_embeddings ? embedding->token_weight() : torch::Tensor()));
-  return layers;
+  // The same draws as the single-process model, each rank keeping its shard.
+  return split_layers<TpLlamaEmbedding, TpLlamaBlock, TpLlamaHead>(make_llama(model), model, group);
 }
 
 }  // namespace troupe
