@@ -5,7 +5,8 @@
 // NVMe, tensor parallelism with sequence parallelism, and the 3D layout tp 2 × pp 2 × dp 2
 // with ZeRO 3 and the optimizer on the cpu tier; 20 steps of fp32, losses within 1e-5
 // relative and final parameters within 1e-5 of their norm. bf16 and checkpoints of the
-// family are in precision_test and checkpoint_test.
+// family are in precision_test and checkpoint_test. The device path (a GPU rank's, on CPU
+// streams) trains it too: ZeRO 3, and tp 2 × dp 2 with sequence parallelism.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -30,6 +31,7 @@ struct LlamaJob {
   bool tied = false;
   std::string schedule = "1f1b";
   std::string settings = "";  ///< more --set flags
+  bool device_path = false;   ///< on CPU streams standing in for a GPU's (TROUPE_DEVICE_PATH=cpu)
 };
 
 std::string name(const ::testing::TestParamInfo<LlamaJob>& info) {
@@ -42,6 +44,7 @@ std::string name(const ::testing::TestParamInfo<LlamaJob>& info) {
   if (j.pp > 1) n += "_" + j.schedule;
   if (j.settings.find("checkpointing") != std::string::npos) n += "_recomputed";
   if (j.settings.find("param") != std::string::npos) n += "_parametersOnNvme";
+  if (j.device_path) n += "_devicePath";
   return n;
 }
 
@@ -72,9 +75,9 @@ std::string overrides(const LlamaJob& j) {
 
 TrainedRun train(const std::string& how, const LlamaJob& j) {
   const std::string dir = make_temp_dir();
-  auto r = run_command(std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR + "/configs/tiny-llama.toml" +
-                           how + overrides(j) + " --metrics " + dir + "/metrics.jsonl --parameters-out " +
-                           dir + "/parameters.bin",
+  auto r = run_command(std::string(j.device_path ? "TROUPE_DEVICE_PATH=cpu " : "") + TROUPE_BINARY + " run " +
+                           TROUPE_SOURCE_DIR + "/configs/tiny-llama.toml" + how + overrides(j) +
+                           " --metrics " + dir + "/metrics.jsonl --parameters-out " + dir + "/parameters.bin",
                        300);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return read_run(dir + "/metrics.jsonl", dir + "/parameters.bin");
@@ -114,6 +117,13 @@ INSTANTIATE_TEST_SUITE_P(Layouts, Llama,
                                                     " --set model.activation_checkpointing=true"},
                                            LlamaJob{2, 1, 1, 3, false, "nvme", false, "1f1b",
                                                     " --set offload.param=\\\"nvme\\\""}),
+                         name);
+
+// A GPU rank's path (its rows, buckets and collectives by placement), on CPU streams standing
+// in for the device's: ZeRO 3 at dp 2, and tp 2 × dp 2 with sequence parallelism.
+INSTANTIATE_TEST_SUITE_P(DevicePath, Llama,
+                         ::testing::Values(LlamaJob{2, 1, 1, 3, false, "none", false, "1f1b", "", true},
+                                           LlamaJob{2, 1, 2, 2, true, "none", false, "1f1b", "", true}),
                          name);
 
 }  // namespace
