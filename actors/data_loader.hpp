@@ -1,7 +1,9 @@
 // The data loader actor: prepares this rank's micro-batches on its own stream, ahead of
 // use, so compute never waits for data. Micro-batch `micro` of step `step` on rank r
 // holds global samples first = step × global + (micro × dp + r) × micro_batch_size, so
-// the ranks together cover each global batch exactly once whatever dp is.
+// the ranks together cover each global batch exactly once whatever dp is. Validation
+// batches come the same way from `validation` (batch b of a pass as step b), each pass from
+// its first batch again.
 // Protocol (actors/protocol/data.hpp): fetch_micro_batch → micro_batch_ready.
 #pragma once
 
@@ -11,6 +13,7 @@
 #include <cstdint>
 
 #include "actors/micro_batch.hpp"
+#include "actors/protocol/data.hpp"
 #include "base/trace.hpp"
 
 namespace troupe {
@@ -23,10 +26,15 @@ struct DataLoaderOptions {
   int64_t rank = 0;
   int64_t prefetch = 2;  ///< micro-batches prepared ahead of the one asked for
   Tracer* tracer = nullptr;
+  MicroBatchSource validation;  ///< empty: the job has no validation split
+  /// Training steps before `start.step` are not read again; step s's first sample is
+  /// start.samples_after(s). A resume moves it (the data_position message).
+  data_position start{0, 0, 0};
 };
 
-/// First global sample of a micro-batch (see the header comment).
-int64_t first_sample_of(const DataLoaderOptions& o, int64_t step, int64_t micro);
+/// First global sample of a micro-batch (see the header comment); a validation batch's
+/// count from 0 whatever the training position.
+int64_t first_sample_of(const DataLoaderOptions& o, int64_t step, int64_t micro, bool validation = false);
 
 caf::actor spawn_data_loader(caf::actor_system& system, DataLoaderOptions options);
 

@@ -17,6 +17,7 @@ using pipeline::Op;
 
 constexpr uint64_t kSummaryTag = 1;        // the step's sums gathered over the world
 constexpr uint64_t kFinishTag = 2;         // the barrier of finish_training
+constexpr uint64_t kEvalTag = 3;           // a validation batch's loss sums gathered over the world
 constexpr std::size_t kSummaryFields = 4;  // loss, gradient square sum, tokens, compute seconds
 
 std::size_t chunk_count(const Scheduler* self) {
@@ -40,6 +41,11 @@ void finish_step(Scheduler* self, std::string error) {
   auto& s = self->state;
   if (!s.current) return;
   CurrentStep& c = *s.current;
+  if (c.eval) {
+    c.reply.deliver(eval_report{0, std::move(error)});
+    s.current.reset();
+    return;
+  }
   double ms = std::chrono::duration<double, std::milli>(now(self) - c.start).count();
   double loss = c.gradients ? c.gradients->loss : 0;
   int64_t tokens = c.gradients ? c.gradients->tokens : 0;
@@ -56,12 +62,12 @@ void finish_step(Scheduler* self, std::string error) {
 // holds only what is decided, with its receives bounded by credits: no window.
 void dispatch(Scheduler* self) {
   auto& s = self->state;
-  const bool windowed = !event_driven(self);
+  const bool windowed = !event_driven(self) || s.current->eval;
   while (s.current && s.current->next < s.current->program.size() &&
          (!windowed || s.current->unfinished < s.options.window)) {
     CurrentStep& c = *s.current;
     const pipeline::Action a = c.program[c.next];
-    stage_action out{c.step, static_cast<int64_t>(c.next), a, s.options.micro_count, nullptr};
+    stage_action out{c.step, static_cast<int64_t>(c.next), a, s.options.micro_count, nullptr, c.eval};
     if (a.op == Op::load) {
       auto batch = c.batches.find(a.micro);
       if (batch == c.batches.end()) return;  // micro_batch_ready resumes
@@ -92,18 +98,20 @@ void fetch(Scheduler* self, int64_t micro) {
   auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::duration<double>(s.options.fetch_timeout_s));
   int64_t step = s.current->step;
-  self->request(s.options.data_loader, timeout, fetch_micro_batch{step, micro})
+  const bool eval = s.current->eval;
+  self->request(s.options.data_loader, timeout, fetch_micro_batch{step, micro, eval})
       .then(
           [=](micro_batch_ready& ready) {
             auto& st = self->state;
-            if (!st.current || st.current->step != step) return;
+            if (!st.current || st.current->step != step || st.current->eval != eval) return;
             st.current->batches[micro] = ready.batch;
-            if (event_driven(self)) batch_fetched(self, micro);
+            if (event_driven(self) && !eval) batch_fetched(self, micro);
             dispatch(self);
           },
           [=](caf::error& e) {
-            finish_step(self, fmt::format("fetching micro-batch {} of step {} failed: {}", micro, step,
-                                          self->system().render(e)));
+            finish_step(
+                self, fmt::format("fetching {}micro-batch {} of {} {} failed: {}", eval ? "validation " : "",
+                                  micro, eval ? "batch" : "step", step, self->system().render(e)));
           });
 }
 
@@ -127,12 +135,84 @@ void start_step(Scheduler* self, int64_t step) {
   dispatch(self);
 }
 
+// A validation batch's program has run: each chunk's loss sum and count, then the world's.
+void gather_eval_loss(Scheduler* self) {
+  auto& s = self->state;
+  const int64_t batch = s.current->step;
+  auto sums = std::make_shared<std::pair<double, double>>(0.0, 0.0);
+  auto left = std::make_shared<std::size_t>(chunk_count(self));
+  auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double>(s.options.fetch_timeout_s));
+  for (const caf::actor& chunk : s.options.chunks) {
+    self->request(chunk, timeout, eval_loss_request{batch})
+        .then(
+            [=](eval_loss& l) {
+              auto& st = self->state;
+              if (!st.current || !st.current->eval || st.current->step != batch) return;
+              sums->first += l.sum;
+              sums->second += static_cast<double>(l.count);
+              if (--*left > 0) return;
+              double* mine =
+                  st.summary->as<double>() + kSummaryFields * static_cast<std::size_t>(st.options.world_rank);
+              std::fill(mine, mine + kSummaryFields, 0.0);
+              mine[0] = sums->first;
+              mine[2] = sums->second;
+              std::size_t floats = kSummaryFields * sizeof(double) / sizeof(float);
+              BufferSpan out =
+                  float_span(st.summary, 0, floats * static_cast<std::size_t>(st.options.world_size));
+              BufferSpan in =
+                  float_span(st.summary, floats * static_cast<std::size_t>(st.options.world_rank), floats);
+              self->send(st.options.comm_agent,
+                         all_gather_request{kEvalTag, std::move(in), std::move(out), world_communicator,
+                                            caf::actor_cast<caf::actor>(self)});
+            },
+            [=](caf::error& e) {
+              finish_step(self, fmt::format("validation batch {}: {}", batch, self->system().render(e)));
+            });
+  }
+}
+
+void on_eval_summary(Scheduler* self) {
+  auto& s = self->state;
+  if (!s.current || !s.current->eval) return;
+  const double* all = s.summary->as<double>();
+  double loss = 0, count = 0;
+  for (std::size_t r = 0; r < static_cast<std::size_t>(s.options.world_size); ++r) {
+    loss += all[kSummaryFields * r];
+    count += all[kSummaryFields * r + 2];
+  }
+  s.current->reply.deliver(eval_report{count > 0 ? loss / count : 0.0, ""});
+  s.current.reset();
+}
+
 // `index`: the action of the program that finished, or -1 for a step-wide answer.
 void action_finished(Scheduler* self, int64_t step, int64_t index) {
   auto& s = self->state;
   if (!s.current || s.current->step != step) return;
   --s.current->unfinished;
+  if (s.current->eval) {
+    dispatch(self);
+    if (s.current && s.current->next == s.current->program.size() && s.current->unfinished == 0)
+      gather_eval_loss(self);
+    return;
+  }
   if (index >= 0 && event_driven(self)) event_happened(self, static_cast<std::size_t>(index));
+  dispatch(self);
+}
+
+void start_eval(Scheduler* self, int64_t batch) {
+  auto& s = self->state;
+  s.current = CurrentStep{};
+  CurrentStep& c = *s.current;
+  c.step = batch;
+  c.eval = true;
+  c.start = now(self);
+  c.reply = self->make_response_promise();
+  if (s.options.eval_program.empty()) return finish_step(self, "the job has no validation program");
+  c.program = s.options.eval_program;
+  for (const auto& a : c.program)
+    if (a.op == Op::load) ++c.loads_left[a.micro];
+  for (const auto& [micro, loads] : c.loads_left) fetch(self, micro);
   dispatch(self);
 }
 
@@ -182,6 +262,10 @@ caf::behavior scheduler_behavior(Scheduler* self, SchedulerOptions options) {
         Tracer::Scope span(tracer, "scheduler", "train_step");
         start_step(self, t.step);
       },
+      [=](eval_step& e) {
+        Tracer::Scope span(tracer, "scheduler", "eval_step");
+        start_eval(self, e.batch);
+      },
       [=](action_done& d) { action_finished(self, d.step, d.index); },
       [=](compute_started& started) {
         auto& s = self->state;
@@ -221,6 +305,10 @@ caf::behavior scheduler_behavior(Scheduler* self, SchedulerOptions options) {
       },
       [=](collective_done& d) {
         auto& s = self->state;
+        if (d.tag == kEvalTag) {
+          if (!d.error.empty()) return finish_step(self, "gathering the validation loss failed: " + d.error);
+          return on_eval_summary(self);
+        }
         if (d.tag == kSummaryTag) {
           if (!d.error.empty())
             return finish_step(self, "gathering the step's loss and norm failed: " + d.error);

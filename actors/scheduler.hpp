@@ -20,7 +20,12 @@
 // choice that is not ready, or choosing nothing when nothing more can come, fails the step
 // with an error naming the scheduler, what was ready and what it waited for.
 //
+// A validation batch (eval_step, between steps) walks eval_program the same way, its
+// actions marked eval; then every chunk's loss sum and count are gathered over the world and
+// summed in rank order, so every rank answers the same mean.
+//
 // Protocol (actors/protocol/scheduler.hpp): train_step → step_report (error set on failure);
+// eval_step → eval_report;
 // finish_training → collective_done once every rank has finished.
 #pragma once
 
@@ -47,6 +52,9 @@ struct SchedulerOptions {
   caf::actor data_loader;
   caf::actor comm_agent;
   pipeline::Program program;  ///< this rank's actions for one step
+  /// This rank's actions for one validation batch: the program's loads, receives and sends
+  /// of activations and forwards, in its order (eval_step; empty: no validation).
+  pipeline::Program eval_program;
   int64_t micro_count = 1;    ///< gradient accumulation steps: the program's micro-batches
   int64_t stages = 1;         ///< pp, for the step's bubble; above 1 the summary is gathered
   int64_t world_rank = 0;

@@ -547,6 +547,12 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
         accept_action(self, std::move(a));
       },
       [=](forward_computed& f) { on_forward_computed(self, f); },
+      [=](eval_loss_request& r) -> caf::result<eval_loss> {
+        const Flow& f = self->state.flow;
+        if (self->state.failed) return caf::make_error(caf::sec::runtime_error, self->state.failure);
+        if (!f.evaluating || f.eval_batch != r.batch) return eval_loss{};
+        return eval_loss{f.eval_loss_sum, f.eval_count};
+      },
       [=](local_transfer& t) { on_local_transfer(self, t); },
       [=](local_neighbours& n) {
         self->state.flow.local_previous = n.previous;

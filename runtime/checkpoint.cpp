@@ -113,7 +113,7 @@ std::string checkpoint_meta(const JobConfig& job, const std::vector<std::string>
 
 std::vector<CheckpointBlob> rank_checkpoint_files(const RankCheckpoint& r, int64_t step,
                                                   const std::vector<stage_snapshot>& snapshots,
-                                                  std::vector<char> rng_state) {
+                                                  std::vector<char> rng_state, int64_t samples) {
   std::vector<CheckpointBlob> files;
   nlohmann::json chunks = nlohmann::json::array();
   for (std::size_t c = 0; c < r.chunks.size(); ++c) {
@@ -144,7 +144,8 @@ std::vector<CheckpointBlob> rank_checkpoint_files(const RankCheckpoint& r, int64
   }
   auto rng = std::make_shared<std::vector<char>>(std::move(rng_state));
   files.push_back(CheckpointBlob{rng_name(r.rank), rng, rng->data(), rng->size()});
-  nlohmann::json index = {{"rank", r.rank}, {"step", step}, {"chunks", chunks}, {"rng", rng_name(r.rank)}};
+  nlohmann::json index = {
+      {"rank", r.rank}, {"step", step}, {"samples", samples}, {"chunks", chunks}, {"rng", rng_name(r.rank)}};
   files.push_back(blob_of(index_name(r.rank), std::make_shared<std::string>(index.dump(1))));
   return files;
 }
@@ -194,6 +195,7 @@ struct SavedState {
   int64_t updates_applied = 0;
   std::optional<LossScalerState> scaler;
   bool first_chunk = true;
+  int64_t samples = -1;  // training samples consumed; -1 in checkpoints from before it was kept
 };
 
 Status gather_index(const nlohmann::json& index, std::size_t arrays, SavedState& saved) {
@@ -228,6 +230,7 @@ Result<SavedState> read_indexes(CheckpointFiles& files, const std::string& dir, 
     nlohmann::json index = nlohmann::json::parse((*bytes)->begin(), (*bytes)->end(), nullptr, false);
     if (index.is_discarded()) return make_error(fmt::format("checkpoint {}: {} is not JSON", dir, name));
     try {
+      saved.samples = index.value("samples", int64_t{-1});
       if (Status ok = gather_index(index, r.arrays.size(), saved); !ok)
         return make_error(fmt::format("checkpoint {}: {}: {}; this job's [optimizer] keeps {} ({})", dir,
                                       name, ok.error().message, r.arrays.size(), fmt::join(r.arrays, ", ")));
@@ -331,6 +334,7 @@ Result<ConsolidatedParameters> consolidate_parameters(const std::string& dir, bo
     out.steps.push_back(found->second);
   }
   out.updates_applied = saved->updates_applied;
+  out.samples = saved->samples;
   out.scaler = saved->scaler;
   return out;
 }
@@ -343,6 +347,7 @@ Result<ResumedRank> load_rank_checkpoint(const std::string& dir, const RankCheck
   if (!saved) return saved.error();
   ResumedRank resumed;
   resumed.step = manifest->step;
+  resumed.samples = saved->samples;
   for (const ChunkCheckpoint& chunk : r.chunks) {
     auto loaded = load_chunk(files, *saved, chunk, r.arrays.size());
     if (!loaded)

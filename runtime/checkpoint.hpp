@@ -73,19 +73,22 @@ struct ConsolidatedParameters {
   std::vector<int64_t> steps;                          ///< with_state: by tensor
   int64_t step = 0;                                    ///< training steps done
   int64_t updates_applied = 0;
+  int64_t samples = -1;  ///< training samples consumed (the data's position); -1: not recorded
   std::optional<LossScalerState> scaler;
   std::optional<ModelConfig> model;  ///< the model's family and shape (absent in older checkpoints)
 };
 Result<ConsolidatedParameters> consolidate_parameters(const std::string& dir, bool with_state = false);
 
-/// This rank's files for the save after `step` steps; `snapshots` by chunk.
+/// This rank's files for the save after `step` steps, when `samples` training samples have
+/// been read (the data's position); `snapshots` by chunk.
 std::vector<CheckpointBlob> rank_checkpoint_files(const RankCheckpoint& rank, int64_t step,
                                                   const std::vector<stage_snapshot>& snapshots,
-                                                  std::vector<char> rng_state);
+                                                  std::vector<char> rng_state, int64_t samples);
 
 /// What a rank takes back from a checkpoint.
 struct ResumedRank {
   int64_t step = 0;
+  int64_t samples = -1;  ///< training samples consumed before it; -1: not recorded (older checkpoints)
   std::vector<restore_stage> chunks;
   std::vector<char> rng_state;  ///< this rank's own; empty when the checkpoint has none for it
 };

@@ -264,6 +264,19 @@ Result<CommunicatorId> make_shard_slices(Transport& transport, int64_t tp, int64
   return mine;
 }
 
+// A validation batch's actions: the step's loads, forwards and activation transfers in the
+// step's order. Dropping backwards and updates from a schedule that cannot deadlock leaves
+// one that cannot either: each forward still follows the forwards it takes input from.
+pipeline::Program forward_program(const pipeline::Program& step) {
+  pipeline::Program forward;
+  for (const pipeline::Action& a : step) {
+    using pipeline::Op;
+    if (a.op == Op::load || a.op == Op::forward || a.op == Op::send_activation || a.op == Op::recv_activation)
+      forward.push_back(a);
+  }
+  return forward;
+}
+
 }  // namespace
 
 Result<std::shared_ptr<TensorParallelGroup>> Engine::tensor_parallel_group(
@@ -309,6 +322,7 @@ class Engine::Impl {
   int64_t last_save = -1;                 // the step of the save last handed to the writer
   int64_t compute_threads = 1;
   int64_t steps_done = 0;
+  data_position data_at{0, 0, 1};  // where the training samples stand (set with the batch below)
   bool failed = false;
   bool finished = false;
 
@@ -414,9 +428,12 @@ class Engine::Impl {
     comm = spawn_comm_agent(*system, std::move(transport), tr);
     const auto& b = config.batch;
     const pipeline::RankPlace& place = plan.place;
+    const bool validates = static_cast<bool>(t.validation);
+    data_at = data_position{0, 0, b.global_batch_size};
     loader = spawn_data_loader(
         *system, DataLoaderOptions{std::move(t.data), b.micro_batch_size, b.gradient_accumulation_steps,
-                                   config.parallel.dp, place.replica, config.data.prefetch_micro_batches, tr});
+                                   config.parallel.dp, place.replica, config.data.prefetch_micro_batches, tr,
+                                   std::move(t.validation)});
     const bool own_optimizer = static_cast<bool>(t.make_optimizer);
     OptimizerFactory optimizer = t.make_optimizer;
     if (!optimizer)
@@ -466,6 +483,7 @@ class Engine::Impl {
     sched.data_loader = loader;
     sched.comm_agent = comm;
     sched.program = plan.program;
+    if (validates) sched.eval_program = forward_program(plan.program);
     sched.micro_count = b.gradient_accumulation_steps;
     sched.stages = config.parallel.pp;
     sched.world_rank = rank.rank;
@@ -821,6 +839,10 @@ class Engine::Impl {
     }
     if (!loaded->rng_state.empty()) set_rng_state(loaded->rng_state);
     steps_done = loaded->step;
+    if (loaded->samples >= 0) {  // the data goes on where it was, whatever the global batch now
+      data_at = data_position{loaded->step, loaded->samples, config.batch.global_batch_size};
+      self->send(loader, data_at);
+    }
     if (rank.rank == 0) spdlog::info("resumed from {} after step {}", **folder, steps_done);
     return {};
   }
@@ -843,7 +865,8 @@ class Engine::Impl {
     }
     self->send(
         checkpoint_writer,
-        write_checkpoint{steps_done, rank_checkpoint_files(checkpoint, steps_done, snapshots, rng_state())});
+        write_checkpoint{steps_done, rank_checkpoint_files(checkpoint, steps_done, snapshots, rng_state(),
+                                                           data_at.samples_after(steps_done))});
     last_save = steps_done;
     if (!config.checkpoint.async) TROUPE_TRY(await_save(self, steps_done));
     return {};
@@ -1072,6 +1095,29 @@ Result<StepResult> Engine::train_batch() {
   const int64_t every = m.config.checkpoint.every_steps;
   if (every > 0 && m.steps_done % every == 0) TROUPE_TRY(m.save_checkpoint(self));
   return result;
+}
+
+Result<double> Engine::evaluate() {
+  Impl& m = *impl_;
+  if (m.failed) return make_error(fmt::format("rank {}: the engine has failed; no validation", m.rank.rank));
+  caf::scoped_actor self{*m.system};
+  auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double>(m.step_timeout_s()));
+  // Each batch's mean over the same number of micro-batches: their mean is the pass's.
+  double sum = 0;
+  const int64_t batches = m.config.train.eval_steps;
+  for (int64_t batch = 0; batch < batches; ++batch) {
+    eval_report report;
+    std::string error;
+    self->request(m.scheduler, timeout, eval_step{batch})
+        .receive([&](eval_report& r) { report = std::move(r); },
+                 [&](caf::error& e) { error = m.system->render(e); });
+    if (error.empty()) error = report.error;
+    if (!error.empty())
+      return m.fail(fmt::format("validation after step {} failed: {}", m.steps_done, error));
+    sum += report.loss;
+  }
+  return sum / static_cast<double>(batches);
 }
 
 Status Engine::finish() {

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/deferred_weights.hpp"
-#include "runtime/data/corpus.hpp"
+#include "runtime/data/token_data.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/model/family.hpp"
 #include "runtime/model/gpt.hpp"
@@ -143,9 +143,9 @@ double model_step_flops(const JobConfig& job) {
 
 int run_flops_profile(const JobConfig& job, int repeats, bool json, bool typical, double warmup_s) {
   const int64_t micro = job.batch.micro_batch_size, seq = job.model.seq_len;
-  auto corpus = TextCorpus::make(job.data, job.train.seed, seq);
-  if (!corpus) {
-    std::fprintf(stderr, "troupe: %s\n", corpus.error().message.c_str());
+  auto data = TokenData::make(job);
+  if (!data) {
+    std::fprintf(stderr, "troupe: %s\n", data.error().message.c_str());
     return 1;
   }
   const int64_t threads =
@@ -153,7 +153,7 @@ int run_flops_profile(const JobConfig& job, int repeats, bool json, bool typical
   torch::set_num_threads(static_cast<int>(threads));
   torch::manual_seed(static_cast<uint64_t>(job.train.seed));
   auto layers = make_model(job.model);
-  TokenBatch b = sample_sequences(*corpus, seq, static_cast<uint64_t>(job.train.seed), 0, micro);
+  TokenBatch b = data->train(0, micro);
   // The split halves only in JSON: what `troupe simulate` reads; the table has no column for them.
   LayerTimes times =
       time_layers(layers, MicroBatch{b.input, b.target}, lm_loss, repeats, typical, json, warmup_s);

@@ -14,7 +14,7 @@
 
 #include "kernels/devices.hpp"
 #include "runtime/console.hpp"
-#include "runtime/data/corpus.hpp"
+#include "runtime/data/token_data.hpp"
 #include "runtime/devices.hpp"
 #include "runtime/estimate.hpp"
 #include "runtime/host_check.hpp"
@@ -63,7 +63,7 @@ class Report {
     history_.push_back(m);
     if (!speaks_) return {};
     if (writer_) TROUPE_TRY(writer_->write(m));
-    if (m.step % job_->train.log_interval == 0 || m.step == m.steps_total)
+    if (m.step % job_->train.log_interval == 0 || m.step == m.steps_total || m.evaluated())
       show_progress(style_, format_progress(m, seconds()));
     return {};
   }
@@ -93,8 +93,8 @@ int fail(const std::string& message) {
 }  // namespace
 
 Result<Trainable> make_gpt_trainable(const JobConfig& job) {
-  auto corpus = TextCorpus::make(job.data, job.train.seed, job.model.seq_len);
-  if (!corpus) return corpus.error();
+  auto data = TokenData::make(job);
+  if (!data) return data.error();
   torch::manual_seed(static_cast<uint64_t>(job.train.seed));
   Trainable trainable;
   auto group = Engine::tensor_parallel_group(job);
@@ -108,11 +108,16 @@ Result<Trainable> make_gpt_trainable(const JobConfig& job) {
     trainable.loss = lm_loss;
   }
   trainable.layer_costs = model_layer_costs(job);
-  trainable.data = [corpus = *corpus, seq = job.model.seq_len, seed = job.train.seed](int64_t first,
-                                                                                      int64_t count) {
-    TokenBatch b = sample_sequences(corpus, seq, static_cast<uint64_t>(seed), first, count);
+  trainable.data = [data = *data](int64_t first, int64_t count) {
+    TokenBatch b = data.train(first, count);
     return MicroBatch{b.input, b.target};
   };
+  if (job.train.eval_interval > 0 && data->has_validation()) {
+    trainable.validation = [data = *data](int64_t first, int64_t count) {
+      TokenBatch b = data.validation(first, count);
+      return MicroBatch{b.input, b.target};
+    };
+  }
   return trainable;
 }
 
@@ -184,6 +189,12 @@ int train_rank(const JobConfig& job, const JobOutputs& outputs, std::string& pha
     m.step_flops = step_flops;
     if (peak > 0 && r->step_ms > 0)
       m.mfu = step_flops / (r->step_ms / 1e3 * static_cast<double>(ranks) * peak);
+    if (job.train.eval_interval > 0 && r->step % job.train.eval_interval == 0) {
+      phase = fmt::format("validating after step {}", r->step);
+      auto val = e.evaluate();
+      if (!val) return fail(val.error().message);
+      m.val_loss = *val;
+    }
     auto written = report->step(m);
     if (!written) return fail(written.error().message);
   }

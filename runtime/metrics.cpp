@@ -62,7 +62,12 @@ Status MetricsWriter::write(const StepMetrics& metrics) {
       {"loss_scale", metrics.loss_scale},
       {"skipped", metrics.skipped},
   };
-  file_ << line.dump() << '\n';
+  nlohmann::json out = line;
+  if (metrics.evaluated()) {
+    out["val_loss"] = metrics.val_loss;
+    out["val_perplexity"] = std::exp(metrics.val_loss);
+  }
+  file_ << out.dump() << '\n';
   file_.flush();
   if (!file_) return make_error(fmt::format("cannot write to metrics file '{}'", path_));
   return {};
@@ -95,6 +100,8 @@ std::string format_progress(const StepMetrics& metrics, double elapsed_s) {
   std::string line =
       fmt::format("step {}/{}  loss {:.4f}  {} tok/s  ETA {}", metrics.step, metrics.steps_total,
                   metrics.loss, group_thousands(round_rate(metrics.tokens_per_s)), format_duration(eta_s));
+  if (metrics.evaluated())
+    line += fmt::format("  val {:.4f} (ppl {:.2f})", metrics.val_loss, std::exp(metrics.val_loss));
   if (metrics.skipped)
     line += fmt::format("  skipped: gradients overflowed at loss scale {:g}", metrics.loss_scale);
   return line;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +48,9 @@ struct StepMetrics {
   double step_flops = 0;
   /// step_flops / (step time × ranks × rank 0's measured GEMM rate in the job's dtype).
   double mfu = 0;
+  /// After a validation pass ([train] eval_interval): its mean loss; NaN on other steps.
+  double val_loss = std::numeric_limits<double>::quiet_NaN();
+  bool evaluated() const { return val_loss == val_loss; }
 };
 
 /// Appends one JSON object per step to a file, flushed after each line, with every
@@ -55,7 +59,8 @@ struct StepMetrics {
 ///  "grad_norm":..,"params":..,"model_state_bytes":..,"parameter_bytes":..,
 ///  "gradient_bytes":..,"optimizer_state_bytes":..,"communication_bytes":..,"activation_bytes":..,"device_bytes":..,"bubble":..,
 ///  "lr":..,"sent_bytes":..,"loss_scale":..,"skipped":..,"step_flops":..,"mfu":..}; a grad_norm that is not
-///  finite (a skipped step's) is null.
+///  finite (a skipped step's) is null. A step followed by validation adds "val_loss" and
+///  "val_perplexity" (e^val_loss).
 class MetricsWriter {
  public:
   /// Creates (truncates) `path`; fails with a sentence naming the path. A run resumed after

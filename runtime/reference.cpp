@@ -21,7 +21,7 @@
 #include "actors/optimizer_hyper.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/config/scheduler.hpp"
-#include "runtime/data/corpus.hpp"
+#include "runtime/data/token_data.hpp"
 #include "runtime/model/family.hpp"
 #include "runtime/model/gpt.hpp"
 #include "runtime/model/optimizer.hpp"
@@ -48,18 +48,16 @@ int compute_threads(int64_t configured) {
   return cores > 0 ? static_cast<int>(cores) : 1;
 }
 
-// Forward and backward over the global batch of `step`, accumulating gradients; returns
+// Forward and backward over the global batch from sample `first`, accumulating gradients; returns
 // the global-batch mean loss (the sum of the per-micro-batch losses / micro-batch count).
-double accumulate_step(torch::nn::Sequential& model, const TextCorpus& corpus, const JobConfig& job,
-                       int64_t step, double loss_scale) {
+double accumulate_step(torch::nn::Sequential& model, const TokenData& data, const JobConfig& job,
+                       int64_t first, double loss_scale) {
   const int64_t global = job.batch.global_batch_size;
   const int64_t micro = job.batch.micro_batch_size;
   const int64_t micro_batches = global / micro;
-  const auto seed = static_cast<uint64_t>(job.train.seed);
   double loss_sum = 0;
   for (int64_t k = 0; k < micro_batches; ++k) {
-    const TokenBatch batch =
-        sample_sequences(corpus, job.model.seq_len, seed, step * global + k * micro, micro);
+    const TokenBatch batch = data.train(first + k * micro, micro);
     auto loss = lm_loss(model->forward(batch.input), batch.target) / static_cast<double>(micro_batches);
     if (loss_scale == 1.0)
       loss.backward();
@@ -68,6 +66,20 @@ double accumulate_step(torch::nn::Sequential& model, const TextCorpus& corpus, c
     loss_sum += loss.item<double>();
   }
   return loss_sum;
+}
+
+// [train] eval_steps global batches of the validation samples, forward only: the mean of
+// their micro-batch losses, as the engine's evaluate() computes it.
+double validation_loss(torch::nn::Sequential& model, const TokenData& data, const JobConfig& job) {
+  torch::NoGradGuard no_graph;
+  const int64_t micro = job.batch.micro_batch_size;
+  const int64_t micro_batches = job.train.eval_steps * job.batch.global_batch_size / micro;
+  double sum = 0;
+  for (int64_t k = 0; k < micro_batches; ++k) {
+    const TokenBatch batch = data.validation(k * micro, micro);
+    sum += lm_loss(model->forward(batch.input), batch.target).item<double>();
+  }
+  return sum / static_cast<double>(micro_batches);
 }
 
 // The global L2 norm of every parameter's gradient: squares summed in double, then sqrt.
@@ -227,8 +239,8 @@ Result<std::vector<StepMetrics>> train(const JobConfig& job,
                                        const std::function<void(const StepMetrics&)>& on_step,
                                        torch::Tensor* final_parameters) {
   torch::set_num_threads(compute_threads(job.train.threads));
-  auto corpus = TextCorpus::make(job.data, job.train.seed, job.model.seq_len);
-  if (!corpus.ok()) return corpus.error();
+  auto data = TokenData::make(job);
+  if (!data.ok()) return data.error();
 
   torch::manual_seed(static_cast<uint64_t>(job.train.seed));
   torch::nn::Sequential model = make_model(job.model);
@@ -260,6 +272,7 @@ Result<std::vector<StepMetrics>> train(const JobConfig& job,
   std::vector<StepMetrics> history;
   int64_t updates = 0;  // where the schedule is: skipped steps do not step it
   int64_t first = 0;    // the first step to train (a resumed run's checkpoint step)
+  int64_t samples = 0;  // training samples read before it (the checkpoint's data position)
   if (!job.checkpoint.resume.empty()) {
     if (masters.active())
       return make_error(
@@ -268,6 +281,7 @@ Result<std::vector<StepMetrics>> train(const JobConfig& job,
     if (!resumed) return resumed.error();
     first = resumed->step;
     updates = resumed->updates_applied;
+    if (resumed->samples >= 0) samples = resumed->samples;
     if (scaler && resumed->scaler) scaler->restore(*resumed->scaler);
   }
   const int64_t tokens = job.batch.global_batch_size * job.model.seq_len;
@@ -275,7 +289,7 @@ Result<std::vector<StepMetrics>> train(const JobConfig& job,
     const auto start = std::chrono::steady_clock::now();
     const double loss_scale = scaler ? scaler->scale() : 1.0;
     const double loss =
-        accumulate_step(model, *corpus, job, step,
+        accumulate_step(model, *data, job, samples + (step - first) * job.batch.global_batch_size,
                         injected.count(step + 1) ? std::numeric_limits<double>::infinity() : loss_scale);
     double grad_norm = gradient_norm(parameters);
     // Loss scaling as troupe (and DeepSpeed) do it: a norm that is not finite skips the
@@ -324,6 +338,8 @@ Result<std::vector<StepMetrics>> train(const JobConfig& job,
     metrics.communication_bytes = 0;
     metrics.model_state_bytes =
         metrics.parameter_bytes + metrics.gradient_bytes + metrics.optimizer_state_bytes;
+    if (job.train.eval_interval > 0 && metrics.step % job.train.eval_interval == 0)
+      metrics.val_loss = validation_loss(model, *data, job);
     history.push_back(metrics);
     if (on_step) on_step(metrics);
   }

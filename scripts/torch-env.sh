@@ -13,8 +13,10 @@
 set -euo pipefail
 
 torch_version=2.15.0
-# transformers and safetensors: what hf_test holds troupe's Hugging Face folders to.
-pins=("torch==$torch_version" "numpy==2.4.6" "transformers==5.25.0" "safetensors==0.8.0")
+# transformers and safetensors: what hf_test holds troupe's Hugging Face folders to;
+# megatron-core: what megatron_data_test holds troupe's datasets to (tokenizers comes with
+# transformers).
+pins=("torch==$torch_version" "numpy==2.4.6" "transformers==5.25.0" "safetensors==0.8.0" "megatron-core==0.16.1")
 venv=${TROUPE_TORCH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/troupe/torch-$torch_version}
 python=$venv/bin/python
 
@@ -23,7 +25,8 @@ installed() {
   local site
   site=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') || return 1
   for pin in "${pins[@]}"; do
-    [[ -d "$site/${pin%%==*}-${pin##*==}.dist-info" ]] || return 1
+    local name=${pin%%==*}
+    [[ -d "$site/${name//-/_}-${pin##*==}.dist-info" ]] || return 1
   done
 }
 

@@ -15,13 +15,28 @@ struct MicroBatch;
 using MicroBatchPtr = std::shared_ptr<const MicroBatch>;
 
 /// Asks for the micro-batch `micro` of global step `step`; answered with micro_batch_ready.
+/// With `validation`, micro-batch `micro` of validation batch `step` of the pass.
 struct fetch_micro_batch {
   int64_t step = 0;
   int64_t micro = 0;
+  bool validation = false;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, fetch_micro_batch& x) {
-  return f(caf::meta::type_name("fetch_micro_batch"), x.step, x.micro);
+  return f(caf::meta::type_name("fetch_micro_batch"), x.step, x.micro, x.validation);
+}
+
+/// Where the training samples stand: after `step` steps, `samples` had been read, and each
+/// step from there reads `global_batch` more (a resumed run's position, from its checkpoint).
+struct data_position {
+  int64_t step = 0;
+  int64_t samples = 0;
+  int64_t global_batch = 1;
+  int64_t samples_after(int64_t steps) const { return samples + (steps - step) * global_batch; }
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, data_position& x) {
+  return f(caf::meta::type_name("data_position"), x.step, x.samples, x.global_batch);
 }
 
 struct micro_batch_ready {

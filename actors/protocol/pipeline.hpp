@@ -27,7 +27,27 @@ struct stage_action {
   pipeline::Action action;
   int64_t micro_count = 1;
   MicroBatchPtr batch;  ///< load only
+  /// A validation pass's (step = its batch): forward only, no gradients, the loss kept aside.
+  bool eval = false;
 };
+
+/// After a validation batch's forwards: the chunk's sum of its micro-batch losses and their
+/// count (both 0 but on the last stage); answered with eval_loss.
+struct eval_loss_request {
+  int64_t batch = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, eval_loss_request& x) {
+  return f(caf::meta::type_name("eval_loss_request"), x.batch);
+}
+struct eval_loss {
+  double sum = 0;
+  int64_t count = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, eval_loss& x) {
+  return f(caf::meta::type_name("eval_loss"), x.sum, x.count);
+}
 
 /// Action `index` of `step` has finished: its compute ran, its message arrived or its
 /// buffer was handed to the peer.
@@ -60,6 +80,7 @@ struct forward_computed {
   std::shared_ptr<HostBuffer> output;
   std::vector<int64_t> shape;
   double seconds = 0;  ///< the work item's time on the stream
+  double eval_loss = 0;  ///< a validation forward's loss on the last stage
 };
 
 /// Internal to the stage: a backward (`op`: whole, input half or weight half) ran;

@@ -33,6 +33,25 @@ typename Inspector::result_type inspect(Inspector& f, step_report& x) {
   return f(caf::meta::type_name("step_report"), x.step, x.loss, x.step_ms, x.tokens, x.error, x.stats);
 }
 
+/// Runs validation batch `batch` forward only on every rank; answered with eval_report.
+struct eval_step {
+  int64_t batch = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, eval_step& x) {
+  return f(caf::meta::type_name("eval_step"), x.batch);
+}
+
+/// The batch's mean micro-batch loss over every replica (the same on every rank).
+struct eval_report {
+  double loss = 0;
+  std::string error;  ///< empty when the batch ran
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, eval_report& x) {
+  return f(caf::meta::type_name("eval_report"), x.loss, x.error);
+}
+
 /// Every rank waits here at the end of training; answered with collective_done.
 struct finish_training {};
 template <class Inspector>

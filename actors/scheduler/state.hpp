@@ -24,7 +24,8 @@ namespace troupe::scheduling {
 using Clock = std::chrono::steady_clock;
 
 struct CurrentStep {
-  int64_t step = 0;
+  int64_t step = 0;  // a validation batch's number when `eval`
+  bool eval = false;
   Clock::time_point start;
   caf::response_promise reply;
   pipeline::Program program;                 // the options' program, or (event-driven) as it is decided

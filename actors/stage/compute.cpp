@@ -115,10 +115,39 @@ bool arrived(const std::shared_ptr<ReceiveArrival>& arrival) {
   return !arrival || (arrival->arrived.done() && arrival->ok);
 }
 
+namespace {
+
+// A validation forward: every layer in order, no graph and nothing kept; the last stage's
+// loss goes back with the message (stage 3 gathers each layer as a forward pass does).
+void run_eval_forward(StageState& s, const ForwardWork& w, caf::actor self) {
+  const auto start = Clock::now();
+  torch::NoGradGuard no_graph;
+  std::vector<int64_t> all(s.layers.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+  if (s.fetcher) s.fetcher->begin_pass(forward_only);
+  torch::Device device = device_of(s);
+  torch::Tensor input = s.first_stage() ? w.batch->input.to(device)
+                                        : tensor_of(w.input, w.input_shape, device, s.options.dtype);
+  torch::Tensor x = run_layers(s, all, input);
+  if (s.fetcher) s.fetcher->end_pass();
+  forward_computed done{w.step, w.micro, nullptr, {}};
+  if (s.last_stage()) {
+    done.eval_loss = s.options.loss(x, w.batch->target.to(device)).item<double>();
+  } else {
+    done.output = bytes_of(x, s.options.dtype);
+    done.shape = x.sizes().vec();
+  }
+  done.seconds = seconds_since(start);
+  caf::anon_send(self, std::move(done));
+}
+
+}  // namespace
+
 void run_forward(StageState& s, ComputeSide& c, const ForwardWork& w, caf::actor self) {
   // This rank failed (issuing collectives alone would only confuse peers), or the input
   // never came: the stage hears why from the receive itself.
   if (*s.stopped || !arrived(w.arrival)) return;
+  if (w.eval) return run_eval_forward(s, w, self);
   const auto start = Clock::now();
   if (c.forward_step != w.step) {  // the step's first forward, whichever micro-batch it is
     c.forward_step = w.step;

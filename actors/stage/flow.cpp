@@ -39,7 +39,12 @@ std::size_t element_count(const std::vector<int64_t>& shape) {
 // What a transfer between stages carries; with the receiving stage, the micro-batch and
 // the step it is the transfer's key (Transport::send_keyed), so transfers match by what
 // they are, in whatever order a schedule posts them.
-enum class Carries : uint64_t { activation, gradient, header };
+enum class Carries : uint64_t { activation, gradient, header, eval_activation };
+
+// A validation pass's activations travel under keys of their own (its step is the batch).
+Carries activation_of(const stage_action& a) {
+  return a.eval ? Carries::eval_activation : Carries::activation;
+}
 
 uint64_t transfer_key(Carries what, int64_t step, int64_t receiving_stage, int64_t micro) {
   return (static_cast<uint64_t>(step) & 0xff) << 32 | static_cast<uint64_t>(what) << 30 |
@@ -99,7 +104,7 @@ int64_t started_index(const Flow& f, Op op, int64_t micro) {
 void finish(StageActor* self, int64_t index) {
   Flow& f = self->state.flow;
   f.started.erase(index);
-  self->send(f.scheduler, action_done{f.step, index});
+  self->send(f.scheduler, action_done{f.evaluating ? f.eval_batch : f.step, index});
 }
 
 // The receive of `m` still under way from another rank, taken for a compute queued now;
@@ -132,7 +137,7 @@ bool start_forward(StageActor* self, const stage_action& a) {
   if ((s.first_stage() || s.last_stage()) && !f.batches.count(m)) return false;
   std::shared_ptr<ReceiveArrival> arrival;
   if (!s.first_stage() && !take_arrival(f.input_arrivals, f.inputs_arrived, m, arrival)) return false;
-  ForwardWork w{a.step, m, a.micro_count, nullptr, nullptr, f.input_shape, arrival};
+  ForwardWork w{a.step, m, a.micro_count, nullptr, nullptr, f.input_shape, arrival, a.eval};
   if (auto batch = f.batches.find(m); batch != f.batches.end()) w.batch = batch->second;
   if (!s.first_stage()) w.input = f.inputs[m];
   f.batches.erase(m);
@@ -195,7 +200,7 @@ void take_local(StageActor* self, int64_t index, const pipeline::Action& action,
 
 bool start_local_receive(StageActor* self, const stage_action& a, bool activation) {
   Flow& f = self->state.flow;
-  const uint64_t key = transfer_key(activation ? Carries::activation : Carries::gradient, a.step,
+  const uint64_t key = transfer_key(activation ? activation_of(a) : Carries::gradient, a.step,
                                     self->state.options.place.stage, a.action.micro);
   start(self, a);
   auto arrived = f.local_arrived.find(key);
@@ -233,7 +238,7 @@ bool start_receive(StageActor* self, const stage_action& a) {
   (activation ? f.input_arrivals : f.gradient_arrivals)[m] = arrival;
   receive_bytes(self, Tag::received, a.index, std::move(buffer),
                 activation ? s.options.place.previous : s.options.place.next,
-                transfer_key(activation ? Carries::activation : Carries::gradient, a.step, stage, m),
+                transfer_key(activation ? activation_of(a) : Carries::gradient, a.step, stage, m),
                 s.options.dtype, std::move(arrival));
   return true;
 }
@@ -248,7 +253,7 @@ bool start_send(StageActor* self, const stage_action& a) {
   const int64_t peer = activation ? s.options.place.next : s.options.place.previous;
   const int64_t receiver = s.options.place.stage + (activation ? 1 : -1);
   const uint64_t key =
-      transfer_key(activation ? Carries::activation : Carries::gradient, a.step, receiver, a.action.micro);
+      transfer_key(activation ? activation_of(a) : Carries::gradient, a.step, receiver, a.action.micro);
   if (local_peer(s, !activation)) {  // the buffer is the neighbour chunk's from here on
     start(self, a);
     self->send(activation ? f.local_next : f.local_previous,
@@ -275,7 +280,7 @@ bool try_start(StageActor* self, const stage_action& a) {
   switch (a.action.op) {
     case Op::load:
       f.batches[a.action.micro] = a.batch;
-      if (s.last_stage() && a.batch) f.tokens += a.batch->target.numel();
+      if (s.last_stage() && a.batch && !a.eval) f.tokens += a.batch->target.numel();
       self->send(f.scheduler, action_done{a.step, a.index});
       return true;
     case Op::recv_activation:
@@ -313,7 +318,17 @@ void accept_action(StageActor* self, stage_action action) {
     self->send(s.flow.scheduler, stage_failed{s.failure});
     return;
   }
-  if (action.step != s.flow.step) {
+  if (action.eval) {
+    if (!s.flow.evaluating || s.flow.eval_batch != action.step) {
+      s.flow.evaluating = true;
+      s.flow.eval_batch = action.step;
+      s.flow.eval_loss_sum = 0;
+      s.flow.eval_count = 0;
+    }
+  } else if (s.flow.evaluating) {
+    s.flow.evaluating = false;
+  }
+  if (!action.eval && action.step != s.flow.step) {
     s.flow.step = action.step;
     s.flow.micro_count = action.micro_count;
     s.flow.tokens = 0;
@@ -414,8 +429,13 @@ void on_local_transfer(StageActor* self, local_transfer& t) {
 void on_forward_computed(StageActor* self, forward_computed& computed) {
   auto& s = self->state;
   Flow& f = s.flow;
-  if (s.failed || computed.step != f.step) return;
-  f.busy_s += computed.seconds;
+  if (s.failed || computed.step != (f.evaluating ? f.eval_batch : f.step)) return;
+  if (f.evaluating && s.last_stage()) {
+    f.eval_loss_sum += computed.eval_loss;
+    ++f.eval_count;
+  } else {
+    f.busy_s += computed.seconds;
+  }
   if (computed.output) {
     if (f.output_shape.empty()) {
       if (computed.shape.empty() || computed.shape.size() > kMaxDims)

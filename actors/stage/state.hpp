@@ -119,6 +119,12 @@ struct Flow {
   caf::actor local_previous, local_next;
   std::map<uint64_t, local_transfer> local_arrived;
   std::map<uint64_t, int64_t> local_waiting;  // action index
+  // A validation batch under way (between training steps): its actions are answered with
+  // its batch, and the last stage sums its losses here.
+  bool evaluating = false;
+  int64_t eval_batch = 0;
+  double eval_loss_sum = 0;
+  int64_t eval_count = 0;
 };
 
 // What a micro-batch's backward needs from its forward.
@@ -249,6 +255,7 @@ struct ForwardWork {
   std::shared_ptr<HostBuffer> input;  // received activations (not on the first stage)
   std::vector<int64_t> input_shape;
   std::shared_ptr<ReceiveArrival> arrival;  // set: `input` was still arriving when this was queued
+  bool eval = false;                        // a validation forward: nothing kept for a backward
 };
 void run_forward(StageState& s, ComputeSide& c, const ForwardWork& w, caf::actor self);
 struct BackwardWork {

@@ -50,6 +50,8 @@ struct Trainable {
   /// micro-batch, or any numbers in proportion), which [pipeline] partition = "flops", the
   /// default, balances across stages; empty: each layer's parameter count stands in.
   std::vector<double> layer_costs{};
+  /// Optional: the validation samples (numbered as `data`'s), which Engine::evaluate() runs.
+  MicroBatchSource validation{};
 };
 
 /// One optimizer step, as every rank sees it.
@@ -80,6 +82,10 @@ class Engine {
 
   /// Trains one global batch: every rank calls it the same number of times.
   Result<StepResult> train_batch();
+  /// Runs [train] eval_steps global batches of the trainable's validation samples forward
+  /// only, with no update: every rank calls it at the same point between steps. Returns the
+  /// mean loss over them (the same on every rank).
+  Result<double> evaluate();
   /// Waits for every rank to finish and writes the trace when [trace] path is set.
   Status finish();
 

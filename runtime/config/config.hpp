@@ -246,6 +246,13 @@ struct DataConfig {
   std::string path;                    ///< text file of bytes; empty = synthetic corpus
   int64_t synthetic_bytes = 1 << 20;   ///< size of the synthetic corpus
   int64_t prefetch_micro_batches = 2;  ///< how far the data loader runs ahead
+  /// megatron-core indexed datasets (PREFIX of PREFIX.bin / PREFIX.idx) blended by `weights`
+  /// (empty = by size); empty = `path`'s bytes.
+  std::vector<std::string> paths;
+  std::vector<double> weights;
+  /// Train, validation and test shares (megatron's "969,30,1"); empty = 969, 30, 1 for
+  /// `paths`, and all of `path`'s bytes for training.
+  std::vector<double> split;
 };
 
 /// [train]: the loop.
@@ -258,6 +265,10 @@ struct TrainConfig {
   /// `troupe run`: when a rank dies, start every rank again (from the last complete
   /// checkpoint under [checkpoint] dir, or from the start) up to this many times.
   int64_t max_restarts = 0;
+  /// Every eval_interval steps (0 = never), `eval_steps` global batches of the validation
+  /// split run forward only, every rank taking part; their mean loss is val_loss.
+  int64_t eval_interval = 0;
+  int64_t eval_steps = 10;
 };
 
 /// [trace]: the Perfetto / Chrome-trace timeline.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -122,6 +123,8 @@ class ValueReader {
   }
   Status operator()(ChoiceRef out) const;
   Status operator()(BetasRef out) const;
+  Status operator()(std::vector<std::string>* out) const;
+  Status operator()(std::vector<double>* out) const;
   Status operator()(PipelinePartition* out) const;
   Status operator()(MicroBatchRef out) const {
     if (const auto* text = node_.as_string()) {
@@ -188,6 +191,49 @@ Status ValueReader::operator()(BetasRef out) const {
   }
   *out.beta1 = betas[0];
   *out.beta2 = betas[1];
+  return {};
+}
+
+Status ValueReader::operator()(std::vector<std::string>* out) const {
+  const auto* array = node_.as_array();
+  if (array == nullptr) return type_error();
+  std::vector<std::string> values;
+  for (const toml::node& element : *array) {
+    const auto* text = element.as_string();
+    if (text == nullptr) return type_error();
+    values.push_back(text->get());
+  }
+  *out = std::move(values);
+  return {};
+}
+
+// An array of numbers, or the same as a string of numbers between commas ("969,30,1", as
+// Megatron's --split is written).
+Status ValueReader::operator()(std::vector<double>* out) const {
+  std::vector<double> values;
+  if (const auto* text = node_.as_string()) {
+    std::string item;
+    std::istringstream in(text->get());
+    while (std::getline(in, item, ',')) {
+      char* end = nullptr;
+      values.push_back(std::strtod(item.c_str(), &end));
+      if (item.empty() || end == item.c_str() || *end != '\0') return type_error();
+    }
+    if (values.empty()) return type_error();
+    *out = std::move(values);
+    return {};
+  }
+  const auto* array = node_.as_array();
+  if (array == nullptr) return type_error();
+  for (const toml::node& element : *array) {
+    if (const auto* integer = element.as_integer())
+      values.push_back(static_cast<double>(integer->get()));
+    else if (const auto* real = element.as_floating_point())
+      values.push_back(real->get());
+    else
+      return type_error();
+  }
+  *out = std::move(values);
   return {};
 }
 

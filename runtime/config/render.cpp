@@ -25,6 +25,16 @@ struct ValueText {
   }
   // "auto" has been replaced by the size it chose when the job was loaded.
   std::string operator()(MicroBatchRef micro) const { return fmt::format("{}", *micro.size); }
+  std::string operator()(const std::vector<std::string>* values) const {
+    std::vector<std::string> quoted;
+    for (const std::string& v : *values) quoted.push_back(toml_string(v));
+    return fmt::format("[{}]", fmt::join(quoted, ", "));
+  }
+  std::string operator()(const std::vector<double>* values) const {
+    std::vector<std::string> shown;
+    for (double v : *values) shown.push_back(toml_float(v));
+    return fmt::format("[{}]", fmt::join(shown, ", "));
+  }
   std::string operator()(BetasRef betas) const {
     return fmt::format("[{}, {}]", toml_float(*betas.beta1), toml_float(*betas.beta2));
   }

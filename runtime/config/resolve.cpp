@@ -17,6 +17,7 @@
 #include "pipeline/table.hpp"
 #include "pipeline/topology.hpp"
 #include "runtime/config/choices.hpp"
+#include "runtime/config/resolve_data.hpp"
 #include "runtime/config/scheduler.hpp"
 #include "runtime/config/schema.hpp"
 #include "runtime/config/suggest.hpp"
@@ -499,44 +500,6 @@ Status resolve_tensor_parallel(const JobConfig& config, const ConfigOrigins& ori
   return {};
 }
 
-// data.path, when set, must be a readable file with at least one sample in it.
-Status check_data_file(const DataConfig& data, int64_t seq_len, const ConfigOrigins& origins) {
-  namespace fs = std::filesystem;
-  std::error_code error;
-  const fs::file_status status = fs::status(data.path, error);
-  std::string problem;
-  if (!fs::exists(status)) {
-    problem = "does not exist";
-  } else if (!fs::is_regular_file(status)) {
-    problem = "is not a regular file";
-  } else if (!std::ifstream(data.path, std::ios::binary)) {
-    problem = fmt::format("cannot be opened for reading: {}", std::strerror(errno));
-  } else {
-    const std::uintmax_t bytes = fs::file_size(data.path, error);
-    if (error || bytes <= static_cast<std::uintmax_t>(seq_len) + 1) {
-      problem = fmt::format("holds {} bytes, but one sample needs more than seq_len + 1 = {}",
-                            error ? 0 : bytes, seq_len + 1);
-    }
-  }
-  if (problem.empty()) return {};
-  return key_error(origins, "data", "path", fmt::format("path \"{}\" {}", data.path, problem));
-}
-
-Status resolve_data(const DataConfig& data, int64_t seq_len, const ConfigOrigins& origins) {
-  TROUPE_TRY(require(in_range(data.prefetch_micro_batches, 1, 1024), origins, "data",
-                     "prefetch_micro_batches", data.prefetch_micro_batches));
-  TROUPE_TRY(require(data.synthetic_bytes <= int64_t{1} << 36, origins, "data", "synthetic_bytes",
-                     data.synthetic_bytes));
-  // seq_len is positive here, so the subtraction cannot overflow.
-  if (data.synthetic_bytes <= seq_len || data.synthetic_bytes - seq_len <= 1) {
-    return key_error(origins, "data", "synthetic_bytes",
-                     fmt::format("synthetic_bytes must be greater than seq_len + 1 = {}, got {}", seq_len + 1,
-                                 data.synthetic_bytes));
-  }
-  if (data.path.empty()) return {};
-  return check_data_file(data, seq_len, origins);
-}
-
 Status resolve_train(const TrainConfig& train, const ConfigOrigins& origins) {
   TROUPE_TRY(require(in_range(train.steps, 1, int64_t{1} << 40), origins, "train", "steps", train.steps));
   TROUPE_TRY(require(in_range(train.log_interval, 1, int64_t{1} << 40), origins, "train", "log_interval",
@@ -544,6 +507,10 @@ Status resolve_train(const TrainConfig& train, const ConfigOrigins& origins) {
   TROUPE_TRY(require(in_range(train.threads, 0, 1024), origins, "train", "threads", train.threads));
   TROUPE_TRY(
       require(in_range(train.max_restarts, 0, 1000), origins, "train", "max_restarts", train.max_restarts));
+  TROUPE_TRY(require(in_range(train.eval_interval, 0, int64_t{1} << 40), origins, "train", "eval_interval",
+                     train.eval_interval));
+  TROUPE_TRY(require(in_range(train.eval_steps, 1, int64_t{1} << 20), origins, "train", "eval_steps",
+                     train.eval_steps));
   return {};
 }
 
@@ -776,7 +743,7 @@ Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins) {
   TROUPE_TRY(resolve_precision(raw, origins));
   TROUPE_TRY(resolve_model(raw.model, origins));
   TROUPE_TRY(resolve_tensor_parallel(raw, origins));
-  TROUPE_TRY(resolve_data(raw.data, raw.model.seq_len, origins));
+  TROUPE_TRY(resolve_data(raw, origins));
   TROUPE_TRY(resolve_train(raw.train, origins));
   TROUPE_TRY(resolve_pipeline(raw, origins));
   TROUPE_TRY(resolve_checkpoint(raw, origins));

@@ -32,7 +32,7 @@ struct MicroBatchRef {
 
 /// A pointer to the field one key fills; the alternative says the key's TOML type.
 using FieldRef = std::variant<int64_t*, double*, bool*, std::string*, ChoiceRef, BetasRef, PipelinePartition*,
-                              MicroBatchRef>;
+                              MicroBatchRef, std::vector<std::string>*, std::vector<double>*>;
 
 /// One key of one section.
 struct KeySpec {

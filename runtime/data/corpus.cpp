@@ -70,15 +70,21 @@ Result<TextCorpus> TextCorpus::make(const DataConfig& data, int64_t seed, int64_
 
 TokenBatch sample_sequences(const TextCorpus& corpus, int64_t seq_len, uint64_t seed, int64_t first_sample,
                             int64_t count) {
+  return sample_sequences(corpus, 0, corpus.size(), seq_len, seed, first_sample, count);
+}
+
+TokenBatch sample_sequences(const TextCorpus& corpus, int64_t begin, int64_t end, int64_t seq_len,
+                            uint64_t seed, int64_t first_sample, int64_t count) {
   TROUPE_CHECK(seq_len >= 1 && count >= 0 && first_sample >= 0, "bad sample range");
-  TROUPE_CHECK(corpus.size() >= min_bytes_for(seq_len), "corpus shorter than one sample");
-  const auto starts = static_cast<uint64_t>(corpus.size() - seq_len - 1);
+  TROUPE_CHECK(0 <= begin && begin <= end && end <= corpus.size(), "byte range outside the corpus");
+  TROUPE_CHECK(end - begin >= min_bytes_for(seq_len), "corpus part shorter than one sample");
+  const auto starts = static_cast<uint64_t>(end - begin - seq_len - 1);
 
   auto input = torch::empty({count, seq_len}, torch::kLong);
   auto target = torch::empty({count, seq_len}, torch::kLong);
   int64_t* in = input.data_ptr<int64_t>();
   int64_t* out = target.data_ptr<int64_t>();
-  const uint8_t* bytes = corpus.data();
+  const uint8_t* bytes = corpus.data() + begin;
   for (int64_t j = 0; j < count; ++j) {
     const auto index = static_cast<uint64_t>(first_sample + j);
     const uint8_t* start = bytes + splitmix_at(seed, index) % starts;

@@ -57,4 +57,9 @@ struct TokenBatch {
 TokenBatch sample_sequences(const TextCorpus& corpus, int64_t seq_len, uint64_t seed, int64_t first_sample,
                             int64_t count);
 
+/// The same over bytes [begin, end) of the corpus (a part of [data] split): sample i starts
+/// at begin + splitmix_at(seed, i) mod (end - begin - seq_len - 1).
+TokenBatch sample_sequences(const TextCorpus& corpus, int64_t begin, int64_t end, int64_t seq_len,
+                            uint64_t seed, int64_t first_sample, int64_t count);
+
 }  // namespace troupe

@@ -49,15 +49,15 @@ std::vector<FencedBlock> fenced_blocks(const std::string& markdown, const std::s
   return blocks;
 }
 
-// A folder to run the documents' commands from: configs/ linked in, and a `troupe` first on
-// the path that runs the build's with a free coordinator port for `run` (the jobs name
-// 29500; tests run in parallel).
+// A folder to run the documents' commands from: configs/, docs/ and scripts/ linked in, and
+// a `troupe` first on the path that runs the build's with a free coordinator port for `run`
+// (the jobs name 29500; tests run in parallel).
 std::string document_workspace(std::string& bin) {
   const std::string dir = testing::make_temp_dir();
   bin = dir + "/bin";
-  EXPECT_EQ(testing::run_command("mkdir " + bin + " && ln -s " + source("configs") + " " + dir + "/configs")
-                .exit_code,
-            0);
+  for (const char* linked : {"configs", "docs", "scripts"})
+    EXPECT_EQ(testing::run_command("ln -s " + source(linked) + " " + dir + "/" + linked).exit_code, 0);
+  EXPECT_EQ(testing::run_command("mkdir " + bin).exit_code, 0);
   testing::write_file(bin + "/troupe",
                       "#!/bin/sh\nif [ \"$1\" = run ]; then exec " + std::string(TROUPE_BINARY) +
                           " \"$@\" --set cluster.coordinator=" + testing::free_coordinator() + "; fi\nexec " +

@@ -1,6 +1,8 @@
 // The jobs of configs/, which users copy: every file there is a job that `troupe check`
 // accepts and that says what it is for in its first lines, or a cluster file the simulator
-// runs a job on; each job that fits this machine trains a few steps to finite losses.
+// runs a job on; each job that fits this machine trains a few steps to finite losses. A job
+// on prepared data names the command that prepares it in its first lines ("#   python
+// scripts/prepare_data.py ..."), which runs first, with the project's Python.
 #include <gtest/gtest.h>
 
 #include <dirent.h>
@@ -44,6 +46,24 @@ std::vector<GalleryFile> gallery(const std::string& folder = "") {
   return files;
 }
 
+// A folder to check and run `file` from (its relative paths are relative to it), with its
+// data prepared when its first lines say how.
+std::string workspace_for(const GalleryFile& file) {
+  const std::string dir = testing::make_temp_dir();
+  std::istringstream lines(testing::read_file(kConfigs + "/" + file.path));
+  const std::string prepare = "#   python scripts/prepare_data.py ";
+  for (std::string line; std::getline(lines, line) && line.rfind("#", 0) == 0;) {
+    if (line.rfind(prepare, 0) != 0) continue;
+    const std::string source = TROUPE_SOURCE_DIR;
+    auto made = testing::run_command("cd " + dir + " && ln -s " + source + "/docs docs && ln -s " + source +
+                                         "/scripts scripts && " + TROUPE_TORCH_PYTHON + " " +
+                                         line.substr(std::string("#   python ").size()),
+                                     300);
+    EXPECT_EQ(made.exit_code, 0) << line << "\n" << made.output;
+  }
+  return dir;
+}
+
 bool is_json(const std::string& path) {
   return path.size() > 5 && path.substr(path.size() - 5) == ".json";
 }
@@ -55,9 +75,9 @@ std::string world_of(const std::string& path) {
   return is_json(path) ? " --set cluster.world_size=2" : "";
 }
 
-int world_size_of(const std::string& path) {
-  auto r =
-      testing::run_command(std::string(TROUPE_BINARY) + " check " + kConfigs + "/" + path + world_of(path));
+int world_size_of(const std::string& path, const std::string& dir) {
+  auto r = testing::run_command("cd " + dir + " && " + TROUPE_BINARY + " check " + kConfigs + "/" + path +
+                                world_of(path));
   std::istringstream lines(r.output);
   for (std::string line; std::getline(lines, line);)
     if (line.rfind("world_size = ", 0) == 0) return std::stoi(line.substr(13));
@@ -78,8 +98,9 @@ TEST(Gallery, EveryJobIsCheckedAndSaysWhatItIsFor) {
     } else {
       EXPECT_EQ(text.rfind("# ", 0), 0u) << "a job says what it is for in its first lines";
     }
-    auto r = testing::run_command(
-        std::string(TROUPE_BINARY) + " check " + kConfigs + "/" + file.path + world_of(file.path), 60);
+    auto r = testing::run_command("cd " + workspace_for(file) + " && " + TROUPE_BINARY + " check " +
+                                      kConfigs + "/" + file.path + world_of(file.path),
+                                  60);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_EQ(r.output.find("warning"), std::string::npos) << r.output;
   }
@@ -114,11 +135,11 @@ TEST(Gallery, EachJobThatFitsThisMachineTrainsAFewSteps) {
   int trained = 0;
   for (const GalleryFile& file : gallery()) {
     if (file.cluster) continue;
-    const int world = world_size_of(file.path);
+    const std::string dir = workspace_for(file);
+    const int world = world_size_of(file.path, dir);
     if (world < 1 || world > 8) continue;
     SCOPED_TRACE(file.path);
     ++trained;
-    const std::string dir = testing::make_temp_dir();
     const std::string saves =
         testing::read_file(kConfigs + "/" + file.path).find("every_steps") != std::string::npos
             ? " --set checkpoint.every_steps=2"

@@ -1137,7 +1137,7 @@ TEST(ConfigRender, RoundTripGivesAnEqualConfig) {
   raw.batch = {3, 0, 12};
   raw.optimizer = {OptimizerType::sgd, 3e-4, 0.1, 0.2, 1e-12, 0, 0.9, true, 0.75};
   raw.model = {"gpt", 300, 10, 12, 1, 3, 0, 0, 10000.0, 1e-5, "gelu_tanh", false, false, "start.pt"};
-  raw.data = {write_temp_file("round_trip.txt", std::string(100, 'y')), 99, 4};
+  raw.data = {write_temp_file("round_trip.txt", std::string(100, 'y')), 99, 4, {}, {}, {}};
   raw.train = {5, -9, 3, 2, "metrics é.jsonl", 4};
   raw.checkpoint = {"ckpt dir", 5, 3, false, "latest"};
   raw.trace = {"trace.json"};
