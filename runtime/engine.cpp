@@ -234,14 +234,17 @@ Status check_tensor_parallel(const JobConfig& config, const RankEnvironment& ran
   const bool profiled = config.parallel.pp > 1 && config.pipeline.partition.counts.empty() &&
                         config.pipeline.partition.method == PartitionMethod::profile;
   const std::pair<bool, const char*> not_yet[] = {
-      {pipeline_chunks(config) > 1,
-       "virtual pipeline stages ([pipeline] virtual_stages or an interleaved schedule)"},
+      // Under ZeRO 2-3 each chunk computes on a stream of its own, and two streams issuing one
+      // group's collectives could order them differently on the group's ranks.
+      {pipeline_chunks(config) > 1 && config.zero.stage >= 2,
+       "virtual pipeline stages under [zero] stage 2 or 3 (each chunk's own compute stream)"},
       {config.parallel.pp > 1 && pipeline::event_scheduler(config.pipeline.schedule) != nullptr,
        "an event-driven [pipeline] schedule (its ranks may order their work differently)"},
       {profiled, "[pipeline] partition = \"profile\""},
-      {config.precision.dtype != Dtype::fp32, "a 16-bit [precision] dtype"},
       {config.checkpoint.every_steps > 0 || !config.checkpoint.resume.empty(), "[checkpoint]"},
-      {!config.model.init_from.empty(), "[model] init_from"}};
+      {!config.model.init_from.empty() && !t.starts_from_init,
+       "[model] init_from into a trainer's own model (cut its shards from the loaded whole model and set "
+       "Trainable::starts_from_init)"}};
   for (const auto& [used, what] : not_yet)
     if (used)
       return make_error(
@@ -935,7 +938,7 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
         impl->rank.rank, name_of(impl->config.precision.dtype)));
   auto parameters = model_parameters(trainable.layers);  // what troupe cannot train stops here
   if (!parameters) return make_error(fmt::format("rank {}: {}", impl->rank.rank, parameters.error().message));
-  if (!impl->config.model.init_from.empty())
+  if (!impl->config.model.init_from.empty() && !trainable.starts_from_init)
     if (Status loaded = load_initial_parameters(impl->config.model, *parameters); !loaded)
       return make_error(fmt::format("rank {}: {}", impl->rank.rank, loaded.error().message));
   impl->tensor_names = parameters->names;

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "actors/model_parameters.hpp"
 #include "kernels/devices.hpp"
 #include "runtime/console.hpp"
 #include "runtime/data/token_data.hpp"
@@ -25,6 +26,7 @@
 #include "runtime/model/gpt_tensor_parallel.hpp"
 #include "runtime/model/model_flops.hpp"
 #include "runtime/model/model_shape.hpp"
+#include "runtime/parameter_file.hpp"
 #include "runtime/reference.hpp"
 #include "troupe/troupe.hpp"
 
@@ -99,8 +101,17 @@ Result<Trainable> make_gpt_trainable(const JobConfig& job) {
   Trainable trainable;
   auto group = Engine::tensor_parallel_group(job);
   if (!group) return group.error();
+  if (*group && !job.model.init_from.empty()) {
+    // The whole model from [model] init_from, then each rank's shards cut from it.
+    torch::nn::Sequential full = make_model(job.model);
+    auto named = model_parameters(full);
+    if (!named) return named.error();
+    TROUPE_TRY(load_initial_parameters(job.model, *named));
+    trainable.layers = split_tensor_parallel_model(full, job.model, *group);
+    trainable.starts_from_init = true;
+  }
   if (*group) {
-    trainable.layers = make_tensor_parallel_model(job.model, *group);
+    if (!trainable.starts_from_init) trainable.layers = make_tensor_parallel_model(job.model, *group);
     trainable.loss = tensor_parallel_gpt_loss(*group);
     trainable.tensor_parallel = *group;
   } else {

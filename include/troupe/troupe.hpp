@@ -52,6 +52,9 @@ struct Trainable {
   std::vector<double> layer_costs{};
   /// Optional: the validation samples (numbered as `data`'s), which Engine::evaluate() runs.
   MicroBatchSource validation{};
+  /// The layers hold [model] init_from's values already, so the engine loads nothing: a
+  /// tensor-parallel model's shards cut from the loaded whole model (the built-in job's).
+  bool starts_from_init = false;
 };
 
 /// One optimizer step, as every rank sees it.

@@ -16,10 +16,12 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/config/convert.hpp"
+#include "runtime/config/deepspeed_schema.hpp"
 #include "runtime/config/origins.hpp"
 #include "runtime/config/override.hpp"
 #include "runtime/config/resolve.hpp"
 #include "runtime/config/schema.hpp"
+#include "runtime/config/suggest.hpp"
 
 namespace troupe {
 namespace {
@@ -54,6 +56,12 @@ const std::map<std::string, Target, std::less<>>& supported_keys() {
       {"zero_optimization.stage3_max_live_parameters", {"zero", "max_live_parameters"}},
       {"zero_optimization.stage3_max_reuse_distance", {"zero", "max_reuse_distance"}},
       {"zero_optimization.stage3_param_persistence_threshold", {"zero", "param_persistence_threshold"}},
+      // DeepSpeed's current names for the four above (the stage3_ ones are aliases now).
+      {"zero_optimization.prefetch_bucket_size", {"zero", "prefetch_bucket_size"}},
+      {"zero_optimization.max_live_parameters", {"zero", "max_live_parameters"}},
+      {"zero_optimization.max_reuse_distance", {"zero", "max_reuse_distance"}},
+      {"zero_optimization.param_persistence_threshold", {"zero", "param_persistence_threshold"}},
+      {"tensor_parallel.autotp_size", {"parallel", "tp"}},
       {"zero_optimization.sub_group_size", {"offload", "sub_group_size"}},
       {"zero_optimization.offload_optimizer.device", {"offload", "optimizer"}},
       {"zero_optimization.offload_optimizer.nvme_path", {"offload", "nvme_path"}},
@@ -95,6 +103,7 @@ const std::set<std::string, std::less<>>& ignored_keys() {
       "zero_optimization.elastic_checkpoint",
       "zero_optimization.use_multi_rank_bucket_allreduce",
       "zero_optimization.gather_16bit_weights_on_model_save",
+      "zero_optimization.cpu_offload_use_pin_memory",
       "zero_optimization.stage3_gather_16bit_weights_on_model_save",
       "zero_optimization.stage3_gather_fp16_weights_on_model_save",
       "zero_optimization.offload_optimizer.pin_memory",
@@ -155,6 +164,7 @@ class Converter {
     optimizer_type(root);
     precision(root, "fp16");
     precision(root, "bf16");
+    precision(root, "bfloat16");  // DeepSpeed's older name of bf16, still read
     walk(root, "");
     if (!refused_.empty())
       return make_error(
@@ -210,9 +220,11 @@ class Converter {
     if (!section.is_object()) return refuse(name, "an object with \"enabled\"");
     if (!section.contains("enabled")) return;
     const Json& enabled = section["enabled"];
+    if (enabled == "auto") return from_job(prefix + "enabled");
     if (!enabled.is_boolean()) return refuse(prefix + "enabled", "true or false");
     if (enabled != true) return;
-    put(prefix + "enabled", "precision", "dtype", Json(name));
+    const std::string dtype = std::string_view(name) == "fp16" ? "fp16" : "bf16";
+    put(prefix + "enabled", "precision", "dtype", Json(dtype));
     static const std::set<std::string, std::less<>> scaler_keys = {
         "loss_scale", "initial_scale_power",    "loss_scale_window",
         "hysteresis", "consecutive_hysteresis", "min_loss_scale"};
@@ -220,6 +232,11 @@ class Converter {
       if (key == "enabled") continue;
       if (std::string_view(name) == "fp16" && scaler_keys.count(key)) {
         put(prefix + key, "precision", key, value);
+        continue;
+      }
+      if (const DeepSpeedRule* rule =
+              deepspeed_rule(std::string_view(name) == "fp16" ? prefix + key : "bf16." + key)) {
+        apply(*rule, prefix + key, value);
         continue;
       }
       warnings_.push_back(
@@ -239,6 +256,13 @@ class Converter {
                       source_, path));
       return;
     }
+    if (!path.empty() && !supported_keys().count(path)) {
+      // The rest of DeepSpeed's schema: a section's rule covers its whole subtree at once,
+      // but a quiet one (a feature's settings) lets its children's own rules speak.
+      if (const DeepSpeedRule* rule = deepspeed_rule(path);
+          rule && (rule->path == path || rule->kind != DeepSpeedRule::Kind::quiet || !node.is_object()))
+        return apply(*rule, path, node);
+    }
     if (node.is_object() && !supported_keys().count(path)) {
       for (const auto& [key, child] : node.items()) walk(child, path.empty() ? key : path + "." + key);
       return;
@@ -246,7 +270,43 @@ class Converter {
     leaf(node, path);
   }
 
+  // A key of DeepSpeed's schema troupe does not convert: said, accepted or refused, with why.
+  void apply(const DeepSpeedRule& rule, const std::string& path, const Json& value) {
+    using Kind = DeepSpeedRule::Kind;
+    if (rule.kind == Kind::quiet) return;
+    if (rule.kind == Kind::ignore) {
+      warnings_.push_back(fmt::format("{}: {} is ignored: {}", source_, path, rule.why));
+      return;
+    }
+    if (rule.kind == Kind::refuse_unless && value == Json::parse(rule.fine)) return;
+    refuse(path,
+           rule.kind == Kind::refuse ? std::string(rule.why) : fmt::format("{}: {}", shown(value), rule.why));
+  }
+
+  // "auto", as Hugging Face's integration writes it: the job's value (its TOML, --set or
+  // troupe's default), said once.
+  void from_job(const std::string& path) {
+    const std::string_view key = *auto_from_job(path);
+    const std::size_t dot = key.find('.');
+    warnings_.push_back(fmt::format("{}: {} is \"auto\": it takes the job's [{}] {}", source_, path,
+                                    key.substr(0, dot), key.substr(dot + 1)));
+  }
+
+  // DeepSpeed's deprecated spellings it still maps: cpu_offload and cpu_offload_param.
+  bool legacy(const Json& value, const std::string& path) {
+    const bool optimizer = path == "zero_optimization.cpu_offload";
+    if (!optimizer && path != "zero_optimization.cpu_offload_param") return false;
+    if (!value.is_boolean()) {
+      refuse(path, "true or false");
+      return true;
+    }
+    if (value == true) put(path, "offload", optimizer ? "optimizer" : "param", Json("cpu"));
+    return true;
+  }
+
   void leaf(const Json& value, const std::string& path) {
+    if (value == "auto" && auto_from_job(path)) return from_job(path);
+    if (legacy(value, path)) return;
     if (path.rfind("scheduler.params.", 0) == 0) {
       const std::string key = path.substr(std::string("scheduler.params.").size());
       if (!find_key("scheduler", key)) return refuse(path, "not a parameter of DeepSpeed's four schedules");
@@ -259,7 +319,7 @@ class Converter {
       return;
     }
     auto found = supported_keys().find(path);
-    if (found == supported_keys().end()) return refuse(path, "not a key troupe knows");
+    if (found == supported_keys().end()) return refuse(path, unknown(path));
     put(path, found->second.section, found->second.key, value);
   }
 
@@ -301,6 +361,13 @@ class Converter {
       into.insert_or_assign(key, value.get<std::string>());
     }
     origins_.by_key[section + "." + key] = fmt::format("{}: {}", source_, path);
+  }
+
+  // A key in no list: DeepSpeed would not know it either.
+  static std::string unknown(const std::string& path) {
+    auto close = suggest(path, deepspeed_schema_paths());
+    return close ? fmt::format("not a DeepSpeed key; did you mean {}?", *close)
+                 : "not a DeepSpeed key, nor one troupe knows";
   }
 
   std::string source_;

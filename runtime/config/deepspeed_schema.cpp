@@ -63,8 +63,8 @@ const std::vector<DeepSpeedRule>& rules() {
       {"data_types.grad_accum_dtype", K::refuse_unless, "troupe accumulates gradients in the model's dtype",
        "null"},
       {"data_types.", K::ignore, "troupe keeps parameters in [precision] dtype over fp32 masters"},
-      {"tensor_parallel.", K::ignore,
-       "troupe's tensor parallelism is [parallel] tp (autotp_size maps onto it)"},
+      // AutoTP's tuning; its autotp_size is [parallel] tp (deepspeed.cpp).
+      {"tensor_parallel.", K::quiet, ""},
       // fp16 / bf16 settings of DeepSpeed's implementation.
       {"bf16.immediate_grad_update", K::ignore, "troupe's bf16 updates after the step's reduction"},
       {"bf16.check_grad_overflow", K::ignore, "troupe checks the gradient norm of every step"},

@@ -17,4 +17,10 @@ torch::nn::Sequential make_tensor_parallel_model(const ModelConfig& model,
                                : make_tensor_parallel_gpt(model, group);
 }
 
+torch::nn::Sequential split_tensor_parallel_model(const torch::nn::Sequential& full, const ModelConfig& model,
+                                                  const std::shared_ptr<TensorParallelGroup>& group) {
+  return model.type == "llama" ? split_tensor_parallel_llama(full, model, group)
+                               : split_tensor_parallel_gpt(full, model, group);
+}
+
 }  // namespace troupe

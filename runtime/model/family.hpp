@@ -21,4 +21,9 @@ torch::nn::Sequential make_model(const ModelConfig& model);
 torch::nn::Sequential make_tensor_parallel_model(const ModelConfig& model,
                                                  const std::shared_ptr<TensorParallelGroup>& group);
 
+/// `full` (make_model's, whatever its values: a checkpoint's, a Hugging Face folder's) split
+/// across `group`, each rank keeping its shard.
+torch::nn::Sequential split_tensor_parallel_model(const torch::nn::Sequential& full, const ModelConfig& model,
+                                                  const std::shared_ptr<TensorParallelGroup>& group);
+
 }  // namespace troupe

@@ -133,7 +133,12 @@ torch::nn::Sequential make_tensor_parallel_gpt(const ModelConfig& model,
   TROUPE_CHECK(model.n_heads % group->size() == 0 && model.vocab_size % group->size() == 0,
                "a validated config splits heads and vocabulary evenly");
   // The same draws as the single-process model, each rank keeping its shard.
-  return split_layers<TpEmbedding, TpBlock, TpHead>(make_gpt(model), model, group);
+  return split_tensor_parallel_gpt(make_gpt(model), model, group);
+}
+
+torch::nn::Sequential split_tensor_parallel_gpt(const torch::nn::Sequential& full, const ModelConfig& model,
+                                                const std::shared_ptr<TensorParallelGroup>& group) {
+  return split_layers<TpEmbedding, TpBlock, TpHead>(full, model, group);
 }
 
 LossFunction tensor_parallel_gpt_loss(const std::shared_ptr<TensorParallelGroup>& group) {

@@ -26,6 +26,9 @@ namespace troupe {
 /// `model` must be resolved and divisible by the group (the config's checks).
 torch::nn::Sequential make_tensor_parallel_gpt(const ModelConfig& model,
                                                const std::shared_ptr<TensorParallelGroup>& group);
+/// The same cut from `full`, a make_gpt model of `model` whatever its values.
+torch::nn::Sequential split_tensor_parallel_gpt(const torch::nn::Sequential& full, const ModelConfig& model,
+                                                const std::shared_ptr<TensorParallelGroup>& group);
 
 /// The loss of the tensor-parallel GPT's split logits: the vocabulary-parallel cross-entropy.
 LossFunction tensor_parallel_gpt_loss(const std::shared_ptr<TensorParallelGroup>& group);

@@ -148,7 +148,12 @@ torch::nn::Sequential make_tensor_parallel_llama(const ModelConfig& model,
   TROUPE_CHECK(model.n_kv_heads % group->size() == 0 && model.vocab_size % group->size() == 0,
                "a validated config splits key/value heads and vocabulary evenly");
   // The same draws as the single-process model, each rank keeping its shard.
-  return split_layers<TpLlamaEmbedding, TpLlamaBlock, TpLlamaHead>(make_llama(model), model, group);
+  return split_tensor_parallel_llama(make_llama(model), model, group);
+}
+
+torch::nn::Sequential split_tensor_parallel_llama(const torch::nn::Sequential& full, const ModelConfig& model,
+                                                  const std::shared_ptr<TensorParallelGroup>& group) {
+  return split_layers<TpLlamaEmbedding, TpLlamaBlock, TpLlamaHead>(full, model, group);
 }
 
 }  // namespace troupe

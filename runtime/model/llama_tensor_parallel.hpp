@@ -24,5 +24,8 @@ namespace troupe {
 /// by the group's size (the config's checks).
 torch::nn::Sequential make_tensor_parallel_llama(const ModelConfig& model,
                                                  const std::shared_ptr<TensorParallelGroup>& group);
+/// The same cut from `full`, a make_llama model of `model` whatever its values.
+torch::nn::Sequential split_tensor_parallel_llama(const torch::nn::Sequential& full, const ModelConfig& model,
+                                                  const std::shared_ptr<TensorParallelGroup>& group);
 
 }  // namespace troupe

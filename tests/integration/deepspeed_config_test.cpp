@@ -53,6 +53,17 @@ std::vector<Shape> shapes() {
       {"zero3_bf16.json", {"dtype = \"bf16\"", "communication_data_type = \"bf16\"", "stage = 3"}},
       {"zero1_fp16_dynamic.json",
        {"dtype = \"fp16\"", "initial_scale_power = 12", "loss_scale_window = 500", "hysteresis = 2"}},
+      // Shapes of DeepSpeed's own examples and Hugging Face's documented configs: "auto"
+      // values, the legacy cpu_offload, DeepSpeed's new ZeRO names, prescale_gradients,
+      // pipelined NVMe swapping, "bfloat16", Megatron's pipeline and curriculum sections.
+      {"hf_zero3_auto.json",
+       {"stage = 3", "type = \"WarmupLR\"", "max_live_parameters = 1000000000"},
+       " --set batch.micro_batch_size=4"},
+      {"legacy_cpu_offload.json", {"optimizer = \"cpu\"", "dtype = \"bf16\"", "stage = 2"}},
+      {"zero_infinity_nvme.json",
+       {"optimizer = \"nvme\"", "param = \"cpu\"", "prefetch_bucket_size = 50000"}},
+      {"bing_bert_style.json", {"type = \"WarmupDecayLR\"", "gradient_clipping = 1.0"}},
+      {"megatron_gpt_style.json", {"dtype = \"bf16\"", "stage = 1", "communication_data_type = \"bf16\""}},
   };
 }
 
@@ -112,12 +123,64 @@ TEST(DeepSpeedConfig, WhatTroupeCannotRunIsRefusedInOneMessageNamingEveryKey) {
   "sparse_attention": {"mode": "fixed"}
 })");
   expect_refused(r, "does not run 3 keys of this DeepSpeed config");
-  for (const char* key :
-       {"optimizer.type (\"Lamb\": troupe has Adam, AdamW and SGD)",
-        "sparse_attention.mode (not a key troupe knows)", "zero_optimization.offload_optimizer.ratio"})
+  for (const char* key : {"optimizer.type (\"Lamb\": troupe has Adam, AdamW and SGD)",
+                          "sparse_attention (troupe's attention is dense causal attention)",
+                          "zero_optimization.offload_optimizer.ratio"})
     expect_refused(r, key);
-  expect_refused(check_json(R"({"train_batch_size": "auto"})"),
-                 "train_batch_size (\"auto\" is filled in by Hugging Face's integration, not by DeepSpeed");
+  expect_refused(
+      check_json(R"({"train_batch_size": 16, "zero_optimization": {"stage": "auto"}})"),
+      "zero_optimization.stage (\"auto\" is filled in by Hugging Face's integration, not by DeepSpeed");
+}
+
+// Every key of DeepSpeed's current schema is known: converted, ignored saying why, or refused
+// saying why (some only at a value that asks for what troupe lacks); "auto" takes the job's
+// value where troupe has the key; a key DeepSpeed would not know either gets a did-you-mean.
+TEST(DeepSpeedConfig, TheWholeSchemaIsKnownAndAutoTakesTheJobs) {
+  auto automatic = testing::run_command(
+      std::string(TROUPE_BINARY) + " check " + data("hf_zero3_auto.json") +
+          " --set cluster.world_size=2 --set batch.micro_batch_size=4 --set optimizer.lr=2e-4",
+      60);
+  ASSERT_EQ(automatic.exit_code, 0) << automatic.output;
+  for (const char* said :
+       {"train_micro_batch_size_per_gpu is \"auto\": it takes the job's [batch] micro_batch_size",
+        "optimizer.params.lr is \"auto\": it takes the job's [optimizer] lr",
+        "bf16.enabled is \"auto\": it takes the job's [precision] dtype", "lr = 0.0002",
+        "micro_batch_size = 4"})
+    EXPECT_NE(automatic.output.find(said), std::string::npos) << said << " in " << automatic.output;
+  auto bert = testing::run_command(
+      std::string(TROUPE_BINARY) + " check " + data("bing_bert_style.json") + " --set cluster.world_size=2",
+      60);
+  ASSERT_EQ(bert.exit_code, 0) << bert.output;
+  EXPECT_NE(
+      bert.output.find("prescale_gradients is ignored: troupe always divides each replica's loss by dp"),
+      std::string::npos)
+      << bert.output;
+  auto nvme = testing::run_command(
+      std::string(TROUPE_BINARY) + " check " + data("zero_infinity_nvme.json") +
+          " --set cluster.world_size=2 --set offload.nvme_path=" + testing::make_temp_dir(),
+      60);
+  ASSERT_EQ(nvme.exit_code, 0) << nvme.output;
+  EXPECT_NE(
+      nvme.output.find("offload_optimizer.pipeline_read is ignored: troupe's offload manager always reads"),
+      std::string::npos)
+      << nvme.output;
+  expect_refused(check_json(R"({"train_batch_size": 16, "zero_optimisation": {"stage": 2}})"),
+                 "zero_optimisation.stage (not a DeepSpeed key; did you mean zero_optimization.stage?)");
+  expect_refused(
+      check_json(
+          R"({"train_batch_size": 16, "zero_optimization": {"stage": 3, "zero_quantized_weights": true}})"),
+      "zero_optimization.zero_quantized_weights (true: ZeRO++'s quantized weights are not in troupe)");
+  expect_refused(check_json(R"({"train_batch_size": 16, "gradient_allreduce_op": "sum"})"),
+                 "gradient_allreduce_op (\"sum\": troupe averages gradients over the replicas");
+  expect_refused(check_json(R"({"train_batch_size": 16, "amp": {"enabled": true, "opt_level": "O1"}})"),
+                 "amp.enabled (true: NVIDIA Apex's AMP");
+  auto autotp = check_json(R"({"train_batch_size": 16, "tensor_parallel": {"autotp_size": 2}})",
+                           " --set parallel.dp=1 --toml");
+  EXPECT_EQ(autotp.exit_code, 0) << autotp.output;
+  EXPECT_NE(autotp.output.find("tp = 2"), std::string::npos) << autotp.output;
+  auto off = check_json(R"({"train_batch_size": 16, "amp": {"enabled": false, "opt_level": "O1"},
+                            "zero_optimization": {"stage": 1, "zero_quantized_weights": false, "mics_shard_size": -1}})");
+  EXPECT_EQ(off.exit_code, 0) << off.output;
 }
 
 TEST(DeepSpeedConfig, SyntaxAndTypeErrorsNameTheLineColumnOrKeyPath) {

@@ -9,8 +9,13 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "actors/model_parameters.hpp"
 #include "runtime/model/family.hpp"
@@ -138,6 +143,43 @@ TEST_P(HuggingFace, ATrainedRunExportsAFolderFromPretrainedLoadsWithTroupesLogit
       "hugging face: %s: after 20 steps, from_pretrained of troupe's export gives troupe's logits within "
       "%.1e\n",
       GetParam().name.c_str(), difference);
+}
+
+std::vector<double> losses_of(const std::string& metrics) {
+  std::vector<double> losses;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) losses.push_back(nlohmann::json::parse(line).at("loss"));
+  return losses;
+}
+
+// Tensor parallelism from the folder: each rank's shards are cut from the loaded model, so
+// tp 2 trains as the reference does from the same folder.
+TEST_P(HuggingFace, TensorParallelRanksStartFromTheFolder) {
+  SKIP_WITHOUT_TRANSFORMERS();
+  const std::string dir = made_folder(GetParam().name);
+  const std::string root = testing::make_temp_dir();
+  const std::string job = std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR + "/configs/" +
+                          GetParam().job + " --set model.init_from=\\\"" + dir +
+                          "\\\" --set model.norm_eps=1e-5 --set train.steps=10" +
+                          " --set optimizer.lr=1e-3 --set batch.micro_batch_size=8 --set parallel.dp=1";
+  auto split = testing::run_command(
+      job + " --set cluster.world_size=2 --set parallel.tp=2 --set cluster.coordinator=" +
+          testing::free_coordinator() + " --metrics " + root + "/tp.jsonl",
+      300);
+  ASSERT_EQ(split.exit_code, 0) << split.output;
+  auto whole = testing::run_command(
+      job + " --reference --set cluster.world_size=1 --metrics " + root + "/ref.jsonl", 300);
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const std::vector<double> tp = losses_of(root + "/tp.jsonl"), ref = losses_of(root + "/ref.jsonl");
+  ASSERT_EQ(tp.size(), 10u);
+  ASSERT_EQ(ref.size(), 10u);
+  double worst = 0;
+  for (std::size_t s = 0; s < 10; ++s) {
+    EXPECT_NEAR(tp[s], ref[s], 1e-5 * ref[s]) << "step " << s + 1;
+    worst = std::max(worst, std::abs(tp[s] - ref[s]) / ref[s]);
+  }
+  std::printf("hugging face: %s: tp 2 from the folder, 10 steps, worst loss %.1e relative\n",
+              GetParam().name.c_str(), worst);
 }
 
 INSTANTIATE_TEST_SUITE_P(

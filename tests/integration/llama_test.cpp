@@ -119,6 +119,21 @@ INSTANTIATE_TEST_SUITE_P(Layouts, Llama,
                                                     " --set offload.param=\\\"nvme\\\""}),
                          name);
 
+// Tensor parallelism with virtual stages: tp 2 × pp 2 of two chunks each (interleaved 1F1B,
+// 4 layers) × dp 2, against the reference of the same 4-layer model.
+TEST(LlamaVirtualStages, TensorParallelChunksTrainAsTheReference) {
+  const std::string four = " --set model.n_layers=4";
+  LlamaJob one{1, 1, 1, 0, false, "none", false, "1f1b", four};
+  LlamaJob split{2, 2, 2, 1, false, "none", false, "interleaved_1f1b", four};
+  const TrainedRun ref = train(" --reference", one);
+  const TrainedRun run = train("", split);
+  const ParityFigures worst = expect_parity(run, ref, 20);
+  std::printf(
+      "llama parity: tp2 x pp2 (2 chunks each, interleaved_1f1b) x dp2: worst loss %.2e relative, "
+      "parameters %.2e of their norm\n",
+      worst.loss, worst.parameters);
+}
+
 // A GPU rank's path (its rows, buckets and collectives by placement), on CPU streams standing
 // in for the device's: ZeRO 3 at dp 2, and tp 2 × dp 2 with sequence parallelism.
 INSTANTIATE_TEST_SUITE_P(DevicePath, Llama,

@@ -39,25 +39,27 @@ struct Job {
   int pp = 1;
   int steps = kLongRun;
   std::string settings;  ///< more --set flags, the references' too
+  int tp = 1;            ///< tensor-parallel ranks per replica (the reference: one process)
 };
 
 std::string describe(const Job& j) {
   return "stage " + std::to_string(j.stage) + ", dp " + std::to_string(j.dp) + ", pp " +
-         std::to_string(j.pp) + ", accumulation " + std::to_string(j.accumulation) + j.settings;
+         std::to_string(j.pp) + ", tp " + std::to_string(j.tp) + ", accumulation " +
+         std::to_string(j.accumulation) + j.settings;
 }
 
 // The tiny GPT with a global batch of 16 sequences and gradient clipping at 1.0 (it binds
 // in the first steps), at a rate that keeps 200 steps learning.
 TrainedRun train(const std::string& how, const Job& j) {
   std::string dir = testing::make_temp_dir();
-  const int world = j.dp * j.pp;
+  const int world = j.dp * j.pp * j.tp;
   const int micro = 16 / j.dp / j.accumulation;
   std::string command =
       std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR + "/configs/tiny-gpt.toml" + how +
       " --set train.steps=" + std::to_string(j.steps) +
       " --set optimizer.lr=1e-3 --set optimizer.gradient_clipping=1.0" +
       " --set cluster.world_size=" + std::to_string(world) + " --set parallel.dp=" + std::to_string(j.dp) +
-      " --set parallel.pp=" + std::to_string(j.pp) +
+      " --set parallel.pp=" + std::to_string(j.pp) + " --set parallel.tp=" + std::to_string(j.tp) +
       " --set batch.micro_batch_size=" + std::to_string(micro) +
       " --set batch.gradient_accumulation_steps=" + std::to_string(j.accumulation) +
       " --set batch.global_batch_size=16 --set zero.stage=" + std::to_string(j.stage) +
@@ -157,11 +159,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Job{0, 2, 2, 1, 20, kFp32Reduce}, Job{1, 2, 2, 1, 20, kFp32Reduce},
                       Job{2, 2, 2, 1, 20, kFp32Reduce}, Job{3, 2, 2, 1, 20, kFp32Reduce},
                       Job{1, 1, 2, 2, 20, kFp32Reduce + " --set model.tie_embeddings=true"},
-                      Job{2, 2, 2, 1, 20, kLlama}),
+                      Job{2, 2, 2, 1, 20, kLlama},
+                      // tensor parallelism: its row-parallel sums run in fp32, then round
+                      Job{1, 1, 2, 1, 20, "", 2}, Job{2, 2, 2, 1, 20, kLlama, 2}),
     [](const auto& info) {
       const Job& j = info.param;
       return "Stage" + std::to_string(j.stage) + "Dp" + std::to_string(j.dp) + "Pp" + std::to_string(j.pp) +
-             "Accumulation" + std::to_string(j.accumulation) +
+             "Accumulation" + std::to_string(j.accumulation) + (j.tp > 1 ? "Tp" + std::to_string(j.tp) : "") +
              (j.settings.find("nvme") != std::string::npos ? "OffloadNvme" : "") +
              (j.settings.find("communication") != std::string::npos ? "ReducedInFp32" : "") +
              (j.settings.find("tie_") != std::string::npos ? "TiedEmbeddings" : "") +
