@@ -236,7 +236,7 @@ Status check_tensor_parallel(const JobConfig& config, const RankEnvironment& ran
   const std::pair<bool, const char*> not_yet[] = {
       // Under ZeRO 2-3 each chunk computes on a stream of its own, and two streams issuing one
       // group's collectives could order them differently on the group's ranks.
-      {pipeline_chunks(config) > 1 && config.zero.stage >= 2,
+      {pipeline_chunks(config) > 1 && config.zero.policy().compute_waits_for_collectives(),
        "virtual pipeline stages under [zero] stage 2 or 3 (each chunk's own compute stream)"},
       {config.parallel.pp > 1 && pipeline::event_scheduler(config.pipeline.schedule) != nullptr,
        "an event-driven [pipeline] schedule (its ranks may order their work differently)"},
@@ -326,6 +326,7 @@ class Engine::Impl {
   int64_t compute_threads = 1;
   int64_t steps_done = 0;
   data_position data_at{0, 0, 1};  // where the training samples stand (set with the batch below)
+  bool validates = false;          // the trainable has validation samples (evaluate() runs)
   bool failed = false;
   bool finished = false;
 
@@ -431,7 +432,7 @@ class Engine::Impl {
     comm = spawn_comm_agent(*system, std::move(transport), tr);
     const auto& b = config.batch;
     const pipeline::RankPlace& place = plan.place;
-    const bool validates = static_cast<bool>(t.validation);
+    validates = static_cast<bool>(t.validation);
     data_at = data_position{0, 0, b.global_batch_size};
     loader = spawn_data_loader(
         *system, DataLoaderOptions{std::move(t.data), b.micro_batch_size, b.gradient_accumulation_steps,
@@ -1103,6 +1104,11 @@ Result<StepResult> Engine::train_batch() {
 Result<double> Engine::evaluate() {
   Impl& m = *impl_;
   if (m.failed) return make_error(fmt::format("rank {}: the engine has failed; no validation", m.rank.rank));
+  if (!m.validates)  // a usage error, not a failure of the cluster: training can go on
+    return make_error(
+        fmt::format("rank {}: Engine::evaluate() needs Trainable::validation, the samples of a "
+                    "validation split ([data] split gives it a share)",
+                    m.rank.rank));
   caf::scoped_actor self{*m.system};
   auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::duration<double>(m.step_timeout_s()));
