@@ -116,8 +116,7 @@ caf::behavior data_loader_behavior(DataLoader* self, DataLoaderOptions options) 
 
 int64_t first_sample_of(const DataLoaderOptions& o, int64_t step, int64_t micro, bool validation) {
   int64_t global = o.micro_batch_size * o.micro_count * o.dp;
-  const int64_t batch_start =
-      validation || o.start.global_batch == 0 ? step * global : data_position{o.start}.samples_after(step);
+  const int64_t batch_start = validation ? step * global : o.start.samples_after(step, global);
   return batch_start + (micro * o.dp + o.rank) * o.micro_batch_size;
 }
 

@@ -27,9 +27,9 @@ struct DataLoaderOptions {
   int64_t prefetch = 2;  ///< micro-batches prepared ahead of the one asked for
   Tracer* tracer = nullptr;
   MicroBatchSource validation;  ///< empty: the job has no validation split
-  /// Training steps before `start.step` are not read again; step s's first sample is
-  /// start.samples_after(s). A resume moves it (the data_position message).
-  data_position start{0, 0, 0};
+  /// Step s's first training sample is start.samples_after(s, global batch); a resume moves
+  /// it (the data_position message).
+  data_position start{};
 };
 
 /// First global sample of a micro-batch (see the header comment); a validation batch's

@@ -325,7 +325,7 @@ class Engine::Impl {
   int64_t last_save = -1;                 // the step of the save last handed to the writer
   int64_t compute_threads = 1;
   int64_t steps_done = 0;
-  data_position data_at{0, 0, 1};  // where the training samples stand (set with the batch below)
+  data_position data_at{};         // where the training samples stand
   bool validates = false;          // the trainable has validation samples (evaluate() runs)
   bool failed = false;
   bool finished = false;
@@ -433,7 +433,6 @@ class Engine::Impl {
     const auto& b = config.batch;
     const pipeline::RankPlace& place = plan.place;
     validates = static_cast<bool>(t.validation);
-    data_at = data_position{0, 0, b.global_batch_size};
     loader = spawn_data_loader(
         *system, DataLoaderOptions{std::move(t.data), b.micro_batch_size, b.gradient_accumulation_steps,
                                    config.parallel.dp, place.replica, config.data.prefetch_micro_batches, tr,
@@ -844,7 +843,7 @@ class Engine::Impl {
     if (!loaded->rng_state.empty()) set_rng_state(loaded->rng_state);
     steps_done = loaded->step;
     if (loaded->samples >= 0) {  // the data goes on where it was, whatever the global batch now
-      data_at = data_position{loaded->step, loaded->samples, config.batch.global_batch_size};
+      data_at = data_position{loaded->step, loaded->samples};
       self->send(loader, data_at);
     }
     if (rank.rank == 0) spdlog::info("resumed from {} after step {}", **folder, steps_done);
@@ -869,8 +868,9 @@ class Engine::Impl {
     }
     self->send(
         checkpoint_writer,
-        write_checkpoint{steps_done, rank_checkpoint_files(checkpoint, steps_done, snapshots, rng_state(),
-                                                           data_at.samples_after(steps_done))});
+        write_checkpoint{steps_done, rank_checkpoint_files(
+                                         checkpoint, steps_done, snapshots, rng_state(),
+                                         data_at.samples_after(steps_done, config.batch.global_batch_size))});
     last_save = steps_done;
     if (!config.checkpoint.async) TROUPE_TRY(await_save(self, steps_done));
     return {};

@@ -26,17 +26,18 @@ typename Inspector::result_type inspect(Inspector& f, fetch_micro_batch& x) {
   return f(caf::meta::type_name("fetch_micro_batch"), x.step, x.micro, x.validation);
 }
 
-/// Where the training samples stand: after `step` steps, `samples` had been read, and each
-/// step from there reads `global_batch` more (a resumed run's position, from its checkpoint).
+/// Where the training samples stand: after `step` steps, `samples` had been read (a resumed
+/// run's position, from its checkpoint); each step from there reads one global batch more.
 struct data_position {
   int64_t step = 0;
   int64_t samples = 0;
-  int64_t global_batch = 1;
-  int64_t samples_after(int64_t steps) const { return samples + (steps - step) * global_batch; }
+  int64_t samples_after(int64_t steps, int64_t global_batch) const {
+    return samples + (steps - step) * global_batch;
+  }
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, data_position& x) {
-  return f(caf::meta::type_name("data_position"), x.step, x.samples, x.global_batch);
+  return f(caf::meta::type_name("data_position"), x.step, x.samples);
 }
 
 struct micro_batch_ready {

@@ -12,6 +12,8 @@
 
 #include <fmt/format.h>
 
+#include "base/result.hpp"
+
 namespace troupe {
 
 /// Locations of the keys of one JobConfig, as message prefixes.
@@ -27,5 +29,11 @@ struct ConfigOrigins {
     return it == by_key.end() ? source : it->second;
   }
 };
+
+/// "<where>: [section] <message>", where is the key's origin.
+inline Error key_error(const ConfigOrigins& origins, std::string_view section, std::string_view key,
+                       const std::string& message) {
+  return make_error(fmt::format("{}: [{}] {}", origins.where(section, key), section, message));
+}
 
 }  // namespace troupe

@@ -48,12 +48,6 @@ std::string shown(const Verbatim& value) {
   return value.text;
 }
 
-// "<where>: [section] <message>", where is the key's origin.
-Error key_error(const ConfigOrigins& origins, std::string_view section, std::string_view key,
-                const std::string& message) {
-  return make_error(fmt::format("{}: [{}] {}", origins.where(section, key), section, message));
-}
-
 // "<where>: [section] key must be <expect>, got <value>" unless `ok`.
 template <class T>
 Status require(bool ok, const ConfigOrigins& origins, std::string_view section, std::string_view key,

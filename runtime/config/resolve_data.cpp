@@ -17,11 +17,6 @@
 namespace troupe {
 namespace {
 
-Error key_error(const ConfigOrigins& origins, std::string_view section, std::string_view key,
-                const std::string& message) {
-  return make_error(fmt::format("{}: [{}] {}", origins.where(section, key), section, message));
-}
-
 std::string shown(const std::vector<double>& values) {
   std::vector<std::string> text;
   for (double v : values) text.push_back(toml_float(v));

@@ -1,8 +1,12 @@
 #include "runtime/data/indexed_dataset.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <vector>
 
 #include <fmt/format.h>
@@ -122,7 +126,43 @@ const char* name_of(TokenType type) {
   return "unknown";
 }
 
+namespace {
+
+// The files' identity: a dataset checked once in this process (by the config's resolution)
+// is not streamed through again (by the rank's loader) while its files stay as they were.
+std::string identity_of(const std::string& prefix) {
+  std::string id;
+  for (const char* suffix : {".idx", ".bin"}) {
+    struct stat st {};
+    if (::stat((prefix + suffix).c_str(), &st) != 0) return "";
+    id += fmt::format("{}:{}:{}:{}.{};", st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec,
+                      st.st_mtim.tv_nsec);
+  }
+  return id;
+}
+
+std::mutex opened_mutex;
+std::map<std::string, std::pair<std::string, std::shared_ptr<const IndexedDataset>>> opened;  // by prefix
+
+}  // namespace
+
 Result<std::shared_ptr<const IndexedDataset>> IndexedDataset::open(const std::string& prefix) {
+  const std::string identity = identity_of(prefix);
+  {
+    std::lock_guard<std::mutex> lock(opened_mutex);
+    auto found = opened.find(prefix);
+    if (!identity.empty() && found != opened.end() && found->second.first == identity)
+      return found->second.second;
+  }
+  auto made = check_and_open(prefix);
+  if (made && !identity.empty()) {
+    std::lock_guard<std::mutex> lock(opened_mutex);
+    opened[prefix] = {identity, *made};
+  }
+  return made;
+}
+
+Result<std::shared_ptr<const IndexedDataset>> IndexedDataset::check_and_open(const std::string& prefix) {
   auto idx = MappedFile::open(prefix + ".idx");
   if (!idx) return make_error(fmt::format("indexed dataset '{}': {}", prefix, idx.error().message));
   const MappedFile& index = **idx;

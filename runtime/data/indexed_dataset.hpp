@@ -34,7 +34,8 @@ class IndexedDataset {
   /// or sequence, when the index is not version 1 of the format, its token type is not an
   /// integer, its counts do not match its size, a sequence does not start where the one
   /// before it ends, its document indices are not 0 ... S in order, or the .bin holds a
-  /// different number of bytes than the index describes.
+  /// different number of bytes than the index describes. A dataset opened before in this
+  /// process, whose files are unchanged, is returned as it is, not checked again.
   static Result<std::shared_ptr<const IndexedDataset>> open(const std::string& prefix);
 
   const std::string& prefix() const { return prefix_; }
@@ -52,6 +53,7 @@ class IndexedDataset {
 
  private:
   IndexedDataset() = default;
+  static Result<std::shared_ptr<const IndexedDataset>> check_and_open(const std::string& prefix);
 
   std::string prefix_;
   std::shared_ptr<const MappedFile> index_, bin_;

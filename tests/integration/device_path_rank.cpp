@@ -91,8 +91,9 @@ int train(caf::actor_system& system, caf::actor agent, int64_t rank, int64_t wor
   }
   caf::actor stage = spawn_stage(system, std::move(so));
   caf::actor loader = spawn_data_loader(
-      system, DataLoaderOptions{
-                  samples, kGlobalBatch / world / kAccumulation, kAccumulation, world, rank, 2, nullptr, {}});
+      system,
+      DataLoaderOptions{
+          samples, kGlobalBatch / world / kAccumulation, kAccumulation, world, rank, 2, nullptr, {}, {}});
   SchedulerOptions sched;
   sched.chunks = {stage};
   sched.data_loader = loader;

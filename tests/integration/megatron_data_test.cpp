@@ -4,8 +4,8 @@
 // for the same tokens and its IndexedDataset reads it back; a blend picks each sample's
 // dataset as its build_blending_indices does. Then training on them, over real processes:
 // validation ([train] eval_interval) at parity with `troupe run --reference` whatever the
-// layout; a run resumed from a checkpoint sees the samples of the uninterrupted one; and a
-// 4 GB corpus trains while its loader stays under 100 MB resident.
+// layout, the device path on CPU streams too; a run resumed from a checkpoint sees the samples of the
+// uninterrupted one; and a 4 GB corpus trains while its loader stays under 100 MB resident.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -147,13 +147,15 @@ std::string data_job() {
 struct Layout {
   std::string name;
   std::string sets;
+  bool device_path = false;  ///< on CPU streams standing in for a GPU's (TROUPE_DEVICE_PATH=cpu)
 };
 
 TrainedRun train(const std::string& job, const std::string& how, const std::string& sets, int steps,
-                 std::vector<double>* val_losses) {
+                 std::vector<double>* val_losses, bool device_path = false) {
   const std::string dir = make_temp_dir();
-  auto r = run_command(std::string(TROUPE_BINARY) + " run " + job + how + " --set train.steps=" +
-                           std::to_string(steps) + " --set train.eval_interval=5 --set train.eval_steps=2" +
+  auto r = run_command(std::string(device_path ? "TROUPE_DEVICE_PATH=cpu " : "") + TROUPE_BINARY + " run " +
+                           job + how + " --set train.steps=" + std::to_string(steps) +
+                           " --set train.eval_interval=5 --set train.eval_steps=2" +
                            " --set optimizer.lr=1e-3 --set cluster.coordinator=" + free_coordinator() + sets +
                            " --metrics " + dir + "/metrics.jsonl --parameters-out " + dir + "/parameters.bin",
                        400);
@@ -181,7 +183,7 @@ TEST_P(Validation, EveryRankTakesPartAndTheLossIsTheReferences) {
       " --set cluster.world_size=1 --set parallel.dp=1 --set batch.micro_batch_size=4"
       " --set batch.gradient_accumulation_steps=2";
   const TrainedRun ref = train(job, " --reference", one, 10, &ref_val);
-  const TrainedRun run = train(job, "", GetParam().sets, 10, &run_val);
+  const TrainedRun run = train(job, "", GetParam().sets, 10, &run_val, GetParam().device_path);
   ASSERT_EQ(ref_val.size(), 2u);
   ASSERT_EQ(run_val.size(), 2u);
   ASSERT_EQ(run.losses.size(), 10u);
@@ -208,6 +210,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Layout{"dp2_zero1", kDp2 + " --set zero.stage=1"},
                       Layout{"dp2_zero3",
                              kDp2 + " --set zero.stage=3 --set zero.param_persistence_threshold=1000"},
+                      Layout{"dp2_zero3_devicePath",
+                             kDp2 + " --set zero.stage=3 --set zero.param_persistence_threshold=1000", true},
                       Layout{"pp2_dp2_1f1b", kPp2Dp2},
                       Layout{"pp2_dp2_zbv", kPp2Dp2 + " --set pipeline.schedule=\\\"zbv\\\""},
                       Layout{"tp2_dp2_sequence",

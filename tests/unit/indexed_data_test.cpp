@@ -66,6 +66,17 @@ TEST(IndexedDataset, ReadsWhatWasWritten) {
   std::vector<int64_t> tokens(19);
   d.read(0, 19, tokens.data());
   for (int64_t i = 0; i < 19; ++i) EXPECT_EQ(tokens[static_cast<std::size_t>(i)], i);
+  // Opened again unchanged: the same dataset, not checked a second time; rewritten: afresh.
+  auto again = IndexedDataset::open(d.prefix());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->get(), dataset->get());
+  testing::IndexedWriter w(d.prefix());
+  w.add_sequence({7, 8, 9});
+  w.end_document();
+  w.finish();
+  auto rewritten = IndexedDataset::open(d.prefix());
+  ASSERT_TRUE(rewritten.ok()) << rewritten.error().message;
+  EXPECT_EQ((*rewritten)->token_count(), 3);
 }
 
 TEST(IndexedDataset, EveryIntegerDtypeReadsBack) {
