@@ -7,10 +7,12 @@
 // the reads that fill every wanted element exactly once, or an error naming the first
 // parameter and elements no file holds (a checkpoint of another model, or an incomplete
 // one). Replicas may save the same range twice (ZeRO stage 0): the first file listed wins.
+// Under tensor parallelism both sides name runs of the whole tensor (whole_runs()).
 // Thread safety: pure functions.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -44,5 +46,30 @@ struct RangeRead {
 /// one file merged.
 Result<std::vector<RangeRead>> plan_reads(const std::vector<SavedRange>& saved,
                                           const std::vector<WantedRange>& wanted);
+
+/// Where the tensor a rank holds lies in the model's whole tensor under tensor parallelism:
+/// dimension `dim` of `whole_shape` is `blocks` equal blocks, and the rank holds slice
+/// `index` of `parts` equal slices of each, the slices in block order (a fused q/k/v
+/// projection has three blocks). `parts` 1: the rank holds the whole tensor.
+struct TensorShard {
+  std::vector<int64_t> whole_shape;
+  int64_t dim = 0;
+  int64_t blocks = 1;
+  int64_t index = 0;
+  int64_t parts = 1;
+  bool whole() const { return parts == 1; }
+};
+
+/// A run of a shard's flattened elements that is contiguous in the whole tensor too.
+struct ShardRun {
+  std::size_t whole_offset = 0;  ///< in the whole tensor's flattened order
+  std::size_t count = 0;
+  std::size_t shard_offset = 0;  ///< in the shard's flattened order
+};
+
+/// Elements [offset, offset + count) of `shard` as runs of the whole tensor, in shard order.
+/// Resharding across tensor parallelism addresses saved and wanted elements this way, so a
+/// checkpoint saved at one tp loads at another.
+std::vector<ShardRun> whole_runs(const TensorShard& shard, std::size_t offset, std::size_t count);
 
 }  // namespace troupe

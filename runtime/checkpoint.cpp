@@ -52,6 +52,22 @@ CheckpointBlob blob_of(std::string name, const std::shared_ptr<std::string>& tex
   return CheckpointBlob{std::move(name), text, text->data(), text->size()};
 }
 
+nlohmann::json shard_json(const TensorShard& s) {
+  return {
+      {"shape", s.whole_shape}, {"dim", s.dim}, {"blocks", s.blocks}, {"index", s.index}, {"parts", s.parts}};
+}
+
+TensorShard shard_of(const nlohmann::json& j) {
+  return TensorShard{j.at("shape").get<std::vector<int64_t>>(), j.at("dim").get<int64_t>(),
+                     j.at("blocks").get<int64_t>(), j.at("index").get<int64_t>(),
+                     j.at("parts").get<int64_t>()};
+}
+
+// A tensor-parallel group's members each hold a tensor they do not split; member 0 writes it.
+bool writes_tensor(const RankCheckpoint& r, const ChunkCheckpoint& chunk, std::size_t tensor) {
+  return r.shard == 0 || tensor >= chunk.shards.size() || !chunk.shards[tensor].whole();
+}
+
 }  // namespace
 
 std::vector<std::string> checkpoint_arrays(const OptimizerConfig& optimizer) {
@@ -102,6 +118,7 @@ std::string checkpoint_meta(const JobConfig& job, const std::vector<std::string>
   nlohmann::json meta = {{"world_size", job.cluster.world_size},
                          {"dp", job.parallel.dp},
                          {"pp", job.parallel.pp},
+                         {"tp", job.parallel.tp},
                          {"zero_stage", job.zero.stage},
                          {"dtype", name_of(job.precision.dtype)},
                          {"offload_optimizer", name_of(job.offload.optimizer)},
@@ -121,7 +138,7 @@ std::vector<CheckpointBlob> rank_checkpoint_files(const RankCheckpoint& r, int64
     const stage_snapshot& snap = snapshots[c];
     auto [lo, hi] = written_range(r, chunk.layout.partition_elements);
     nlohmann::json names = nlohmann::json::array(), pieces = nlohmann::json::array(),
-                   steps = nlohmann::json::object();
+                   steps = nlohmann::json::object(), shards = nlohmann::json::object();
     for (std::size_t a = 0; a < snap.state.arrays.size(); ++a) {
       std::string name = array_name(r.rank, chunk.virtual_stage, r.arrays[a]);
       const auto& buffer = snap.state.arrays[a];
@@ -130,15 +147,18 @@ std::vector<CheckpointBlob> rank_checkpoint_files(const RankCheckpoint& r, int64
     }
     for (const PartitionPiece& p : chunk.layout.pieces) {
       std::size_t from = std::max(p.at, lo), to = std::min(p.at + p.count, hi);
-      if (from >= to) continue;
+      if (from >= to || !writes_tensor(r, chunk, p.tensor)) continue;
       pieces.push_back({chunk.names[p.tensor], p.offset + (from - p.at), to - from, from - lo});
       // The step count of each tensor it writes a piece of (every holder's count is the same).
       if (p.tensor < snap.state.steps.size()) steps[chunk.names[p.tensor]] = snap.state.steps[p.tensor];
+      if (p.tensor < chunk.shards.size() && !chunk.shards[p.tensor].whole())
+        shards[chunk.names[p.tensor]] = shard_json(chunk.shards[p.tensor]);
     }
     chunks.push_back({{"virtual_stage", chunk.virtual_stage},
                       {"arrays", names},
                       {"pieces", pieces},
                       {"steps", steps},
+                      {"shards", shards},
                       {"updates_applied", snap.updates_applied},
                       {"scaler", scaler_json(snap.scaler)}});
   }
@@ -192,6 +212,7 @@ class CheckpointFiles {
 struct SavedState {
   std::vector<std::vector<SavedRange>> ranges;  // by array
   std::map<std::string, int64_t> steps;
+  std::map<std::string, TensorShard> shards;  // a slice of each split tensor, as saved
   int64_t updates_applied = 0;
   std::optional<LossScalerState> scaler;
   bool first_chunk = true;
@@ -203,11 +224,22 @@ Status gather_index(const nlohmann::json& index, std::size_t arrays, SavedState&
     const auto& names = chunk.at("arrays");
     if (names.size() != arrays)
       return make_error(fmt::format("it holds {} arrays per partition", names.size()));
-    for (const auto& p : chunk.at("pieces"))
-      for (std::size_t a = 0; a < arrays; ++a)
-        saved.ranges[a].push_back(SavedRange{p.at(0).get<std::string>(), p.at(1).get<std::size_t>(),
-                                             p.at(2).get<std::size_t>(), names[a].get<std::string>(),
-                                             p.at(3).get<std::size_t>()});
+    std::map<std::string, TensorShard> shards;
+    const nlohmann::json split = chunk.value("shards", nlohmann::json::object());  // older: none
+    for (const auto& [name, shard] : split.items()) shards[name] = saved.shards[name] = shard_of(shard);
+    for (const auto& p : chunk.at("pieces")) {
+      const std::string name = p.at(0).get<std::string>();
+      const auto offset = p.at(1).get<std::size_t>(), count = p.at(2).get<std::size_t>(),
+                 at = p.at(3).get<std::size_t>();
+      auto shard = shards.find(name);
+      // Under tensor parallelism a piece is a run of its slice: ranges name the whole tensor's elements.
+      for (const ShardRun& run : shard == shards.end()
+                                     ? std::vector<ShardRun>{ShardRun{offset, count, offset}}
+                                     : whole_runs(shard->second, offset, count))
+        for (std::size_t a = 0; a < arrays; ++a)
+          saved.ranges[a].push_back(SavedRange{name, run.whole_offset, run.count, names[a].get<std::string>(),
+                                               at + (run.shard_offset - offset)});
+    }
     for (const auto& [name, count] : chunk.at("steps").items()) saved.steps[name] = count.get<int64_t>();
     if (saved.first_chunk) {
       saved.updates_applied = chunk.at("updates_applied").get<int64_t>();
@@ -258,13 +290,38 @@ Status fill(CheckpointFiles& files, const std::vector<SavedRange>& saved,
   return {};
 }
 
+// What tensor `tensor` of `chunk` wants of elements [offset, offset + count), put at `into`,
+// as runs of the whole tensor.
+void want(const ChunkCheckpoint& chunk, std::size_t tensor, std::size_t offset, std::size_t count,
+          std::size_t into, std::vector<WantedRange>& wanted) {
+  const std::string& name = chunk.names[tensor];
+  if (tensor >= chunk.shards.size()) {
+    wanted.push_back(WantedRange{name, offset, count, into});
+    return;
+  }
+  for (const ShardRun& run : whole_runs(chunk.shards[tensor], offset, count))
+    wanted.push_back(WantedRange{name, run.whole_offset, run.count, into + (run.shard_offset - offset)});
+}
+
+// A tensor saved in slices of another shape than this job's is another model's.
+Status same_shapes(const SavedState& saved, const ChunkCheckpoint& chunk) {
+  for (std::size_t t = 0; t < chunk.shards.size(); ++t) {
+    auto found = saved.shards.find(chunk.names[t]);
+    if (found != saved.shards.end() && found->second.whole_shape != chunk.shards[t].whole_shape)
+      return make_error(fmt::format("it saved {} with shape [{}], this model's is [{}]", chunk.names[t],
+                                    fmt::join(found->second.whole_shape, ", "),
+                                    fmt::join(chunk.shards[t].whole_shape, ", ")));
+  }
+  return {};
+}
+
 Result<restore_stage> load_chunk(CheckpointFiles& files, const SavedState& saved,
                                  const ChunkCheckpoint& chunk, std::size_t arrays) {
+  TROUPE_TRY(same_shapes(saved, chunk));
   const stage_layout& l = chunk.layout;
   restore_stage r;
   std::vector<WantedRange> owned;
-  for (const PartitionPiece& p : l.pieces)
-    owned.push_back(WantedRange{chunk.names[p.tensor], p.offset, p.count, p.at});
+  for (const PartitionPiece& p : l.pieces) want(chunk, p.tensor, p.offset, p.count, p.at, owned);
   for (std::size_t a = 0; a < arrays; ++a) {
     auto buffer =
         std::make_shared<HostBuffer>(std::max<std::size_t>(l.partition_elements, 1) * sizeof(float));
@@ -276,7 +333,7 @@ Result<restore_stage> load_chunk(CheckpointFiles& files, const SavedState& saved
   std::size_t held = 0;
   for (std::size_t t = 0; t < l.tensor_elements.size(); ++t)
     if (l.held[t]) {
-      whole.push_back(WantedRange{chunk.names[t], 0, l.tensor_elements[t], held});
+      want(chunk, t, 0, l.tensor_elements[t], held, whole);
       held += l.tensor_elements[t];
     }
   if (held > 0) {

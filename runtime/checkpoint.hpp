@@ -10,12 +10,14 @@
 //   rankRRRRR.json              where every run of every parameter lies in those files (its
 //                               name in the whole model, element offset and count), the
 //                               optimizer's step count of each parameter, the update count
-//                               (the learning-rate schedule's position) and the loss scaler.
+//                               (the learning-rate schedule's position), the loss scaler,
+//                               and under tensor parallelism which slice of each split
+//                               tensor it holds (the pieces are in the slice's own order;
+//                               a tensor each member holds whole is written by member 0).
 //   rankRRRRR-rng.bin           the rank's LibTorch CPU generator state.
-// The data position is the step: batches are drawn by global sample index.
 //
 // Loading reads what the new layout owns wherever it was saved (plan_reads), so a
-// checkpoint loads into another dp, ZeRO stage, offload tier or pipeline cut. Each file read
+// checkpoint loads into another dp, tp, ZeRO stage, offload tier or pipeline cut. Each file read
 // is checked against the manifest's size and CRC32C first.
 #pragma once
 
@@ -27,6 +29,7 @@
 #include "actors/protocol/checkpoint.hpp"
 #include "actors/protocol/checkpoint_writer.hpp"
 #include "base/result.hpp"
+#include "memory/checkpoint_ranges.hpp"
 #include "runtime/config/config.hpp"
 
 namespace troupe {
@@ -35,7 +38,8 @@ namespace troupe {
 struct ChunkCheckpoint {
   int64_t virtual_stage = 0;
   stage_layout layout;
-  std::vector<std::string> names;  ///< by tensor (stage order): its name in the whole model
+  std::vector<std::string> names;   ///< by tensor (stage order): its name in the whole model
+  std::vector<TensorShard> shards;  ///< by tensor: the part of the whole tensor it holds (tp)
 };
 
 /// This rank's place, as saving and loading need it.
@@ -43,6 +47,7 @@ struct RankCheckpoint {
   int64_t rank = 0;
   int64_t replica = 0;  ///< in its data-parallel group
   int64_t dp = 1;
+  int64_t shard = 0;                ///< its position in its tensor-parallel group
   ZeroPolicy zero;                  ///< the job's: whether every replica holds the whole model
   std::vector<std::string> arrays;  ///< "values", then the optimizer's state arrays
   std::vector<ChunkCheckpoint> chunks;

@@ -241,7 +241,6 @@ Status check_tensor_parallel(const JobConfig& config, const RankEnvironment& ran
       {config.parallel.pp > 1 && pipeline::event_scheduler(config.pipeline.schedule) != nullptr,
        "an event-driven [pipeline] schedule (its ranks may order their work differently)"},
       {profiled, "[pipeline] partition = \"profile\""},
-      {config.checkpoint.every_steps > 0 || !config.checkpoint.resume.empty(), "[checkpoint]"},
       {!config.model.init_from.empty() && !t.starts_from_init,
        "[model] init_from into a trainer's own model (cut its shards from the loaded whole model and set "
        "Trainable::starts_from_init)"}};
@@ -781,6 +780,19 @@ class Engine::Impl {
     return "#" + std::to_string(tensor);
   }
 
+  // Where this rank's part of the model's tensor `t` lies in the whole tensor.
+  TensorShard shard_of(std::size_t t) const {
+    TensorShard shard{model_tensors[t].shape};
+    if (tensor_splits.empty() || tensor_splits[t].replicated) return shard;
+    const TensorSplit split = tensor_splits[t];
+    shard.whole_shape[static_cast<std::size_t>(split.dim)] *= config.parallel.tp;
+    shard.dim = split.dim;
+    shard.blocks = split.blocks;
+    shard.index = plan.place.shard;
+    shard.parts = config.parallel.tp;
+    return shard;
+  }
+
   // [checkpoint]: each chunk's layout (what it owns, by parameter name and element range),
   // the writer when saving, and on resume every chunk's state put back.
   Status prepare_checkpoints() {
@@ -790,6 +802,7 @@ class Engine::Impl {
     checkpoint.rank = rank.rank;
     checkpoint.replica = plan.place.replica;
     checkpoint.dp = config.parallel.dp;
+    checkpoint.shard = plan.place.shard;
     checkpoint.zero = config.zero.policy();
     checkpoint.arrays = checkpoint_arrays(config.optimizer);
     for (std::size_t chunk = 0; chunk < stages.size(); ++chunk) {
@@ -801,8 +814,10 @@ class Engine::Impl {
                    [&](caf::error& e) { error = system->render(e); });
       if (error.empty()) error = cc.layout.error;
       if (!error.empty()) return fail("describing the checkpoint layout: " + error);
-      for (const StageTensor& t : plan.stage_tensors[static_cast<std::size_t>(cc.virtual_stage)])
+      for (const StageTensor& t : plan.stage_tensors[static_cast<std::size_t>(cc.virtual_stage)]) {
         cc.names.push_back(tensor_names[t.tensor]);
+        cc.shards.push_back(shard_of(t.tensor));
+      }
       checkpoint.chunks.push_back(std::move(cc));
     }
     if (c.every_steps > 0) {
@@ -811,7 +826,10 @@ class Engine::Impl {
       o.rank = rank.rank;
       o.world_size = rank.world_size;
       o.keep_last = c.keep_last;
-      o.meta = checkpoint_meta(config, checkpoint.arrays, model_tensors);
+      std::vector<ModelTensor> whole;  // the manifest lists the model's tensors, not this rank's slices
+      for (std::size_t t = 0; t < model_tensors.size(); ++t)
+        whole.push_back(ModelTensor{model_tensors[t].name, shard_of(t).whole_shape});
+      o.meta = checkpoint_meta(config, checkpoint.arrays, whole);
       o.comm_agent = comm;
       o.tracer = tracer.get();
       if (const char* delay = std::getenv("TROUPE_CHECKPOINT_WRITE_DELAY_MS"))

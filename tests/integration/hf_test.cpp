@@ -2,7 +2,7 @@
 // Python whose torch is the LibTorch troupe builds against), for LlamaForCausalLM and
 // GPT2LMHeadModel: a model with random weights, saved by save_pretrained, loads into
 // troupe's model of that family with the same logits (1e-5) and the same loss on the same
-// tokens; trained 20 steps by `troupe run` from that folder over 2 ranks, exported by
+// tokens; trained 20 steps by `troupe run` from that folder at tp 2 × dp 2, exported by
 // `troupe export --format hf`, it loads in from_pretrained with logits equal to troupe's
 // own for the trained parameters. Skips, saying so, where that Python lacks transformers.
 #include <gtest/gtest.h>
@@ -111,12 +111,13 @@ TEST_P(HuggingFace, ATrainedRunExportsAFolderFromPretrainedLoadsWithTroupesLogit
   SKIP_WITHOUT_TRANSFORMERS();
   const std::string dir = made_folder(GetParam().name);
   const std::string root = testing::make_temp_dir();
-  // The folder's shape, dp 2 under ZeRO 2, 20 steps, saved at the end.
+  // The folder's shape, tp 2 × dp 2 under ZeRO 2, 20 steps, saved at the end: the export
+  // puts each tensor back together from the ranks' slices.
   const std::string job =
       std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR + "/configs/" + GetParam().job +
       " --set model.init_from=\\\"" + dir + "\\\" --set model.norm_eps=1e-5" +
-      " --set train.steps=20 --set zero.stage=2 --set batch.micro_batch_size=4 --set checkpoint.dir=\\\"" +
-      root +
+      " --set train.steps=20 --set zero.stage=2 --set batch.micro_batch_size=4 --set cluster.world_size=4" +
+      " --set parallel.tp=2 --set checkpoint.dir=\\\"" + root +
       "/ckpt\\\" --set checkpoint.every_steps=20 --set cluster.coordinator=" + testing::free_coordinator();
   auto trained = testing::run_command(job, 300);
   ASSERT_EQ(trained.exit_code, 0) << trained.output;

@@ -74,5 +74,82 @@ TEST(CheckpointRanges, AGapOrAnUnknownParameterIsNamed) {
   EXPECT_NE(reads.error().message.find("elements [0, 4) of parameter 'head.weight'"), std::string::npos);
 }
 
+// Overlapping saved ranges (replicas, and a range across two others) each element read once.
+TEST(CheckpointRanges, OverlapsAreReadOnceFromTheRangeStartingFirst) {
+  std::vector<SavedRange> saved = {{"w", 0, 100, "a.bin", 0},
+                                   {"w", 50, 100, "b.bin", 0},
+                                   {"w", 60, 10, "c.bin", 0},
+                                   {"w", 150, 50, "d.bin", 0}};
+  auto reads = plan_reads(saved, {WantedRange{"w", 40, 160, 0}});
+  ASSERT_TRUE(reads.ok()) << reads.error().message;
+  ASSERT_EQ(reads->size(), 3u);
+  EXPECT_EQ((*reads)[0].file, "a.bin");
+  EXPECT_EQ((*reads)[0].count, 60u);
+  EXPECT_EQ((*reads)[1].file, "b.bin");
+  EXPECT_EQ((*reads)[1].from, 50u);  // element 100 is b's 50th
+  EXPECT_EQ((*reads)[1].count, 50u);
+  EXPECT_EQ((*reads)[2].file, "d.bin");
+}
+
+// A row-parallel weight [4, 6] in 2 column slices: shard 1 holds columns 3-5 of each row.
+TEST(CheckpointRanges, AColumnSliceIsOneRunPerRowOfTheWholeTensor) {
+  const TensorShard shard{{4, 6}, 1, 1, 1, 2};
+  auto runs = whole_runs(shard, 0, 12);
+  ASSERT_EQ(runs.size(), 4u);
+  for (std::size_t row = 0; row < 4; ++row) {
+    EXPECT_EQ(runs[row].whole_offset, 6 * row + 3);
+    EXPECT_EQ(runs[row].count, 3u);
+    EXPECT_EQ(runs[row].shard_offset, 3 * row);
+  }
+  // A part of it starting and ending inside rows.
+  runs = whole_runs(shard, 2, 5);
+  ASSERT_EQ(runs.size(), 3u);
+  EXPECT_EQ(runs[0].whole_offset, 5u);
+  EXPECT_EQ(runs[0].count, 1u);
+  EXPECT_EQ(runs[1].whole_offset, 9u);
+  EXPECT_EQ(runs[1].count, 3u);
+  EXPECT_EQ(runs[1].shard_offset, 3u);
+  EXPECT_EQ(runs[2].whole_offset, 15u);
+  EXPECT_EQ(runs[2].count, 1u);
+}
+
+// A fused q/k/v weight [6, 2] (three blocks of 2 rows) in 2 row slices: shard 1 holds
+// row 1 of each block.
+TEST(CheckpointRanges, AFusedProjectionsShardIsItsSliceOfEachBlock) {
+  auto runs = whole_runs(TensorShard{{6, 2}, 0, 3, 1, 2}, 0, 6);
+  ASSERT_EQ(runs.size(), 3u);
+  for (std::size_t b = 0; b < 3; ++b) {
+    EXPECT_EQ(runs[b].whole_offset, 4 * b + 2);
+    EXPECT_EQ(runs[b].count, 2u);
+    EXPECT_EQ(runs[b].shard_offset, 2 * b);
+  }
+}
+
+// Every shard's runs of a 3-d tensor cover each whole element exactly once, whatever
+// dimension is split and into how many blocks and parts.
+TEST(CheckpointRanges, TheShardsOfATensorCoverItExactlyOnce) {
+  for (int64_t dim = 0; dim < 3; ++dim)
+    for (int64_t blocks : {1, 2})
+      for (int64_t parts : {1, 2, 4}) {
+        std::vector<int64_t> shape = {4, 8, 3};
+        shape[static_cast<std::size_t>(dim)] = 8 * blocks;
+        std::vector<int> seen(static_cast<std::size_t>(shape[0] * shape[1] * shape[2]));
+        for (int64_t index = 0; index < parts; ++index) {
+          const TensorShard shard{shape, dim, blocks, index, parts};
+          const std::size_t held = seen.size() / static_cast<std::size_t>(parts);
+          std::size_t next = 0;
+          for (const ShardRun& r : whole_runs(shard, 0, held)) {
+            EXPECT_EQ(r.shard_offset, next);
+            next += r.count;
+            for (std::size_t e = 0; e < r.count; ++e) ++seen.at(r.whole_offset + e);
+          }
+          EXPECT_EQ(next, held);
+        }
+        for (std::size_t e = 0; e < seen.size(); ++e)
+          ASSERT_EQ(seen[e], 1) << "element " << e << ", dim " << dim << ", blocks " << blocks << ", parts "
+                                << parts;
+      }
+}
+
 }  // namespace
 }  // namespace troupe
