@@ -531,6 +531,7 @@ caf::behavior stage_behavior(StageActor* self, StageOptions options) {
   // OpenMP's thread count is a per-thread setting: set it on the thread that computes.
   s.compute->enqueue(
       "", [threads = s.options.compute_threads] { torch::set_num_threads(static_cast<int>(threads)); });
+  if (s.options.on_compute_thread) s.compute->enqueue("", s.options.on_compute_thread);
   s.norm = std::make_shared<HostBuffer>(sizeof(float));
   s.step_figures =
       std::make_shared<HostBuffer>(kStepFields * sizeof(int64_t) * static_cast<std::size_t>(s.options.dp));

@@ -32,6 +32,7 @@
 #include <caf/actor_system.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -117,6 +118,10 @@ struct StageOptions {
   /// Set: the compute stream, shared with the rank's other chunks (virtual stages: one
   /// rank's chunks compute one at a time, as on one device); else the stage makes its own.
   std::shared_ptr<Stream> compute;
+  /// Set: the first work on the compute stream's thread (what a trainer's layers need of
+  /// the thread that runs them; the engine's: which communicator a chunk's tensor-parallel
+  /// layers use when the chunk computes on a thread of its own).
+  std::function<void()> on_compute_thread;
   double collective_timeout_s = 120;
   caf::actor comm_agent;
   Tracer* tracer = nullptr;

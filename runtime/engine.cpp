@@ -212,6 +212,12 @@ Status broadcast_parameters(Transport& transport, std::vector<torch::Tensor> par
 // [parallel] tp > 1: the trainer's model is made of tensor-parallel layers over a group
 // of this rank's size and position; what does not work with tensor parallelism yet is
 // refused naming the key.
+// Whether the pipeline's cut comes from timing the layers on this machine.
+bool profiles_layers(const JobConfig& config) {
+  return config.parallel.pp > 1 && config.pipeline.partition.counts.empty() &&
+         config.pipeline.partition.method == PartitionMethod::profile;
+}
+
 Status check_tensor_parallel(const JobConfig& config, const RankEnvironment& rank, const Trainable& t) {
   const int64_t tp = config.parallel.tp;
   const auto& group = t.tensor_parallel;
@@ -231,16 +237,9 @@ Status check_tensor_parallel(const JobConfig& config, const RankEnvironment& ran
         fmt::format("rank {}: the model's tensor-parallel group and [parallel] sequence_parallel "
                     "disagree",
                     rank.rank));
-  const bool profiled = config.parallel.pp > 1 && config.pipeline.partition.counts.empty() &&
-                        config.pipeline.partition.method == PartitionMethod::profile;
   const std::pair<bool, const char*> not_yet[] = {
-      // Under ZeRO 2-3 each chunk computes on a stream of its own, and two streams issuing one
-      // group's collectives could order them differently on the group's ranks.
-      {pipeline_chunks(config) > 1 && config.zero.policy().compute_waits_for_collectives(),
-       "virtual pipeline stages under [zero] stage 2 or 3 (each chunk's own compute stream)"},
       {config.parallel.pp > 1 && pipeline::event_scheduler(config.pipeline.schedule) != nullptr,
        "an event-driven [pipeline] schedule (its ranks may order their work differently)"},
-      {profiled, "[pipeline] partition = \"profile\""},
       {!config.model.init_from.empty() && !t.starts_from_init,
        "[model] init_from into a trainer's own model (cut its shards from the loaded whole model and set "
        "Trainable::starts_from_init)"}};
@@ -314,6 +313,9 @@ class Engine::Impl {
   std::vector<TiedWeight> ties;               // what this rank's stage shares with others
   std::shared_ptr<TensorParallelGroup> tensor_group;  // tp > 1: the model's layers' group
   CommunicatorId tensor_comm = world_communicator;    // tp > 1: this rank's group
+  // tp > 1 with chunks computing on streams of their own: chunk c's group communicator (c ≥ 1)
+  std::vector<CommunicatorId> chunk_tensor_comms;
+  std::vector<std::shared_ptr<TensorParallelComm>> chunk_tensor_collectives;
   CommunicatorId norm_comm = world_communicator;      // tp > 1: where the squared norm is summed
   caf::actor collectives;  // a GPU rank's (NCCL or staged)
   std::vector<std::string> tensor_names;  // the whole model's parameters, by tensor
@@ -405,6 +407,11 @@ class Engine::Impl {
                             rank.rank,
                             rank.world_size,
                             groups[static_cast<std::size_t>(c)]};
+      if (c > 0 && !chunk_tensor_collectives.empty())
+        so.on_compute_thread = [group = tensor_group,
+                                comm = chunk_tensor_collectives[static_cast<std::size_t>(c - 1)]] {
+          group->use_on_this_thread(comm);
+        };
       if (chunks > 1 && so.offload && !so.offload->nvme_dir.empty())
         so.offload->nvme_dir += fmt::format("/chunk{}", c);
       stages.push_back(spawn_stage(*system, std::move(so)));
@@ -529,6 +536,9 @@ class Engine::Impl {
     if (config.parallel.pp == 1 && config.parallel.tp == 1) return {};
     TROUPE_TRY(make_groups(transport, 0));
     if (config.parallel.tp > 1) TROUPE_TRY(make_tensor_groups(transport));
+    if (config.parallel.tp > 1 && plan.layout.chunks > 1 &&
+        config.zero.policy().compute_waits_for_collectives())
+      for (int64_t c = 1; c < plan.layout.chunks; ++c) TROUPE_TRY(make_chunk_tensor_group(transport));
     TROUPE_TRY(tie_stages(transport));
     for (int64_t c = 1; c < plan.layout.chunks; ++c) TROUPE_TRY(make_groups(transport, c));
     return {};
@@ -578,6 +588,24 @@ class Engine::Impl {
     }
     if (config.zero.policy().every_rank_updates_everything())
       norm_comm = tensor_comm;  // holds every gradient
+    return {};
+  }
+
+  // Under ZeRO 2-3 each chunk computes on a stream of its own, and two streams issuing one
+  // group's collectives on one communicator could order them differently on the group's
+  // ranks: every chunk after the first gets its group a communicator of its own.
+  Status make_chunk_tensor_group(Transport& transport) {
+    const auto& g = plan.grid;
+    for (int64_t s = 0; s < g.pp; ++s)
+      for (int64_t r = 0; r < g.dp; ++r) {
+        std::vector<int64_t> members;
+        for (int64_t t = 0; t < g.tp; ++t) members.push_back(g.rank_of(s, r, t));
+        auto made = transport.make_communicator(members);
+        if (!made)
+          return make_error(fmt::format("rank {}: a chunk's tensor-parallel group of ranks {}: {}", rank.rank,
+                                        fmt::join(members, ", "), made.error().message));
+        if (s == plan.place.stage && r == plan.place.replica) chunk_tensor_comms.push_back(*made);
+      }
     return {};
   }
 
@@ -686,13 +714,34 @@ class Engine::Impl {
   Status profile(Transport& transport, Trainable& t, std::vector<double>& costs) {
     const int64_t count = static_cast<int64_t>(layers->size());
     std::vector<float> times(static_cast<std::size_t>(count), 0.0f);
-    if (rank.rank == 0) {
+    // With tp > 1 rank 0's group times the layers together (their collectives need it).
+    if (rank.rank == 0 || (tensor_group && tensor_group->bound())) {
       MicroBatch batch = t.data(0, config.batch.micro_batch_size);
       auto measured = profile_layers(layers, batch, t.loss);
       for (int64_t i = 0; i < count; ++i) times[static_cast<std::size_t>(i)] = static_cast<float>(measured[i]);
     }
     TROUPE_TRY(transport.broadcast_sync(times.data(), times.size(), 0));
     costs.assign(times.begin(), times.end());
+    return {};
+  }
+
+  // [pipeline] partition = "profile" with tp > 1: rank 0's tensor-parallel group (the first
+  // stage's first replica, made before the plan that says where every rank is) binds
+  // its layers to a communicator of its own for timing them; the plan's groups replace it.
+  Status bind_profiling_group(const std::shared_ptr<Transport>& transport) {
+    const pipeline::Grid grid{config.parallel.dp, config.parallel.pp, config.parallel.order,
+                              config.parallel.tp};
+    std::vector<int64_t> members;
+    for (int64_t t = 0; t < grid.tp; ++t) members.push_back(grid.rank_of(0, 0, t));
+    auto made = transport->make_communicator(members);
+    if (!made)
+      return make_error(
+          fmt::format("rank {}: the tensor-parallel group of ranks {} that times the layers: {}", rank.rank,
+                      fmt::join(members, ", "), made.error().message));
+    if (std::find(members.begin(), members.end(), rank.rank) != members.end())
+      tensor_group->bind(make_transport_tensor_comm(
+          transport, *made, config.cluster.collective_timeout_s,
+          fmt::format("the tensor-parallel group of ranks {} timing the layers", fmt::join(members, ", "))));
     return {};
   }
 
@@ -1021,12 +1070,18 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   if (!equal)
     return make_error(
         fmt::format("rank {}: broadcasting parameters: {}", impl->rank.rank, equal.error().message));
+  if (impl->tensor_group && profiles_layers(impl->config)) TROUPE_TRY(impl->bind_profiling_group(shared));
   TROUPE_TRY(impl->plan_stages(*shared, trainable));
   if (impl->tensor_group)
     impl->tensor_group->bind(
         make_transport_tensor_comm(shared, impl->tensor_comm, impl->config.cluster.collective_timeout_s,
                                    fmt::format("the tensor-parallel group of ranks {}",
                                                fmt::join(impl->plan.place.tensor_parallel_group, ", "))));
+  for (std::size_t c = 0; c < impl->chunk_tensor_comms.size(); ++c)
+    impl->chunk_tensor_collectives.push_back(make_transport_tensor_comm(
+        shared, impl->chunk_tensor_comms[c], impl->config.cluster.collective_timeout_s,
+        fmt::format("chunk {}'s tensor-parallel group of ranks {}", c + 1,
+                    fmt::join(impl->plan.place.tensor_parallel_group, ", "))));
   if (on_gpu) TROUPE_TRY(impl->open_gpu(*shared));
   if (stand_in) impl->device = std::make_unique<StandInDevice>(impl->tracer.get());
   impl->start_actors(std::move(shared), trainable);

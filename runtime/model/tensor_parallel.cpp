@@ -17,13 +17,20 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The group rides in the autograd context as an integer: the module that made the node
-// holds the group, and a graph never outlives its model's step.
+// The group and the communicator forward used ride in the autograd context as integers:
+// the module that made the node holds the group, the group its communicators, and a
+// graph never outlives its model's step.
 void keep_group(AutogradContext* ctx, const std::shared_ptr<TensorParallelGroup>& group) {
   ctx->saved_data["group"] = reinterpret_cast<int64_t>(group.get());
+  ctx->saved_data["comm"] = reinterpret_cast<int64_t>(group->current_comm());
 }
 TensorParallelGroup& group_of(AutogradContext* ctx) {
   return *reinterpret_cast<TensorParallelGroup*>(ctx->saved_data["group"].toInt());
+}
+// Backward's collectives on forward's communicator, on whichever thread autograd runs it.
+TensorParallelGroup::OnThread forwards_comm(AutogradContext* ctx) {
+  return TensorParallelGroup::OnThread(
+      &group_of(ctx), reinterpret_cast<TensorParallelComm*>(ctx->saved_data["comm"].toInt()));
 }
 
 void check(const Status& status, const char* what) {
@@ -117,6 +124,7 @@ struct GroupOperator : torch::autograd::Function<GroupOperator<Forward, Backward
     return Forward(x, *group);
   }
   static variable_list backward(AutogradContext* ctx, variable_list g) {
+    const auto lane = forwards_comm(ctx);
     return {Backward(g[0], group_of(ctx)), torch::Tensor()};
   }
 };
@@ -149,6 +157,7 @@ struct ColumnParallelFunction : torch::autograd::Function<ColumnParallelFunction
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     TensorParallelGroup& group = group_of(ctx);
+    const auto lane = forwards_comm(ctx);
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor& input = saved[0];
     const torch::Tensor& weight = saved[1];

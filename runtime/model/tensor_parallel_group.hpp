@@ -9,9 +9,14 @@
 // gradient norm, check that every rank kept it equal, and put a whole tensor back together
 // from its shards.
 //
-// Thread safety: the collectives are called from the compute stream of the rank's single
-// stage (they block that thread, never an actor's); describe() and split_of() from the
-// thread that builds the model and then the engine's, never at once.
+// A rank whose chunks (virtual pipeline stages) compute on threads of their own gives each
+// chunk's thread a communicator of its own (use_on_this_thread), so two chunks' collectives
+// never interleave on one; a layer's backward runs its collectives on the communicator its
+// forward used (OnThread), whichever thread autograd runs it on.
+//
+// Thread safety: the collectives are called from compute streams (they block that
+// thread, never an actor's); describe() and split_of() from the thread that builds the
+// model and then the engine's, never at once; use_on_this_thread() from any thread.
 #pragma once
 
 #include <chrono>
@@ -19,8 +24,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "base/result.hpp"
 
@@ -66,8 +73,27 @@ class TensorParallelGroup {
   /// The engine's: the collectives this group's layers run from now on.
   void bind(std::shared_ptr<TensorParallelComm> comm) { comm_ = std::move(comm); }
   bool bound() const { return static_cast<bool>(comm_); }
-  /// The bound collectives; throws (an error a layer's caller reports) before bind().
+  /// The collectives of this thread's work: use_on_this_thread()'s, else bind()'s; throws
+  /// (an error a layer's caller reports) when there are none.
   TensorParallelComm& comm() const;
+  /// comm(), or null where it would throw.
+  TensorParallelComm* current_comm() const;
+  /// The engine's: work on the calling thread uses `comm` from now on (the group keeps it).
+  void use_on_this_thread(std::shared_ptr<TensorParallelComm> comm);
+
+  /// Within its scope the calling thread's collectives of `group` go to `comm` (null:
+  /// as before it).
+  class OnThread {
+   public:
+    OnThread(const TensorParallelGroup* group, TensorParallelComm* comm);
+    ~OnThread();
+    OnThread(const OnThread&) = delete;
+    OnThread& operator=(const OnThread&) = delete;
+
+   private:
+    const TensorParallelGroup* group_;
+    TensorParallelComm* comm_;
+  };
 
   /// A layer says how its parameter (by its TensorImpl, which ZeRO's swaps keep) is split.
   void describe(const void* parameter, TensorSplit split) { splits_[parameter] = split; }
@@ -79,6 +105,8 @@ class TensorParallelGroup {
   int64_t index_;
   bool sequence_parallel_;
   std::shared_ptr<TensorParallelComm> comm_;
+  std::mutex lanes_mutex_;
+  std::vector<std::shared_ptr<TensorParallelComm>> lanes_;  // use_on_this_thread()'s, kept alive
   std::unordered_map<const void*, TensorSplit> splits_;
 };
 

@@ -31,17 +31,34 @@ struct TpJob {
   std::string offload = "none";
   double clip = 0;
   bool device_path = false;  ///< on CPU streams standing in for a GPU's (TROUPE_DEVICE_PATH=cpu)
+  int chunks = 1;            ///< > 1: virtual stages (interleaved 1F1B)
+  bool profiled = false;     ///< the pipeline cut from timing the layers (partition = "profile")
+  bool tied = true;          ///< the embedding tied to the head
 };
+
+// Virtual stages refuse weights tied across stages: the embeddings untied.
+TpJob with_chunks(TpJob j, int chunks) {
+  j.chunks = chunks;
+  j.tied = false;
+  return j;
+}
+TpJob profiled(TpJob j) {
+  j.profiled = true;
+  return j;
+}
 
 std::string describe(const TpJob& j) {
   return "tp " + std::to_string(j.tp) + " × pp " + std::to_string(j.pp) + " × dp " + std::to_string(j.dp) +
          ", zero " + std::to_string(j.zero) + (j.sequence ? ", sequence parallel" : "") +
          (j.offload != "none" ? ", optimizer on " + j.offload : "") + (j.clip > 0 ? ", clipping" : "") +
-         (j.device_path ? ", the device path" : "");
+         (j.device_path ? ", the device path" : "") +
+         (j.chunks > 1 ? ", " + std::to_string(j.chunks) + " chunks per rank" : "") +
+         (j.profiled ? ", the cut profiled" : "");
 }
 
 // 20 steps of configs/tiny-gpt.toml (4 heads, vocabulary 256, sequence 64) on a global
-// batch of 8, tied embeddings, as `troupe run` overrides.
+// batch of 8, tied embeddings (untied with virtual stages, which refuse ties), as `troupe
+// run` overrides.
 std::string overrides(const TpJob& j) {
   const std::vector<std::string> sets = {
       "train.steps=20",
@@ -57,13 +74,17 @@ std::string overrides(const TpJob& j) {
       "zero.reduce_bucket_size=16384",
       "offload.optimizer=\\\"" + j.offload + "\\\"",
       "optimizer.gradient_clipping=" + std::to_string(j.clip),
-      "model.tie_embeddings=true",
+      std::string("model.tie_embeddings=") + (j.tied ? "true" : "false"),
       "cluster.coordinator=" + free_coordinator()};
   std::string out;
   for (const auto& s : sets) out += " --set " + s;
   // Stage 3 with layer rows: the tiny GPT's tensors are all below the default persistence
   // threshold, which would keep every one gathered.
   if (j.zero == 3) out += " --set zero.param_persistence_threshold=1000";
+  if (j.chunks > 1)
+    out += " --set pipeline.schedule=\\\"interleaved_1f1b\\\" --set pipeline.virtual_stages=" +
+           std::to_string(j.chunks);
+  if (j.profiled) out += " --set pipeline.partition=\\\"profile\\\"";
   // The nvme tier holds the optimizer state and, at stage 3, the parameters.
   if (j.offload == "nvme")
     out += " --set offload.nvme_path=" + make_temp_dir() + (j.zero == 3 ? " --set offload.param=nvme" : "");
@@ -80,11 +101,16 @@ TrainedRun train(const std::string& how, const TpJob& j) {
   return read_run(dir + "/metrics.jsonl", dir + "/parameters.bin");
 }
 
-const TrainedRun& reference(double clip) {
-  static std::map<double, TrainedRun> cache;
-  auto found = cache.find(clip);
-  if (found == cache.end())
-    found = cache.emplace(clip, train(" --reference", TpJob{1, 1, 1, 0, false, "none", clip})).first;
+// The single process on `j`'s model (tied or not) and clipping.
+const TrainedRun& reference(const TpJob& j) {
+  static std::map<std::pair<double, bool>, TrainedRun> cache;
+  const auto key = std::make_pair(j.clip, j.tied);
+  auto found = cache.find(key);
+  if (found == cache.end()) {
+    TpJob single{1, 1, 1, 0, false, "none", j.clip};
+    single.tied = j.tied;
+    found = cache.emplace(key, train(" --reference", single)).first;
+  }
   return found->second;
 }
 
@@ -93,7 +119,7 @@ class TensorParallel : public ::testing::TestWithParam<TpJob> {};
 TEST_P(TensorParallel, TrainsAsTheSingleProcessReference) {
   const TpJob j = GetParam();
   TrainedRun run = train("", j);
-  ParityFigures worst = expect_parity(run, reference(j.clip), 20, j.clip);
+  ParityFigures worst = expect_parity(run, reference(j), 20, j.clip);
   std::printf(
       "tensor-parallel parity: %s: worst loss %.2e relative, gradient norm %.2e, parameters %.2e of their "
       "norm\n",
@@ -108,6 +134,8 @@ std::string name(const ::testing::TestParamInfo<TpJob>& info) {
   if (j.offload != "none") n += "_" + j.offload;
   if (j.clip > 0) n += "_clip";
   if (j.device_path) n += "_devicePath";
+  if (j.chunks > 1) n += "_chunks" + std::to_string(j.chunks);
+  if (j.profiled) n += "_profiled";
   return n;
 }
 
@@ -120,7 +148,13 @@ INSTANTIATE_TEST_SUITE_P(
                       TpJob{2, 1, 2, 3, false, "nvme", 0},
                       // the seed's layout: tp 2 × pp 2 × dp 2, ZeRO 3, the optimizer on the cpu
                       // tier, 8 processes
-                      TpJob{2, 2, 2, 3, false, "cpu", 1.0}, TpJob{2, 2, 2, 3, true, "cpu", 0}),
+                      TpJob{2, 2, 2, 3, false, "cpu", 1.0}, TpJob{2, 2, 2, 3, true, "cpu", 0},
+                      // virtual stages under ZeRO 2-3, each chunk computing on its own stream
+                      // with a communicator of its own for its group
+                      with_chunks(TpJob{2, 2, 2, 3, true, "none", 0}, 2),
+                      with_chunks(TpJob{2, 2, 1, 2, false, "none", 1.0}, 2),
+                      // the cut from the layers timed by rank 0's group together
+                      profiled(TpJob{2, 2, 1, 1, true, "none", 0})),
     name);
 
 // The device path (a GPU rank's, on CPU streams): the layers' collectives staged through
@@ -130,7 +164,8 @@ INSTANTIATE_TEST_SUITE_P(DevicePath, TensorParallel,
                          ::testing::Values(TpJob{2, 1, 2, 1, false, "none", 1.0, true},
                                            TpJob{2, 1, 2, 3, true, "none", 0, true},
                                            TpJob{2, 1, 2, 2, false, "cpu", 0, true},
-                                           TpJob{2, 2, 2, 3, false, "cpu", 1.0, true}),
+                                           TpJob{2, 2, 2, 3, false, "cpu", 1.0, true},
+                                           with_chunks(TpJob{2, 2, 1, 3, true, "none", 0, true}, 2)),
                          name);
 
 // What rank 0 sends per step (the transport's payload counter, the metrics' sent_bytes),
@@ -204,24 +239,8 @@ TEST(TensorParallelBadInput, AGroupWiderThanAHostIsWarnedAbout) {
       << r.output;
 }
 
-// What tensor parallelism does not combine with yet (virtual stages under ZeRO 2-3) is
-// refused naming it; `troupe estimate` plans a rank's shard.
-// `troupe run` of tiny-gpt with `sets`: refused before training, with `needle`.
-void expect_run_refused(const std::string& sets, const std::string& needle) {
-  auto r = run_command(std::string(TROUPE_BINARY) + " run " + TROUPE_SOURCE_DIR + "/configs/tiny-gpt.toml" +
-                           sets + " --set cluster.coordinator=" + free_coordinator(),
-                       120);
-  EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_LT(r.exit_code, 128) << "crashed: " << r.output;
-  EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
-}
-
-TEST(TensorParallelBadInput, VirtualStagesAreRefusedAndTheEstimateCountsAShard) {
-  expect_run_refused(
-      " --set cluster.world_size=4 --set parallel.dp=1 --set parallel.pp=2 --set parallel.tp=2"
-      " --set pipeline.schedule=interleaved_1f1b --set batch.gradient_accumulation_steps=4 --set "
-      "zero.stage=2",
-      "[parallel] tp = 2 does not combine with virtual pipeline stages under [zero] stage 2 or 3");
+// `troupe estimate` plans a rank's shard.
+TEST(TensorParallelEstimate, CountsAShard) {
   auto e = run_command(
       std::string(TROUPE_BINARY) + " estimate " + TROUPE_SOURCE_DIR +
           "/configs/tiny-gpt.toml --set cluster.world_size=4 --set parallel.dp=2 --set parallel.tp=2",
