@@ -182,10 +182,10 @@ INSTANTIATE_TEST_SUITE_P(
 const std::string kFp16 = " --set precision.dtype=\\\"fp16\\\" --set precision.loss_scale_window=20";
 constexpr int kFp16Steps = 100;
 
-class Fp16 : public ::testing::TestWithParam<int> {};
+class Fp16 : public ::testing::TestWithParam<Job> {};
 
 TEST_P(Fp16, TrainsLikeTheReferenceWithItsScalesAndSkipsAndEndsNearFp32) {
-  const Job j{GetParam(), 2, 2, 1, kFp16Steps, ""};
+  const Job j = GetParam();
   const TrainedRun& ref = reference(j, kFp16);
   const TrainedRun run = train(kFp16, j);
   const TrainedRun& fp32 = reference(j, "");
@@ -211,14 +211,21 @@ TEST_P(Fp16, TrainsLikeTheReferenceWithItsScalesAndSkipsAndEndsNearFp32) {
   std::string skipped;
   for (int step : ref.skipped) skipped += (skipped.empty() ? "" : ",") + std::to_string(step);
   std::printf(
-      "fp16: stage %d, dp 2: worst loss difference %.2e relative; skipped steps %s; scale %g at the end; "
-      "step %d loss %.4f against fp32 %.4f (%.2f%%)\n",
-      j.stage, worst, skipped.c_str(), run.loss_scales.back(), j.steps, run.losses.back(), fp32.losses.back(),
-      100 * gap);
+      "fp16: stage %d, dp 2, tp %d: worst loss difference %.2e relative; skipped steps %s; scale %g at the "
+      "end; step %d loss %.4f against fp32 %.4f (%.2f%%)\n",
+      j.stage, j.tp, worst, skipped.c_str(), run.loss_scales.back(), j.steps, run.losses.back(),
+      fp32.losses.back(), 100 * gap);
 }
 
-INSTANTIATE_TEST_SUITE_P(Precision, Fp16, ::testing::Values(0, 1, 2, 3),
-                         [](const auto& info) { return "Stage" + std::to_string(info.param) + "Dp2"; });
+// ... and tensor parallelism (tp 2 × dp 2): the layers' sums in fp32, rounded to fp16.
+INSTANTIATE_TEST_SUITE_P(Precision, Fp16,
+                         ::testing::Values(Job{0, 2, 2, 1, kFp16Steps, ""}, Job{1, 2, 2, 1, kFp16Steps, ""},
+                                           Job{2, 2, 2, 1, kFp16Steps, ""}, Job{3, 2, 2, 1, kFp16Steps, ""},
+                                           Job{1, 2, 2, 1, kFp16Steps, "", 2}),
+                         [](const auto& info) {
+                           return "Stage" + std::to_string(info.param.stage) + "Dp2" +
+                                  (info.param.tp > 1 ? "Tp" + std::to_string(info.param.tp) : "");
+                         });
 
 // Loss scaling at chosen steps, by injected overflows (over fp32 compute):
 // rank 1 backpropagates an infinite loss at steps 3, 4, 5 and 11 (TROUPE_INJECT_OVERFLOW),
