@@ -67,7 +67,7 @@ Result<RankEnvironment> find_rank(const JobConfig& config, std::optional<RankEnv
                       "ranks with `troupe run`, `troupe launch` or another launcher, or set "
                       "TROUPE_RANK and TROUPE_WORLD_SIZE",
                       config.source, config.cluster.world_size));
-    return RankEnvironment{0, 1, 0, 1, "", "single process"};
+    return RankEnvironment{0, 1, 0, 1, "", "single process", ""};
   }
   if (given->world_size != config.cluster.world_size)
     return make_error(fmt::format("{} says the world has {} ranks but {} sets [cluster] world_size = {}",
@@ -78,13 +78,17 @@ Result<RankEnvironment> find_rank(const JobConfig& config, std::optional<RankEnv
 
 Result<TransportOptions> transport_options(const JobConfig& config, const RankEnvironment& rank) {
   const std::string& text = rank.coordinator.empty() ? config.cluster.coordinator : rank.coordinator;
-  auto address = parse_host_port(text, rank.coordinator.empty() ? "[cluster] coordinator" : rank.source);
+  const std::string source = rank.coordinator.empty()
+                                 ? "[cluster] coordinator"
+                                 : (rank.coordinator_source.empty() ? rank.source : rank.coordinator_source);
+  auto address = parse_host_port(text, source);
   if (!address) return address.error();
   TransportOptions o;
   o.rank = rank.rank;
   o.world_size = rank.world_size;
   o.coordinator_host = address->host;
   o.coordinator_port = address->port;
+  o.coordinator_source = source;
   auto token = rank_token(config.cluster, address->host);
   if (!token) return token.error();
   o.token = std::move(token).value();

@@ -142,7 +142,7 @@ Status check_gpu_memory(const JobConfig& job) {
   auto count = kernels::cuda_device_count();
   auto detected = detect_rank_environment(process_environment());
   if (!count || *count < 1 || !detected) return {};
-  const RankEnvironment rank = detected->value_or(RankEnvironment{0, 1, 0, 1, "", "single process"});
+  const RankEnvironment rank = detected->value_or(RankEnvironment{0, 1, 0, 1, "", "single process", ""});
   const int gpu = gpu_of(rank.local_rank, *count);
   auto memory = kernels::cuda_memory(gpu);
   if (!memory) return {};

@@ -15,6 +15,7 @@ packages=(
   liburing-dev
   nlohmann-json3-dev
   iproute2
+  openmpi-bin slurm-wlm munge
   clang libclang-rt-14-dev
   python3-venv
 )

@@ -316,8 +316,9 @@ Result<AddressTable> join(UcxWorker& worker, const TransportOptions& o) {
     return make_error(fmt::format("rank 0 at {}:{} refused rank {}: {}", o.coordinator_host,
                                   o.coordinator_port, o.rank, *j.refusal));
   if (!j.table)
-    return make_error(fmt::format("rank {} could not join the cluster at {}:{} within {} s: {}", o.rank,
-                                  o.coordinator_host, o.coordinator_port, o.bootstrap_timeout_s, last_error));
+    return make_error(fmt::format("rank {} could not join the cluster at {}:{} (from {}) within {} s: {}",
+                                  o.rank, o.coordinator_host, o.coordinator_port, o.coordinator_source,
+                                  o.bootstrap_timeout_s, last_error));
   return std::move(*j.table);
 }
 

@@ -18,6 +18,7 @@ struct TransportOptions {
   int64_t world_size = 1;
   std::string coordinator_host = "127.0.0.1";
   uint16_t coordinator_port = 29500;
+  std::string coordinator_source = "[cluster] coordinator";  ///< where the address came from, for errors
   std::string token = "troupe";
   double bootstrap_timeout_s = 60;      ///< rank 0 waits this long for every rank to join
   double peer_timeout_s = 10;           ///< silence after which a peer counts as lost

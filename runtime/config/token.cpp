@@ -53,11 +53,11 @@ Result<std::string> rank_token(const ClusterConfig& cluster, const std::string& 
   if (!cluster.secret.empty()) return cluster.secret;
   if (is_loopback_host(host)) return std::string(kLoopbackToken);
   return make_error(fmt::format(
-      "this rank refuses to start: [cluster] coordinator {} is not a loopback address and the job has "
+      "this rank refuses to start: the coordinator's host {} is not a loopback address and the job has "
       "no token, so anyone who can reach that port could join it; set [cluster] token_file (a file "
       "only you can read), [cluster] token, or the environment variable {} on every rank (troupe run "
       "and troupe launch make one per job)",
-      cluster.coordinator, kTokenVariable));
+      host, kTokenVariable));
 }
 
 bool is_loopback_host(const std::string& host) {

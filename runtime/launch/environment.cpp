@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -17,15 +18,18 @@ struct Family {
   const char* world_size;
   const char* local_rank;
   const char* local_world_size;
+  const char* local_world_size_alias = nullptr;  ///< read when local_world_size is unset
 };
 
 constexpr Family kTroupe{"TROUPE_RANK", "TROUPE_WORLD_SIZE", "TROUPE_LOCAL_RANK", "TROUPE_LOCAL_WORLD_SIZE"};
-constexpr Family kTorchrun{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
+// DeepSpeed's launcher sets LOCAL_SIZE where torchrun sets LOCAL_WORLD_SIZE.
+constexpr Family kTorchrun{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "LOCAL_SIZE"};
 constexpr Family kOpenMpi{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                           "OMPI_COMM_WORLD_LOCAL_SIZE"};
 constexpr Family kSlurm{"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"};
 
-/// SLURM_NTASKS_PER_NODE may be a list such as "2(x3)"; only a plain integer is used.
+/// SLURM's tasks per node may be a list such as "2(x3)" (slurm_tasks_on_this_node reads
+/// it); the family's own variable is used only when it is a plain integer.
 enum class LocalWorldSizeForm { integer, integer_or_ignored };
 
 /// Looks a variable up; the empty string counts as unset.
@@ -114,30 +118,42 @@ Result<std::optional<RankEnvironment>> read_family(const EnvLookup& lookup, cons
     env.local_rank = *local_rank;
   }
   env.local_world_size = env.world_size;
-  auto local_world_text = get(lookup, family.local_world_size);
+  const char* local_world_name = family.local_world_size;
+  auto local_world_text = get(lookup, local_world_name);
+  if (!local_world_text && family.local_world_size_alias) {
+    local_world_name = family.local_world_size_alias;
+    local_world_text = get(lookup, local_world_name);
+  }
   if (local_world_text && (form == LocalWorldSizeForm::integer || is_plain_integer(*local_world_text))) {
-    auto local_world_size = parse_integer(family.local_world_size, *local_world_text, 1);
+    auto local_world_size = parse_integer(local_world_name, *local_world_text, 1);
     if (!local_world_size) return local_world_size.error();
     env.local_world_size = *local_world_size;
   }
   if (env.local_world_size > env.world_size) {
-    return make_error(fmt::format("{} is {}, but it must be at most {} ({}).", family.local_world_size,
+    return make_error(fmt::format("{} is {}, but it must be at most {} ({}).", local_world_name,
                                   env.local_world_size, family.world_size, env.world_size));
   }
   if (env.local_rank >= env.local_world_size) {
     return make_error(fmt::format(
         "{} is {}, but it must be less than the local world size {} "
         "({}, or {} when that is unset).",
-        family.local_rank, env.local_rank, env.local_world_size, family.local_world_size, family.world_size));
+        family.local_rank, env.local_rank, env.local_world_size, local_world_name, family.world_size));
   }
   return std::optional<RankEnvironment>(std::move(env));
 }
 
+/// Where rank 0 listens, and which variables said so.
+struct Coordinator {
+  std::string address;  ///< empty: the launcher gave none (the config's is used)
+  std::string source;
+};
+using CoordinatorReader = Result<Coordinator> (*)(const EnvLookup&, const RankEnvironment&);
+
 /// TROUPE_COORDINATOR must be host:port (the port after the last colon).
-Result<std::string> read_troupe_coordinator(const EnvLookup& lookup) {
+Result<Coordinator> read_troupe_coordinator(const EnvLookup& lookup, const RankEnvironment&) {
   constexpr const char* kName = "TROUPE_COORDINATOR";
   auto text = get(lookup, kName);
-  if (!text) return std::string();
+  if (!text) return Coordinator{};
   auto colon = text->rfind(':');
   if (colon == std::string::npos || colon == 0) {
     return make_error(
@@ -150,14 +166,14 @@ Result<std::string> read_troupe_coordinator(const EnvLookup& lookup) {
     return make_error(
         fmt::format("{} is '{}', whose port is not an integer from 1 to {}.", kName, *text, kPortMax));
   }
-  return *text;
+  return Coordinator{*text, kName};
 }
 
-/// torchrun's MASTER_ADDR and MASTER_PORT: both or neither.
-Result<std::string> read_master_address(const EnvLookup& lookup) {
+/// MASTER_ADDR and MASTER_PORT: both or neither; `port_offset` added to the port.
+Result<Coordinator> read_master_address(const EnvLookup& lookup, int64_t port_offset = 0) {
   auto address = get(lookup, "MASTER_ADDR");
   auto port_text = get(lookup, "MASTER_PORT");
-  if (!address && !port_text) return std::string();
+  if (!address && !port_text) return Coordinator{};
   if (!port_text) {
     return make_error(
         fmt::format("MASTER_ADDR is set ({}) but MASTER_PORT is not; set both or "
@@ -172,19 +188,109 @@ Result<std::string> read_master_address(const EnvLookup& lookup) {
   }
   auto port = parse_port("MASTER_PORT", *port_text);
   if (!port) return port.error();
-  return join_host_port(*address, *port);
+  if (*port + port_offset > kPortMax)
+    return make_error(
+        fmt::format("MASTER_PORT is {}, but troupe's coordinator takes the port after it, which "
+                    "must be at most {}.",
+                    *port, kPortMax));
+  return Coordinator{join_host_port(*address, *port + port_offset), "MASTER_ADDR and MASTER_PORT"};
 }
 
-/// Reads one family and, when it is present, its coordinator.
-Result<std::optional<RankEnvironment>> read_with_coordinator(
-    const EnvLookup& lookup, const Family& family, LocalWorldSizeForm form,
-    Result<std::string> (*read_coordinator)(const EnvLookup&)) {
-  auto env = read_family(lookup, family, form);
-  if (!env || !env->has_value() || read_coordinator == nullptr) return env;
-  auto coordinator = read_coordinator(lookup);
-  if (!coordinator) return coordinator.error();
-  (*env)->coordinator = std::move(*coordinator);
-  return env;
+/// torchrun's agent serves its own store on MASTER_PORT when it tells its workers
+/// TORCHELASTIC_USE_AGENT_STORE=True: rank 0 then listens on the port after it.
+Result<Coordinator> read_torchrun_coordinator(const EnvLookup& lookup, const RankEnvironment&) {
+  const bool agent_listens =
+      get(lookup, "TORCHELASTIC_USE_AGENT_STORE") == std::optional<std::string>("True");
+  auto coordinator = read_master_address(lookup, agent_listens ? 1 : 0);
+  if (coordinator && agent_listens && !coordinator->address.empty())
+    coordinator->source = "MASTER_ADDR and MASTER_PORT + 1 (torchrun's agent listens on MASTER_PORT)";
+  return coordinator;
+}
+
+/// A port for a job's coordinator from an identifier every rank of the job sees alike:
+/// 20000-29999, below Linux's ephemeral ports.
+int64_t derived_port(const std::string& job) {
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a
+  for (unsigned char c : job) hash = (hash ^ c) * 1099511628211ull;
+  return 20000 + static_cast<int64_t>(hash % 10000);
+}
+
+/// Open MPI has no address variable of its own: MASTER_ADDR and MASTER_PORT as `mpirun -x`
+/// passes them, else, with every rank on this host, 127.0.0.1 at a port derived from the
+/// job's identity (mpirun's own address, the same for every rank it started).
+Result<Coordinator> read_open_mpi_coordinator(const EnvLookup& lookup, const RankEnvironment& env) {
+  auto given = read_master_address(lookup);
+  if (!given || !given->address.empty()) return given;
+  if (env.local_world_size != env.world_size) return Coordinator{};
+  for (const char* job : {"OMPI_MCA_orte_hnp_uri", "PMIX_SERVER_URI41", "PMIX_SERVER_URI4", "PMIX_NAMESPACE",
+                          "OMPI_MCA_ess_base_jobid"})
+    if (auto id = get(lookup, job))
+      return Coordinator{fmt::format("127.0.0.1:{}", derived_port(*id)),
+                         fmt::format("127.0.0.1 (every rank on one host) and a port derived from {}", job)};
+  return Coordinator{};
+}
+
+/// The first host of a SLURM host list: "node[03-05,9],gpu1" -> "node03".
+std::string first_slurm_host(const std::string& list) {
+  const auto open = list.find('[');
+  const auto comma = list.find(',');
+  if (open == std::string::npos || (comma != std::string::npos && comma < open)) return list.substr(0, comma);
+  const auto close = list.find(']', open);
+  const std::string inside =
+      list.substr(open + 1, close == std::string::npos ? std::string::npos : close - open - 1);
+  const std::string first = inside.substr(0, inside.find_first_of(",-"));
+  std::string suffix;
+  if (close != std::string::npos) suffix = list.substr(close + 1, list.find(',', close) - close - 1);
+  return list.substr(0, open) + first + suffix;
+}
+
+/// SLURM: the first host of the job at MASTER_PORT when set, else at a port derived from
+/// SLURM_JOB_ID, so every rank of the job finds rank 0 with nothing passed by hand.
+Result<Coordinator> read_slurm_coordinator(const EnvLookup& lookup, const RankEnvironment&) {
+  if (get(lookup, "MASTER_ADDR")) return read_master_address(lookup);  // a batch script's own choice
+  const char* list_name = get(lookup, "SLURM_JOB_NODELIST") ? "SLURM_JOB_NODELIST" : "SLURM_NODELIST";
+  auto list = get(lookup, list_name);
+  auto job = get(lookup, "SLURM_JOB_ID");
+  if (!list || !job) return Coordinator{};
+  const std::string host = first_slurm_host(*list);
+  if (auto port_text = get(lookup, "MASTER_PORT")) {
+    auto port = parse_port("MASTER_PORT", *port_text);
+    if (!port) return port.error();
+    return Coordinator{join_host_port(host, *port),
+                       fmt::format("the first host of {} and MASTER_PORT", list_name)};
+  }
+  return Coordinator{join_host_port(host, derived_port(*job)),
+                     fmt::format("the first host of {} and a port derived from SLURM_JOB_ID", list_name)};
+}
+
+/// SLURM's tasks per node as a list of "N" and "N(xM)" ("2(x3),1": 2, 2, 2, 1); the
+/// entry of this node (SLURM_NODEID), or the common one. nullopt when neither is known.
+std::optional<int64_t> slurm_tasks_on_this_node(const EnvLookup& lookup) {
+  auto text = get(lookup, "SLURM_STEP_TASKS_PER_NODE");
+  if (!text) text = get(lookup, "SLURM_TASKS_PER_NODE");
+  if (!text) return std::nullopt;
+  std::vector<int64_t> per_node;
+  std::size_t at = 0;
+  while (at < text->size()) {
+    std::size_t end = text->find(',', at);
+    if (end == std::string::npos) end = text->size();
+    const std::string entry = text->substr(at, end - at);
+    const auto paren = entry.find("(x");
+    const std::string count = entry.substr(0, paren);
+    std::string times = paren == std::string::npos ? "1" : entry.substr(paren + 2);
+    if (!times.empty() && times.back() == ')') times.pop_back();
+    if (!is_plain_integer(count) || !is_plain_integer(times)) return std::nullopt;
+    per_node.insert(per_node.end(), static_cast<std::size_t>(std::stoll(times)), std::stoll(count));
+    at = end + 1;
+  }
+  if (per_node.empty()) return std::nullopt;
+  if (auto node = get(lookup, "SLURM_NODEID"); node && is_plain_integer(*node)) {
+    const auto index = static_cast<std::size_t>(std::stoll(*node));
+    if (index < per_node.size()) return per_node[index];
+  }
+  for (int64_t n : per_node)
+    if (n != per_node.front()) return std::nullopt;
+  return per_node.front();
 }
 
 }  // namespace
@@ -201,17 +307,36 @@ Result<std::optional<RankEnvironment>> detect_rank_environment(const EnvLookup& 
   struct Candidate {
     const Family* family;
     LocalWorldSizeForm form;
-    Result<std::string> (*read_coordinator)(const EnvLookup&);
+    CoordinatorReader read_coordinator;
   };
   const Candidate candidates[] = {
       {&kTroupe, LocalWorldSizeForm::integer, &read_troupe_coordinator},
-      {&kTorchrun, LocalWorldSizeForm::integer, &read_master_address},
-      {&kOpenMpi, LocalWorldSizeForm::integer, nullptr},
-      {&kSlurm, LocalWorldSizeForm::integer_or_ignored, nullptr},
+      {&kTorchrun, LocalWorldSizeForm::integer, &read_torchrun_coordinator},
+      {&kOpenMpi, LocalWorldSizeForm::integer, &read_open_mpi_coordinator},
+      {&kSlurm, LocalWorldSizeForm::integer_or_ignored, &read_slurm_coordinator},
   };
   for (const Candidate& candidate : candidates) {
-    auto env = read_with_coordinator(lookup, *candidate.family, candidate.form, candidate.read_coordinator);
-    if (!env || env->has_value()) return env;
+    auto env = read_family(lookup, *candidate.family, candidate.form);
+    if (!env) return env;
+    if (!env->has_value()) continue;
+    RankEnvironment& found = **env;
+    if (candidate.family == &kSlurm && !get(lookup, kSlurm.local_world_size))
+      if (auto tasks = slurm_tasks_on_this_node(lookup)) {
+        if (*tasks < 1 || *tasks > found.world_size || found.local_rank >= *tasks)
+          return make_error(
+              fmt::format("SLURM says this node runs {} tasks, but SLURM_LOCALID is {} of "
+                          "SLURM_NTASKS {}.",
+                          *tasks, found.local_rank, found.world_size));
+        found.local_world_size = *tasks;
+      }
+    // TROUPE_COORDINATOR, when set, wins over what the launcher's variables say.
+    auto own = read_troupe_coordinator(lookup, found);
+    if (!own) return own.error();
+    auto coordinator = own->address.empty() ? candidate.read_coordinator(lookup, found) : std::move(own);
+    if (!coordinator) return coordinator.error();
+    found.coordinator = std::move(coordinator->address);
+    found.coordinator_source = std::move(coordinator->source);
+    return env;
   }
   return std::optional<RankEnvironment>();
 }

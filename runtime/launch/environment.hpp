@@ -10,11 +10,18 @@
 // Precedence (only the first family found is read; lower families are not checked):
 //   1. TROUPE_RANK / TROUPE_WORLD_SIZE (+ TROUPE_LOCAL_RANK, TROUPE_LOCAL_WORLD_SIZE,
 //      TROUPE_COORDINATOR)
-//   2. torchrun / DeepSpeed: RANK / WORLD_SIZE (+ LOCAL_RANK, LOCAL_WORLD_SIZE,
-//      MASTER_ADDR + MASTER_PORT as the coordinator)
-//   3. Open MPI: OMPI_COMM_WORLD_RANK / _SIZE (+ _LOCAL_RANK, _LOCAL_SIZE)
-//   4. SLURM: SLURM_PROCID / SLURM_NTASKS (+ SLURM_LOCALID, SLURM_NTASKS_PER_NODE when it is
-//      a plain integer)
+//   2. torchrun / DeepSpeed: RANK / WORLD_SIZE (+ LOCAL_RANK, LOCAL_WORLD_SIZE or DeepSpeed
+//      launcher's LOCAL_SIZE, MASTER_ADDR + MASTER_PORT as the coordinator; under torchrun,
+//      whose agent listens on MASTER_PORT itself (TORCHELASTIC_USE_AGENT_STORE=True), the
+//      port after it)
+//   3. Open MPI: OMPI_COMM_WORLD_RANK / _SIZE (+ _LOCAL_RANK, _LOCAL_SIZE; the coordinator
+//      from MASTER_ADDR + MASTER_PORT, which `mpirun -x` passes, or on one host 127.0.0.1
+//      and a port derived from the job's id)
+//   4. SLURM: SLURM_PROCID / SLURM_NTASKS (+ SLURM_LOCALID, the step's tasks on this node
+//      from SLURM_STEP_TASKS_PER_NODE or SLURM_NTASKS_PER_NODE when every node runs the same
+//      number; the coordinator on the first host of SLURM_JOB_NODELIST at MASTER_PORT, or a
+//      port derived from SLURM_JOB_ID)
+// TROUPE_COORDINATOR, when set, is the coordinator whichever family is read.
 // A family is present when its rank or world variable is set; a variable set to the empty
 // string counts as unset (the shell idiom `RANK= prog`).
 //
@@ -41,6 +48,7 @@ struct RankEnvironment {
   int64_t local_world_size = 1;  ///< processes on this host
   std::string coordinator;       ///< "host:port" where rank 0 listens, or empty if not given
   std::string source;            ///< the variables used, e.g. "TROUPE_RANK/TROUPE_WORLD_SIZE"
+  std::string coordinator_source;  ///< the variables the coordinator came from
 };
 
 /// Looks up one environment variable by name; nullopt when it is not set.

@@ -315,8 +315,9 @@ TEST(BadInput, ANonLoopbackCoordinatorWithoutATokenIsRefused) {
       testing::run_command("env -u TROUPE_TOKEN TROUPE_RANK=0 TROUPE_WORLD_SIZE=2 " +
                            troupe_command(std::string("rank ") + TROUPE_SOURCE_DIR +
                                           "/configs/tiny-gpt.toml --set cluster.coordinator=" + coordinator));
-  expect_refused(r, "this rank refuses to start: [cluster] coordinator " + coordinator +
-                        " is not a loopback address and the job has no token");
+  expect_refused(r,
+                 "this rank refuses to start: the coordinator's host 192.0.2.1 is not a loopback address "
+                 "and the job has no token");
 }
 
 // The token reaches every rank and no line of output, metrics or trace: given in a file,

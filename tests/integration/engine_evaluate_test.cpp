@@ -45,7 +45,7 @@ std::unique_ptr<Engine> engine_for(Trainable t) {
                                    {"cluster.coordinator=" + testing::free_coordinator(),
                                     "batch.micro_batch_size=4", "train.eval_steps=3"});
   EXPECT_TRUE(config.ok()) << config.error().message;
-  auto engine = Engine::make(*config, std::move(t), RankEnvironment{0, 1, 0, 1, "", "test"});
+  auto engine = Engine::make(*config, std::move(t), RankEnvironment{0, 1, 0, 1, "", "test", ""});
   EXPECT_TRUE(engine.ok()) << engine.error().message;
   return engine.ok() ? std::move(*engine) : nullptr;
 }

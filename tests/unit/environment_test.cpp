@@ -130,6 +130,90 @@ TEST(RankEnvironment, IgnoresSlurmTasksPerNodeThatIsNotAPlainInteger) {
   EXPECT_EQ(env.local_world_size, 6);
 }
 
+// DeepSpeed's launcher says LOCAL_SIZE where torchrun says LOCAL_WORLD_SIZE.
+TEST(RankEnvironment, ReadsDeepSpeedsLocalSize) {
+  auto env = detect_ok({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_SIZE", "2"}});
+  EXPECT_EQ(env.local_world_size, 2);
+  EXPECT_NE(detect_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_SIZE", "3"}}).find("LOCAL_SIZE is 3"),
+            std::string::npos);
+}
+
+// torchrun's agent serves its store on MASTER_PORT: rank 0 listens on the next port.
+TEST(RankEnvironment, UnderTorchrunsAgentStoreTheCoordinatorTakesThePortAfterMasterPort) {
+  auto env = detect_ok({{"RANK", "0"},
+                        {"WORLD_SIZE", "2"},
+                        {"MASTER_ADDR", "10.0.0.5"},
+                        {"MASTER_PORT", "29500"},
+                        {"TORCHELASTIC_USE_AGENT_STORE", "True"}});
+  EXPECT_EQ(env.coordinator, "10.0.0.5:29501");
+  EXPECT_NE(env.coordinator_source.find("torchrun's agent listens on MASTER_PORT"), std::string::npos);
+  env = detect_ok({{"RANK", "0"},
+                   {"WORLD_SIZE", "2"},
+                   {"MASTER_ADDR", "10.0.0.5"},
+                   {"MASTER_PORT", "29500"},
+                   {"TORCHELASTIC_USE_AGENT_STORE", "False"}});
+  EXPECT_EQ(env.coordinator, "10.0.0.5:29500");
+}
+
+std::map<std::string, std::string> open_mpi(int rank, int local_size, std::string uri) {
+  return {{"OMPI_COMM_WORLD_RANK", std::to_string(rank)},
+          {"OMPI_COMM_WORLD_SIZE", "4"},
+          {"OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(rank % local_size)},
+          {"OMPI_COMM_WORLD_LOCAL_SIZE", std::to_string(local_size)},
+          {"OMPI_MCA_orte_hnp_uri", std::move(uri)}};
+}
+
+// One host: 127.0.0.1 at a port from mpirun's identity, the same for every rank of the job
+// and (almost always) another for another job; across hosts MASTER_ADDR/MASTER_PORT.
+TEST(RankEnvironment, OpenMpiOnOneHostDerivesTheCoordinatorFromTheJob) {
+  const std::string job = "1234567890.0;tcp://10.0.0.1:41234";
+  auto first = detect_ok(open_mpi(0, 4, job)), last = detect_ok(open_mpi(3, 4, job));
+  EXPECT_EQ(first.coordinator, last.coordinator);
+  EXPECT_EQ(first.coordinator.rfind("127.0.0.1:", 0), 0u) << first.coordinator;
+  const int port = std::stoi(first.coordinator.substr(10));
+  EXPECT_GE(port, 20000);
+  EXPECT_LT(port, 30000);
+  EXPECT_NE(detect_ok(open_mpi(0, 4, "987.0;tcp://10.0.0.1:5555")).coordinator, first.coordinator);
+  EXPECT_NE(first.coordinator_source.find("OMPI_MCA_orte_hnp_uri"), std::string::npos);
+  EXPECT_EQ(detect_ok(open_mpi(0, 2, job)).coordinator, "") << "two hosts: the config's, or MASTER_ADDR";
+  auto passed = open_mpi(0, 2, job);
+  passed["MASTER_ADDR"] = "node1";
+  passed["MASTER_PORT"] = "29400";
+  EXPECT_EQ(detect_ok(passed).coordinator, "node1:29400");
+}
+
+std::map<std::string, std::string> slurm(std::string nodelist, std::string tasks_per_node, int node) {
+  return {{"SLURM_PROCID", "4"},
+          {"SLURM_NTASKS", "7"},
+          {"SLURM_LOCALID", "0"},
+          {"SLURM_NODEID", std::to_string(node)},
+          {"SLURM_JOB_ID", "4242"},
+          {"SLURM_JOB_NODELIST", std::move(nodelist)},
+          {"SLURM_STEP_TASKS_PER_NODE", std::move(tasks_per_node)}};
+}
+
+// SLURM: the first host of the job's node list at a port from the job id (MASTER_PORT when
+// set), and this node's share of the step's tasks.
+TEST(RankEnvironment, SlurmGivesTheCoordinatorAndThisNodesTasks) {
+  auto env = detect_ok(slurm("node[03-05,9],gpu1", "2(x3),1", 3));
+  EXPECT_EQ(env.coordinator.substr(0, 7), "node03:");
+  const int port = std::stoi(env.coordinator.substr(7));
+  EXPECT_GE(port, 20000);
+  EXPECT_LT(port, 30000);
+  EXPECT_EQ(env.local_world_size, 1);
+  EXPECT_EQ(detect_ok(slurm("node[03-05,9],gpu1", "2(x3),1", 1)).local_world_size, 2);
+  EXPECT_EQ(detect_ok(slurm("a01,b02", "4", 0)).coordinator.substr(0, 4), "a01:");
+  EXPECT_EQ(detect_ok(slurm("localhost", "7", 0)).local_world_size, 7);
+  auto given = slurm("gpu[7-8]", "4(x2)", 1);
+  given["MASTER_PORT"] = "29600";
+  EXPECT_EQ(detect_ok(given).coordinator, "gpu7:29600");
+  given["TROUPE_COORDINATOR"] = "10.1.1.1:29700";
+  env = detect_ok(given);
+  EXPECT_EQ(env.coordinator, "10.1.1.1:29700") << "TROUPE_COORDINATOR wins";
+  EXPECT_EQ(env.coordinator_source, "TROUPE_COORDINATOR");
+  EXPECT_NE(detect_error(slurm("n1", "8", 0)).find("this node runs 8 tasks"), std::string::npos);
+}
+
 TEST(RankEnvironment, LocalRankAndLocalWorldSizeDefaultToGlobal) {
   auto env = detect_ok({{"TROUPE_RANK", "2"}, {"TROUPE_WORLD_SIZE", "4"}});
   EXPECT_EQ(env.local_rank, 2);

@@ -101,7 +101,7 @@ TEST(ModelParameters, TheEngineRefusesSuchAModelBeforeAnythingStarts) {
               nullptr,
               nullptr,
               nullptr};
-  auto engine = Engine::make(*config, std::move(t), RankEnvironment{0, 1, 0, 1, "", "test"});
+  auto engine = Engine::make(*config, std::move(t), RankEnvironment{0, 1, 0, 1, "", "test", ""});
   ASSERT_FALSE(engine.ok());
   EXPECT_EQ(engine.error().message.rfind("rank 0: parameter '1.transposed' overlaps the memory of parameter "
                                          "'0.weight'",

@@ -1,0 +1,238 @@
+// troupe under the launchers clusters already have, for real: torchrun (the Python
+// environment's), Open MPI's mpirun and SLURM's srun and sbatch (a one-node cluster the test
+// starts) start `troupe rank JOB` with their own rank variables and nothing passed by hand
+// (no coordinator, no port): the tiny GPT trains at dp 2 and pp 2 (mpirun and srun also
+// over 4 processes), each run's losses and final parameters equal to `troupe run` of the
+// same job, bit for bit; a rank killed under srun stops the job within 10 s. Each
+// launcher's tests skip, saying why, where it is not installed or cannot start.
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "tests/integration/command.hpp"
+#include "tests/support/free_port.hpp"
+#include "tests/support/trained_run.hpp"
+
+namespace troupe::testing {
+namespace {
+
+struct Layout {
+  int dp = 2;
+  int pp = 1;
+};
+
+std::string sets(const Layout& l) {
+  return " --set train.steps=8 --set cluster.world_size=" + std::to_string(l.dp * l.pp) +
+         " --set parallel.dp=" + std::to_string(l.dp) + " --set parallel.pp=" + std::to_string(l.pp) +
+         " --set batch.global_batch_size=16 --set batch.micro_batch_size=" + std::to_string(8 / l.dp) +
+         " --set batch.gradient_accumulation_steps=2 --set zero.stage=1";
+}
+
+std::string job() {
+  return std::string(TROUPE_SOURCE_DIR) + "/configs/tiny-gpt.toml";
+}
+
+TrainedRun outputs(const std::string& dir) {
+  return read_run(dir + "/metrics.jsonl", dir + "/parameters.bin");
+}
+
+// `troupe run` of the same job, the launcher troupe ships.
+TrainedRun troupe_run(const Layout& l) {
+  const std::string dir = make_temp_dir();
+  auto r = run_command(std::string(TROUPE_BINARY) + " run " + job() + sets(l) +
+                           " --set cluster.coordinator=" + free_coordinator() + " --metrics " + dir +
+                           "/metrics.jsonl --parameters-out " + dir + "/parameters.bin",
+                       300);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return outputs(dir);
+}
+
+// `launcher` followed by `troupe rank JOB`: the same steps and parameters as troupe_run.
+void expect_same_run(const std::string& launcher, const Layout& l, const std::string& what) {
+  const std::string dir = make_temp_dir();
+  auto r = run_command(launcher + " " + TROUPE_BINARY + " rank " + job() + sets(l) + " --metrics " + dir +
+                           "/metrics.jsonl --parameters-out " + dir + "/parameters.bin",
+                       300);
+  ASSERT_EQ(r.exit_code, 0) << what << ": " << r.output;
+  const TrainedRun launched = outputs(dir), own = troupe_run(l);
+  ASSERT_EQ(launched.losses.size(), 8u) << what << ": " << r.output;
+  EXPECT_EQ(launched.losses, own.losses) << what;
+  ASSERT_EQ(launched.parameters.size(), own.parameters.size()) << what;
+  EXPECT_EQ(0, std::memcmp(launched.parameters.data(), own.parameters.data(), own.parameters.size() * 4))
+      << what << ": the final parameters differ";
+  std::printf("%s: dp %d x pp %d, 8 steps and the final parameters equal to troupe run's, bit for bit\n",
+              what.c_str(), l.dp, l.pp);
+}
+
+std::string found(const std::string& program) {
+  auto r = run_command("command -v " + program, 10);
+  std::string path = r.output;
+  while (!path.empty() && (path.back() == '\n' || path.back() == '\r')) path.pop_back();
+  return r.exit_code == 0 ? path : "";
+}
+
+// torchrun from the Python environment whose torch troupe builds against; --standalone:
+// its own rendezvous on a free port, its agent's store on MASTER_PORT, troupe's rank 0 on
+// the port after it.
+TEST(Launchers, TorchrunStartsRanksThatTrainAsTroupeRunDoes) {
+  const std::string python = TROUPE_TORCH_PYTHON;
+  const std::string torchrun = python.empty() ? "" : python.substr(0, python.rfind('/')) + "/torchrun";
+  if (torchrun.empty() || found(torchrun).empty())
+    GTEST_SKIP() << "no torchrun beside TROUPE_TORCH_PYTHON (scripts/torch-env.sh installs it)";
+  for (const Layout& l : {Layout{2, 1}, Layout{1, 2}})
+    expect_same_run(torchrun + " --standalone --nproc-per-node 2 --no-python", l, "torchrun");
+}
+
+// Open MPI's mpirun on this host: the coordinator on 127.0.0.1 at a port derived from the
+// job, so two jobs at once do not collide and nothing is passed by hand.
+TEST(Launchers, MpirunStartsRanksThatTrainAsTroupeRunDoes) {
+  const std::string mpirun = found("mpirun");
+  if (mpirun.empty()) GTEST_SKIP() << "no mpirun (Debian's openmpi-bin; scripts/setup.sh installs it)";
+  // As root Open MPI wants both variables; --oversubscribe: 4 processes on 2 cores.
+  const std::string launcher =
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + mpirun + " --oversubscribe -np ";
+  for (const Layout& l : {Layout{2, 1}, Layout{1, 2}, Layout{2, 2}})
+    expect_same_run(launcher + std::to_string(l.dp * l.pp), l, "mpirun");
+}
+
+// A one-node SLURM cluster on this machine for one test (scripts/slurm-cluster.sh: munged,
+// slurmctld and slurmd on free ports, every file in a folder of the test's), stopped after.
+class SlurmCluster {
+ public:
+  SlurmCluster() : dir_(make_temp_dir()) {
+    auto r = run_command("bash " + std::string(TROUPE_SOURCE_DIR) + "/scripts/slurm-cluster.sh start " +
+                             dir_ + " " + std::to_string(free_port()) + " " + std::to_string(free_port()),
+                         60);
+    std::string conf = r.output;
+    while (!conf.empty() && conf.back() == '\n') conf.pop_back();
+    conf = conf.substr(conf.rfind('\n') + 1);
+    if (r.exit_code == 0)
+      conf_ = conf;
+    else
+      why_ = r.output;
+  }
+  ~SlurmCluster() {
+    run_command("bash " + std::string(TROUPE_SOURCE_DIR) + "/scripts/slurm-cluster.sh stop " + dir_, 30);
+  }
+  bool up() const { return !conf_.empty(); }
+  const std::string& why() const { return why_; }
+  /// What a command line starts with to use this cluster.
+  std::string env() const { return "SLURM_CONF=" + conf_ + " "; }
+
+ private:
+  std::string dir_, conf_, why_;
+};
+
+// srun -n 4 at dp 4 and pp 2 × dp 2, and sbatch of examples/slurm/train.sbatch: ranks,
+// local ranks and the coordinator (the job's first host at a port from the job id) from
+// SLURM's variables alone.
+TEST(Launchers, SrunAndSbatchStartRanksThatTrainAsTroupeRunDoes) {
+  SlurmCluster slurm;
+  if (!slurm.up()) GTEST_SKIP() << "no SLURM cluster could start here: " << slurm.why();
+  for (const Layout& l : {Layout{4, 1}, Layout{2, 2}})
+    expect_same_run(slurm.env() + "srun --kill-on-bad-exit=1 -n 4", l, "srun");
+  const std::string dir = make_temp_dir();
+  auto r = run_command(slurm.env() + "TROUPE=" + TROUPE_BINARY + " sbatch --wait --ntasks=4 --output=" + dir +
+                           "/out.txt " + TROUPE_SOURCE_DIR + "/examples/slurm/train.sbatch " + job() +
+                           sets(Layout{4, 1}) + " --metrics " + dir + "/metrics.jsonl --parameters-out " +
+                           dir + "/parameters.bin",
+                       300);
+  ASSERT_EQ(r.exit_code, 0) << r.output << read_file(dir + "/out.txt");
+  const TrainedRun batch = outputs(dir), own = troupe_run(Layout{4, 1});
+  EXPECT_EQ(batch.losses, own.losses) << read_file(dir + "/out.txt");
+  ASSERT_EQ(batch.parameters.size(), own.parameters.size());
+  EXPECT_EQ(0, std::memcmp(batch.parameters.data(), own.parameters.data(), own.parameters.size() * 4));
+  std::printf(
+      "sbatch: examples/slurm/train.sbatch, dp 4: losses and final parameters equal to troupe run's\n");
+}
+
+// The process of `troupe rank` whose environment holds `env`, among those whose command line
+// holds `marker`; -1 when none.
+int find_rank_process(const std::string& marker, const std::string& env) {
+  DIR* proc = opendir("/proc");
+  int found = -1;
+  while (dirent* e = readdir(proc)) {
+    const int pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    const std::string cmdline = read_file("/proc/" + std::to_string(pid) + "/cmdline");
+    if (cmdline.find(marker) == std::string::npos || cmdline.find("rank") == std::string::npos) continue;
+    const std::string environ = read_file("/proc/" + std::to_string(pid) + "/environ");
+    if (environ.find('\0' + env + '\0') != std::string::npos || environ.rfind(env + '\0', 0) == 0)
+      found = pid;
+  }
+  closedir(proc);
+  return found;
+}
+
+// A rank killed under srun stops the job within 10 s, and the error names it.
+TEST(Launchers, ARankKilledUnderSrunStopsTheJobNamingIt) {
+  SlurmCluster slurm;
+  if (!slurm.up()) GTEST_SKIP() << "no SLURM cluster could start here: " << slurm.why();
+  const std::string dir = make_temp_dir(), metrics = dir + "/metrics.jsonl";
+  const std::string marker = "train.log_interval=9";
+  CommandResult job_result;
+  std::thread job_thread([&] {
+    job_result = run_command(slurm.env() + "srun -n 2 " + TROUPE_BINARY + " rank " + job() +
+                                 " --set train.steps=100000 --set " + marker + " --metrics " + metrics,
+                             120);
+  });
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (read_file(metrics).size() < 200 && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const int pid = find_rank_process(marker, "SLURM_PROCID=1");
+  if (pid <= 0) {  // end the job all the same before failing
+    for (int rank : {0, 1})
+      if (const int other = find_rank_process(marker, "SLURM_PROCID=" + std::to_string(rank)); other > 0)
+        kill(other, SIGKILL);
+    job_thread.join();
+    FAIL() << "rank 1 was not found training within 60 s: " << job_result.output;
+  }
+  const auto killed_at = Clock::now();
+  kill(pid, SIGKILL);
+  job_thread.join();
+  const double stop_s = std::chrono::duration<double>(Clock::now() - killed_at).count();
+  EXPECT_NE(job_result.exit_code, 0) << job_result.output;
+  EXPECT_LT(stop_s, 10.0) << job_result.output;
+  EXPECT_NE(job_result.output.find("rank 1"), std::string::npos) << job_result.output;
+  std::printf("srun: rank 1 killed, the job stopped %.1f s later naming it\n", stop_s);
+}
+
+// A launcher's world that contradicts the job is refused naming both; a coordinator that
+// does not answer is named with the variables it came from, within the bootstrap timeout.
+TEST(LauncherBadInput, AContradictingWorldOrAnUnreachableCoordinatorIsNamed) {
+  const std::string mpirun = found("mpirun");
+  if (!mpirun.empty()) {
+    auto r = run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + mpirun +
+                             " --oversubscribe -np 2 " + TROUPE_BINARY + " rank " + job() +
+                             " --set cluster.world_size=4 --set parallel.dp=4",
+                         120);
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE says the world has 2 ranks but " +
+                            job() + " sets [cluster] world_size = 4"),
+              std::string::npos)
+        << r.output;
+  }
+  const std::string coordinator = free_coordinator();
+  const std::string port = coordinator.substr(coordinator.rfind(':') + 1);
+  auto r = run_command("RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " " + TROUPE_BINARY +
+                           " rank " + job() + " --set cluster.bootstrap_timeout_s=3",
+                       60);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(r.exit_code, 128) << "crashed: " << r.output;
+  EXPECT_NE(r.output.find("could not join the cluster at 127.0.0.1:" + port +
+                          " (from MASTER_ADDR and MASTER_PORT) within 3 s"),
+            std::string::npos)
+      << r.output;
+}
+
+}  // namespace
+}  // namespace troupe::testing
