@@ -531,8 +531,7 @@ class Engine::Impl {
   Status plan_stages(Transport& transport, Trainable& t) {
     std::vector<double> costs;
     const bool by_method = config.parallel.pp > 1 && config.pipeline.partition.counts.empty();
-    if (by_method && config.pipeline.partition.method == PartitionMethod::profile)
-      TROUPE_TRY(profile(transport, t, costs));
+    if (profiles_layers(config)) TROUPE_TRY(profile(transport, t, costs));
     if (by_method && config.pipeline.partition.method == PartitionMethod::flops) costs = t.layer_costs;
     auto planned = plan_pipeline(config, layers, rank.rank, costs);
     if (!planned) return make_error(fmt::format("rank {}: {}", rank.rank, planned.error().message));
@@ -571,16 +570,9 @@ class Engine::Impl {
   // rank.
   Status make_tensor_groups(Transport& transport) {
     const auto& g = plan.grid;
-    for (int64_t s = 0; s < g.pp; ++s)
-      for (int64_t r = 0; r < g.dp; ++r) {
-        std::vector<int64_t> members;
-        for (int64_t t = 0; t < g.tp; ++t) members.push_back(g.rank_of(s, r, t));
-        auto made = transport.make_communicator(members);
-        if (!made)
-          return make_error(fmt::format("rank {}: the tensor-parallel group of ranks {}: {}", rank.rank,
-                                        fmt::join(members, ", "), made.error().message));
-        if (s == plan.place.stage && r == plan.place.replica) tensor_comm = *made;
-      }
+    auto mine = make_group_communicators(transport, "the tensor-parallel group");
+    if (!mine) return mine.error();
+    tensor_comm = *mine;
     for (int64_t s = 0; s < g.pp; ++s) {
       std::vector<int64_t> members;
       for (int64_t r = 0; r < g.world_size(); ++r)
@@ -599,18 +591,28 @@ class Engine::Impl {
   // group's collectives on one communicator could order them differently on the group's
   // ranks: every chunk after the first gets its group a communicator of its own.
   Status make_chunk_tensor_group(Transport& transport) {
+    auto mine = make_group_communicators(transport, "a chunk's tensor-parallel group");
+    if (!mine) return mine.error();
+    chunk_tensor_comms.push_back(*mine);
+    return {};
+  }
+
+  // One communicator per (stage, replica)'s tensor-parallel group, made in order on every
+  // rank; this rank's group's is returned. `what` names the groups in errors.
+  Result<CommunicatorId> make_group_communicators(Transport& transport, const char* what) {
     const auto& g = plan.grid;
+    CommunicatorId mine = world_communicator;
     for (int64_t s = 0; s < g.pp; ++s)
       for (int64_t r = 0; r < g.dp; ++r) {
         std::vector<int64_t> members;
         for (int64_t t = 0; t < g.tp; ++t) members.push_back(g.rank_of(s, r, t));
         auto made = transport.make_communicator(members);
         if (!made)
-          return make_error(fmt::format("rank {}: a chunk's tensor-parallel group of ranks {}: {}", rank.rank,
+          return make_error(fmt::format("rank {}: {} of ranks {}: {}", rank.rank, what,
                                         fmt::join(members, ", "), made.error().message));
-        if (s == plan.place.stage && r == plan.place.replica) chunk_tensor_comms.push_back(*made);
+        if (s == plan.place.stage && r == plan.place.replica) mine = *made;
       }
-    return {};
+    return mine;
   }
 
   // Which of a stage's parameters its tensor-parallel group holds whole.

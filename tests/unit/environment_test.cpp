@@ -140,19 +140,16 @@ TEST(RankEnvironment, ReadsDeepSpeedsLocalSize) {
 
 // torchrun's agent serves its store on MASTER_PORT: rank 0 listens on the next port.
 TEST(RankEnvironment, UnderTorchrunsAgentStoreTheCoordinatorTakesThePortAfterMasterPort) {
-  auto env = detect_ok({{"RANK", "0"},
-                        {"WORLD_SIZE", "2"},
-                        {"MASTER_ADDR", "10.0.0.5"},
-                        {"MASTER_PORT", "29500"},
-                        {"TORCHELASTIC_USE_AGENT_STORE", "True"}});
+  std::map<std::string, std::string> torchrun = {{"RANK", "0"},
+                                                 {"WORLD_SIZE", "2"},
+                                                 {"MASTER_ADDR", "10.0.0.5"},
+                                                 {"MASTER_PORT", "29500"},
+                                                 {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
+  auto env = detect_ok(torchrun);
   EXPECT_EQ(env.coordinator, "10.0.0.5:29501");
   EXPECT_NE(env.coordinator_source.find("torchrun's agent listens on MASTER_PORT"), std::string::npos);
-  env = detect_ok({{"RANK", "0"},
-                   {"WORLD_SIZE", "2"},
-                   {"MASTER_ADDR", "10.0.0.5"},
-                   {"MASTER_PORT", "29500"},
-                   {"TORCHELASTIC_USE_AGENT_STORE", "False"}});
-  EXPECT_EQ(env.coordinator, "10.0.0.5:29500");
+  torchrun["TORCHELASTIC_USE_AGENT_STORE"] = "False";  // the agent found a free port for rank 0
+  EXPECT_EQ(detect_ok(torchrun).coordinator, "10.0.0.5:29500");
 }
 
 std::map<std::string, std::string> open_mpi(int rank, int local_size, std::string uri) {
