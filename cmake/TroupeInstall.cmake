@@ -3,7 +3,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(TROUPE_LIBRARIES troupe_base troupe_kernels troupe_memory troupe_optim troupe_pipeline troupe_transport troupe_actors troupe_front troupe_runtime)
+set(TROUPE_LIBRARIES troupe_base troupe_kernels troupe_memory troupe_optim troupe_pipeline troupe_transport troupe_actors troupe_front troupe_monitor troupe_runtime)
 if(TROUPE_HAVE_CUDA)
   list(APPEND TROUPE_LIBRARIES troupe_kernels_cuda)
 endif()

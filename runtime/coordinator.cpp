@@ -12,6 +12,8 @@
 
 #include <fmt/format.h>
 
+#include "base/socket_address.hpp"
+
 namespace troupe {
 
 Result<HostPort> parse_host_port(const std::string& text, const std::string& what) {
@@ -33,21 +35,13 @@ bool ranks_fit_cores(int64_t local_ranks) {
 }
 
 Status check_port_free(const HostPort& address) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(address.host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr)
-    return make_error(fmt::format("cannot resolve coordinator host {}", address.host));
-  sockaddr_in addr;
-  std::memcpy(&addr, found->ai_addr, sizeof addr);
-  freeaddrinfo(found);
-  addr.sin_port = htons(address.port);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  auto addr = resolve_socket_address(address.host, address.port);
+  if (!addr) return addr.error();
+  int fd = socket(addr->family(), SOCK_STREAM, 0);
   if (fd < 0) return make_error("cannot create a socket to check the coordinator port");
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  int rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  int rc = bind(fd, addr->get(), addr->length);
   int err = errno;
   close(fd);
   if (rc == 0) return {};

@@ -26,6 +26,7 @@
 #include "runtime/model/gpt_tensor_parallel.hpp"
 #include "runtime/model/model_flops.hpp"
 #include "runtime/model/model_shape.hpp"
+#include "runtime/monitor/training_monitor.hpp"
 #include "runtime/parameter_file.hpp"
 #include "runtime/reference.hpp"
 #include "troupe/troupe.hpp"
@@ -58,6 +59,7 @@ class Report {
       if (!writer) return writer.error();
       r.writer_.emplace(std::move(*writer));
     }
+    if (speaks) r.monitor_ = TrainingMonitor::make(job.monitor, resumed_after);
     return r;
   }
 
@@ -65,6 +67,7 @@ class Report {
     history_.push_back(m);
     if (!speaks_) return {};
     if (writer_) TROUPE_TRY(writer_->write(m));
+    if (monitor_) monitor_->record(m);
     if (m.step % job_->train.log_interval == 0 || m.step == m.steps_total || m.evaluated())
       show_progress(style_, format_progress(m, seconds()));
     return {};
@@ -72,6 +75,7 @@ class Report {
 
   void summary() {
     if (!speaks_) return;
+    if (monitor_) monitor_->finish();
     end_progress(style_);
     std::printf("%s\n", format_summary(history_, seconds(), job_->trace.path).c_str());
     std::fflush(stdout);
@@ -83,6 +87,7 @@ class Report {
   bool speaks_ = false;
   ProgressStyle style_ = ProgressStyle::plain;
   std::optional<MetricsWriter> writer_;
+  std::unique_ptr<TrainingMonitor> monitor_;  // [monitor]'s folders; null when none
   std::vector<StepMetrics> history_;
   Clock::time_point start_ = Clock::now();
 };

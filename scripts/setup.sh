@@ -14,6 +14,7 @@ packages=(
   libcli11-dev
   liburing-dev
   nlohmann-json3-dev
+  libprotobuf-dev protobuf-compiler
   iproute2
   openmpi-bin slurm-wlm munge
   clang libclang-rt-14-dev

@@ -11,12 +11,15 @@
 #   scripts/torch-env.sh cmake-prefix   print torch.utils.cmake_prefix_path (CMake's
 #                                       cmake/TroupeTorch.cmake asks this)
 set -euo pipefail
+shopt -s extglob  # installed(): either kind of metadata folder
 
 torch_version=2.15.0
 # transformers and safetensors: what hf_test holds troupe's Hugging Face folders to;
 # megatron-core: what megatron_data_test holds troupe's datasets to (tokenizers comes with
-# transformers).
-pins=("torch==$torch_version" "numpy==2.4.6" "transformers==5.25.0" "safetensors==0.8.0" "megatron-core==0.16.1")
+# transformers); tensorboard: the reader monitor_test holds troupe's event files to;
+# deepspeed: its launcher, which launchers_test starts troupe's ranks under.
+pins=("torch==$torch_version" "numpy==2.4.6" "transformers==5.25.0" "safetensors==0.8.0" "megatron-core==0.16.1"
+  "tensorboard==2.21.0" "deepspeed==0.19.8")
 venv=${TROUPE_TORCH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/troupe/torch-$torch_version}
 python=$venv/bin/python
 
@@ -26,7 +29,8 @@ installed() {
   site=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') || return 1
   for pin in "${pins[@]}"; do
     local name=${pin%%==*}
-    [[ -d "$site/${name//-/_}-${pin##*==}.dist-info" ]] || return 1
+    # A wheel leaves NAME-VERSION.dist-info; deepspeed (an sdist installed by setup.py) an egg-info.
+    compgen -G "$site/${name//-/_}-${pin##*==}@(.dist-info|-py*.egg-info)" >/dev/null || return 1
   done
 }
 

@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "base/constant_time.hpp"
+#include "base/socket_address.hpp"
 #include "transport/wire.hpp"
 
 namespace troupe {
@@ -25,21 +26,6 @@ using Clock = std::chrono::steady_clock;
 
 Clock::time_point deadline_after(double seconds) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
-
-Result<sockaddr_in> resolve(const std::string& host, uint16_t port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &found);
-  if (rc != 0 || found == nullptr)
-    return make_error(fmt::format("cannot resolve coordinator host {}: {}", host, gai_strerror(rc)));
-  sockaddr_in addr;
-  std::memcpy(&addr, found->ai_addr, sizeof addr);
-  addr.sin_port = htons(port);
-  freeaddrinfo(found);
-  return addr;
 }
 
 // Sends one frame on `ep` and waits for it to leave.
@@ -102,7 +88,9 @@ std::string check_hello(const Coordinator& c, const wire::Hello& hello) {
     return fmt::format("world size {} differs from the coordinator's {}", hello.world_size,
                        c.options->world_size);
   if (hello.rank == 0) return "rank 0 is the coordinator itself";
-  if (c.joiners[hello.rank].joined) return fmt::format("rank {} has already joined", hello.rank);
+  if (c.joiners[hello.rank].joined)
+    return fmt::format("rank {} has already joined, from host {}: two processes were given one rank number",
+                       hello.rank, c.table.hosts[hello.rank]);
   return {};
 }
 
@@ -185,8 +173,8 @@ Error listen_error(const TransportOptions& o, ucs_status_t s) {
 }
 
 Result<AddressTable> coordinate(UcxWorker& worker, const TransportOptions& o) {
-  auto addr = resolve(o.coordinator_host, o.coordinator_port);
-  if (!addr) return addr.error();
+  auto addr = resolve_socket_address(o.coordinator_host, o.coordinator_port);
+  if (!addr) return make_error(fmt::format("{} (from {})", addr.error().message, o.coordinator_source));
   Coordinator c{&worker, &o, AddressTable{}, std::vector<Joiner>(o.world_size), {}, {}, {}};
   c.table.addresses.assign(o.world_size, {});
   c.table.hosts.assign(o.world_size, {});
@@ -196,8 +184,8 @@ Result<AddressTable> coordinate(UcxWorker& worker, const TransportOptions& o) {
 
   ucp_listener_params_t lp{};
   lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-  lp.sockaddr.addr = reinterpret_cast<const sockaddr*>(&*addr);
-  lp.sockaddr.addrlen = sizeof(sockaddr_in);
+  lp.sockaddr.addr = addr->get();
+  lp.sockaddr.addrlen = addr->length;
   lp.conn_handler.cb = on_connection;
   lp.conn_handler.arg = &c;
   ucp_listener_h listener = nullptr;
@@ -268,14 +256,14 @@ void on_coordinator_ep_error(void* arg, ucp_ep_h, ucs_status_t status) {
 }
 
 // One attempt: connect, say hello, wait for the table, a refusal or a broken connection.
-Status try_join(UcxWorker& worker, const TransportOptions& o, const sockaddr_in& addr, Joining& j,
+Status try_join(UcxWorker& worker, const TransportOptions& o, const SocketAddress& addr, Joining& j,
                 Clock::time_point deadline) {
   ucp_ep_params_t p{};
   p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_ERR_HANDLER |
                  UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
   p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-  p.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
-  p.sockaddr.addrlen = sizeof addr;
+  p.sockaddr.addr = addr.get();
+  p.sockaddr.addrlen = addr.length;
   p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   p.err_handler.cb = on_coordinator_ep_error;
   p.err_handler.arg = &j;
@@ -296,8 +284,8 @@ Status try_join(UcxWorker& worker, const TransportOptions& o, const sockaddr_in&
 }
 
 Result<AddressTable> join(UcxWorker& worker, const TransportOptions& o) {
-  auto addr = resolve(o.coordinator_host, o.coordinator_port);
-  if (!addr) return addr.error();
+  auto addr = resolve_socket_address(o.coordinator_host, o.coordinator_port);
+  if (!addr) return make_error(fmt::format("{} (from {})", addr.error().message, o.coordinator_source));
   Joining j;
   set_handler(worker, wire::Kind::table, on_table, &j);
   set_handler(worker, wire::Kind::reject, on_reject, &j);

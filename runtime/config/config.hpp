@@ -287,6 +287,14 @@ struct CheckpointConfig {
   std::string resume;
 };
 
+/// [monitor]: rank 0's writers of the per-step metrics for the tools people watch training
+/// with (runtime/monitor/training_monitor.hpp). Writing never slows or stops training.
+struct MonitorConfig {
+  std::string tensorboard;  ///< folder of TensorBoard event files; empty = none
+  std::string csv;          ///< folder of DeepSpeed csv_monitor's files (one per metric); empty = none
+  int64_t queue = 1024;     ///< records held while the disk is behind; more are dropped (said once)
+};
+
 /// The whole job.
 struct JobConfig {
   std::string source = "<struct>";  ///< file name the config came from, for messages
@@ -309,6 +317,7 @@ struct JobConfig {
   TrainConfig train;
   CheckpointConfig checkpoint;
   TraceConfig trace;
+  MonitorConfig monitor;
 };
 
 }  // namespace troupe

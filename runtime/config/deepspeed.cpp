@@ -83,9 +83,6 @@ const std::set<std::string, std::less<>>& ignored_keys() {
       "wall_clock_breakdown",
       "memory_breakdown",
       "dump_state",
-      "tensorboard.",
-      "wandb.",
-      "csv_monitor.",
       "comet.",
       "flops_profiler.",
       "comms_logger.",
@@ -165,6 +162,9 @@ class Converter {
     precision(root, "fp16");
     precision(root, "bf16");
     precision(root, "bfloat16");  // DeepSpeed's older name of bf16, still read
+    monitor(root, "tensorboard", "tensorboard");
+    monitor(root, "csv_monitor", "csv");
+    wandb(root);
     walk(root, "");
     if (!refused_.empty())
       return make_error(
@@ -242,6 +242,45 @@ class Converter {
       warnings_.push_back(
           fmt::format("{}: {}{} is ignored: troupe's {} needs no such setting", source_, prefix, key, name));
     }
+  }
+
+  // tensorboard / csv_monitor: enabled, they write where DeepSpeed's would,
+  // output_path/job_name (DeepSpeed's defaults "" and "DeepSpeedJobName"), as [monitor]'s
+  // `key`; a disabled section has nothing that applies.
+  void monitor(const Json& root, const char* name, const char* key) {
+    if (!root.contains(name)) return;
+    const Json& section = root[name];
+    const std::string prefix = std::string(name) + ".";
+    done_.insert(name);
+    if (!section.is_object()) return refuse(name, "an object with \"enabled\"");
+    const Json enabled = section.value("enabled", Json(false));
+    if (!enabled.is_boolean()) return refuse(prefix + "enabled", "true or false");
+    if (enabled != true) return;
+    std::string folder[2] = {"", "DeepSpeedJobName"};
+    const char* parts[2] = {"output_path", "job_name"};
+    for (int i = 0; i < 2; ++i) {
+      if (!section.contains(parts[i])) continue;
+      if (!section[parts[i]].is_string()) return refuse(prefix + parts[i], "a string");
+      folder[i] = section[parts[i]].get<std::string>();
+    }
+    for (const auto& [k, value] : section.items())
+      if (k != "enabled" && k != parts[0] && k != parts[1])
+        warnings_.push_back(
+            fmt::format("{}: {}{} is ignored: troupe's {} needs no such setting", source_, prefix, k, name));
+    const std::string path = (std::filesystem::path(folder[0]) / folder[1]).string();
+    put(prefix + "enabled", "monitor", key, Json(path));
+  }
+
+  // wandb: W&B's client sends to its servers; troupe's ranks have no network at run time.
+  void wandb(const Json& root) {
+    if (!root.contains("wandb")) return;
+    done_.insert("wandb");
+    const Json& section = root["wandb"];
+    if (section.is_object() && section.value("enabled", Json(false)) == false) return;
+    refuse("wandb.enabled",
+           "W&B's client sends the metrics to its servers, and troupe's ranks reach no network while "
+           "they train: set tensorboard.enabled (or [monitor] tensorboard) and upload the folder with "
+           "`wandb sync` afterwards");
   }
 
   void walk(const Json& node, const std::string& path) {

@@ -96,6 +96,13 @@ bool is_host_port(const std::string& text) {
 Status resolve_cluster(ClusterConfig& cluster, const ConfigOrigins& origins) {
   TROUPE_TRY(
       require(is_host_port(cluster.coordinator), origins, "cluster", "coordinator", cluster.coordinator));
+  if (cluster.coordinator.front() == '[')
+    return key_error(
+        origins, "cluster", "coordinator",
+        fmt::format("coordinator = \"{}\" is an IPv6 address, and troupe's bootstrap runs over IPv4 "
+                    "(UCX 1.13's TCP transport cannot complete a connection accepted on IPv6): give "
+                    "rank 0's IPv4 address or a host name that has one",
+                    cluster.coordinator));
   auto secret = resolve_token(cluster, origins);
   if (!secret) return secret.error();
   cluster.secret = std::move(secret).value();
@@ -508,6 +515,10 @@ Status resolve_train(const TrainConfig& train, const ConfigOrigins& origins) {
   return {};
 }
 
+Status resolve_monitor(const MonitorConfig& monitor, const ConfigOrigins& origins) {
+  return require(in_range(monitor.queue, 1, int64_t{1} << 20), origins, "monitor", "queue", monitor.queue);
+}
+
 // "unknown X; did you mean Y?" or the list of allowed names.
 std::string one_of(const std::string& got, const std::vector<std::string>& names) {
   if (auto close = suggest(got, names)) return fmt::format("got {}; did you mean {}?", toml_string(got), toml_string(*close));
@@ -739,6 +750,7 @@ Result<JobConfig> resolve_config(JobConfig raw, const ConfigOrigins& origins) {
   TROUPE_TRY(resolve_tensor_parallel(raw, origins));
   TROUPE_TRY(resolve_data(raw, origins));
   TROUPE_TRY(resolve_train(raw.train, origins));
+  TROUPE_TRY(resolve_monitor(raw.monitor, origins));
   TROUPE_TRY(resolve_pipeline(raw, origins));
   TROUPE_TRY(resolve_checkpoint(raw, origins));
   if (raw.cluster.device == DeviceKind::cuda)

@@ -246,6 +246,13 @@ std::vector<KeySpec> make_key_specs() {
 
       {"trace", "path", "a file path, or empty for no tracing",
        [](C& c) -> FieldRef { return &c.trace.path; }},
+
+      {"monitor", "tensorboard", "a directory path (made if missing), or empty for no TensorBoard files",
+       [](C& c) -> FieldRef { return &c.monitor.tensorboard; }},
+      {"monitor", "csv", "a directory path (made if missing), or empty for no CSV files",
+       [](C& c) -> FieldRef { return &c.monitor.csv; }},
+      {"monitor", "queue", "an integer from 1 to 2^20 (records held while writing is behind)",
+       [](C& c) -> FieldRef { return &c.monitor.queue; }},
   };
 }
 
@@ -266,9 +273,9 @@ const std::vector<KeySpec>& key_specs() {
 }
 
 const std::vector<std::string>& section_names() {
-  static const std::vector<std::string> names = {"cluster", "parallel",  "pipeline",   "zero",      "offload",
-                                                 "batch",   "optimizer", "scheduler",  "precision", "model",
-                                                 "data",    "train",     "checkpoint", "trace"};
+  static const std::vector<std::string> names = {
+      "cluster",   "parallel", "pipeline", "zero",  "offload",    "batch", "optimizer", "scheduler",
+      "precision", "model",    "data",     "train", "checkpoint", "trace", "monitor"};
   return names;
 }
 

@@ -49,7 +49,7 @@ std::vector<Shape> shapes() {
       {"zero0_sgd.json", {"stage = 0", "type = \"sgd\"", "nesterov = true"}},
       {"adam_l2_clipping.json",
        {"type = \"adam\"", "gradient_clipping = 0.5", "gradient_accumulation_steps = 4"}},
-      {"monitoring.json", {"stage = 1", "type = \"adamw\""}},
+      {"monitoring.json", {"stage = 1", "type = \"adamw\"", "tensorboard = \"logs/gpt\""}},
       {"zero3_bf16.json", {"dtype = \"bf16\"", "communication_data_type = \"bf16\"", "stage = 3"}},
       {"zero1_fp16_dynamic.json",
        {"dtype = \"fp16\"", "initial_scale_power = 12", "loss_scale_window = 500", "hysteresis = 2"}},
@@ -80,7 +80,7 @@ TEST(DeepSpeedConfig, RealWorldConfigsConvertAndTrain) {
     auto trained = testing::run_command(
         std::string(TROUPE_BINARY) + " run " + data(shape.file) + common +
             " --set train.steps=4 --set cluster.coordinator=" + testing::free_coordinator() + " --metrics " +
-            dir + "/metrics.jsonl",
+            dir + "/metrics.jsonl --set monitor.tensorboard=\\\"" + dir + "/tb\\\"",
         180);
     ASSERT_EQ(trained.exit_code, 0) << trained.output;
     std::vector<nlohmann::json> steps;
@@ -95,8 +95,8 @@ TEST(DeepSpeedConfig, IgnoredKeysAreWarningsNamingThem) {
   auto r = testing::run_command(
       std::string(TROUPE_BINARY) + " check " + data("monitoring.json") + " --set cluster.world_size=2", 60);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* key : {"tensorboard is ignored", "flops_profiler is ignored",
-                          "wall_clock_breakdown is ignored", "activation_checkpointing is ignored"})
+  for (const char* key : {"flops_profiler is ignored", "wall_clock_breakdown is ignored",
+                          "activation_checkpointing is ignored"})
     EXPECT_NE(r.output.find(key), std::string::npos) << key << " in " << r.output;
   EXPECT_EQ(r.output.find("fp16"), std::string::npos) << "a disabled fp16 section is not worth a word";
 }
@@ -225,6 +225,27 @@ TEST(DeepSpeedConfig, AJobTomlTakesItsTrainingKeysFromADeepSpeedConfig) {
   testing::write_file(dir + "/missing.toml", "deepspeed_config = \"nowhere.json\"\n");
   expect_refused(testing::run_command(std::string(TROUPE_BINARY) + " check " + dir + "/missing.toml", 60),
                  "missing.toml:1:20: deepspeed_config: cannot read " + dir + "/nowhere.json");
+}
+
+// tensorboard and csv_monitor write where DeepSpeed's would (output_path/job_name, its
+// defaults "" and "DeepSpeedJobName"); wandb, which needs W&B's servers, is refused saying so.
+TEST(DeepSpeedConfig, MonitorSectionsWriteWhereDeepSpeedWouldAndWandbIsRefused) {
+  auto mapped = check_json(R"({"train_batch_size": 16,
+  "tensorboard": {"enabled": true, "output_path": "runs/", "job_name": "gpt-a"},
+  "csv_monitor": {"enabled": true}})",
+                           " --toml");
+  ASSERT_EQ(mapped.exit_code, 0) << mapped.output;
+  EXPECT_NE(mapped.output.find("tensorboard = \"runs/gpt-a\""), std::string::npos) << mapped.output;
+  EXPECT_NE(mapped.output.find("csv = \"DeepSpeedJobName\""), std::string::npos) << mapped.output;
+  auto off =
+      check_json(R"({"train_batch_size": 16, "tensorboard": {"enabled": false}, "wandb": {"enabled": false,
+  "project": "p"}})",
+                 " --toml");
+  ASSERT_EQ(off.exit_code, 0) << off.output;
+  EXPECT_NE(off.output.find("[monitor]\ntensorboard = \"\"\ncsv = \"\""), std::string::npos) << off.output;
+  expect_refused(
+      check_json(R"({"train_batch_size": 16, "wandb": {"enabled": true, "project": "p"}})"),
+      "wandb.enabled (W&B's client sends the metrics to its servers, and troupe's ranks reach no network");
 }
 
 }  // namespace

@@ -103,6 +103,24 @@ TEST(Launchers, MpirunStartsRanksThatTrainAsTroupeRunDoes) {
     expect_same_run(launcher + std::to_string(l.dp * l.pp), l, "mpirun");
 }
 
+// DeepSpeed's launcher on localhost (no hostfile, so no ssh): --no_python --no_local_rank
+// starts `troupe rank` itself with DeepSpeed's variables (LOCAL_SIZE, its MASTER_PORT, which
+// is troupe's rank 0's to listen on).
+std::string deepspeed_launcher() {
+  const std::string python = TROUPE_TORCH_PYTHON;
+  const std::string deepspeed = python.empty() ? "" : python.substr(0, python.rfind('/')) + "/deepspeed";
+  if (deepspeed.empty() || found(deepspeed).empty()) return "";
+  const std::string coordinator = free_coordinator();
+  return deepspeed + " --num_gpus 2 --master_port " + coordinator.substr(coordinator.rfind(':') + 1) +
+         " --no_python --no_local_rank";
+}
+
+TEST(Launchers, DeepSpeedStartsRanksThatTrainAsTroupeRunDoes) {
+  if (deepspeed_launcher().empty())
+    GTEST_SKIP() << "no deepspeed beside TROUPE_TORCH_PYTHON (scripts/torch-env.sh installs it)";
+  for (const Layout& l : {Layout{2, 1}, Layout{1, 2}}) expect_same_run(deepspeed_launcher(), l, "deepspeed");
+}
+
 // A one-node SLURM cluster on this machine for one test (scripts/slurm-cluster.sh: munged,
 // slurmctld and slurmd on free ports, every file in a folder of the test's), stopped after.
 class SlurmCluster {
@@ -172,15 +190,15 @@ int find_rank_process(const std::string& marker, const std::string& env) {
   return found;
 }
 
-// A rank killed under srun stops the job within 10 s, and the error names it.
-TEST(Launchers, ARankKilledUnderSrunStopsTheJobNamingIt) {
-  SlurmCluster slurm;
-  if (!slurm.up()) GTEST_SKIP() << "no SLURM cluster could start here: " << slurm.why();
+// `launcher` starts 2 ranks of a long job; the one whose environment holds `rank1_env` is
+// killed once training is under way: the job stops within 10 s and its output holds `named`.
+void expect_killed_rank_stops_the_job(const std::string& launcher, const std::string& rank1_env,
+                                      const std::string& what, const std::string& named = "rank 1") {
   const std::string dir = make_temp_dir(), metrics = dir + "/metrics.jsonl";
   const std::string marker = "train.log_interval=9";
   CommandResult job_result;
   std::thread job_thread([&] {
-    job_result = run_command(slurm.env() + "srun -n 2 " + TROUPE_BINARY + " rank " + job() +
+    job_result = run_command(launcher + " " + TROUPE_BINARY + " rank " + job() +
                                  " --set train.steps=100000 --set " + marker + " --metrics " + metrics,
                              120);
   });
@@ -188,22 +206,50 @@ TEST(Launchers, ARankKilledUnderSrunStopsTheJobNamingIt) {
   const auto deadline = Clock::now() + std::chrono::seconds(60);
   while (read_file(metrics).size() < 200 && Clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  const int pid = find_rank_process(marker, "SLURM_PROCID=1");
+  const int pid = find_rank_process(marker, rank1_env);
   if (pid <= 0) {  // end the job all the same before failing
-    for (int rank : {0, 1})
-      if (const int other = find_rank_process(marker, "SLURM_PROCID=" + std::to_string(rank)); other > 0)
-        kill(other, SIGKILL);
+    for (int rank : {0, 1}) {
+      const std::string env = rank1_env.substr(0, rank1_env.size() - 1) + std::to_string(rank);
+      if (const int other = find_rank_process(marker, env); other > 0) kill(other, SIGKILL);
+    }
     job_thread.join();
-    FAIL() << "rank 1 was not found training within 60 s: " << job_result.output;
+    FAIL() << what << ": rank 1 was not found training within 60 s: " << job_result.output;
   }
   const auto killed_at = Clock::now();
   kill(pid, SIGKILL);
   job_thread.join();
   const double stop_s = std::chrono::duration<double>(Clock::now() - killed_at).count();
-  EXPECT_NE(job_result.exit_code, 0) << job_result.output;
-  EXPECT_LT(stop_s, 10.0) << job_result.output;
-  EXPECT_NE(job_result.output.find("rank 1"), std::string::npos) << job_result.output;
-  std::printf("srun: rank 1 killed, the job stopped %.1f s later naming it\n", stop_s);
+  EXPECT_NE(job_result.exit_code, 0) << what << ": " << job_result.output;
+  EXPECT_LT(stop_s, 10.0) << what << ": " << job_result.output;
+  EXPECT_NE(job_result.output.find(named), std::string::npos) << what << ": " << job_result.output;
+  std::printf("%s: rank 1 killed, the job stopped %.1f s later, saying \"%s\"\n", what.c_str(), stop_s,
+              named.c_str());
+}
+
+TEST(Launchers, ARankKilledUnderSrunStopsTheJobNamingIt) {
+  SlurmCluster slurm;
+  if (!slurm.up()) GTEST_SKIP() << "no SLURM cluster could start here: " << slurm.why();
+  expect_killed_rank_stops_the_job(slurm.env() + "srun -n 2", "SLURM_PROCID=1", "srun");
+}
+
+// The same under the launchers that are installed of torchrun, mpirun and DeepSpeed's. torchrun
+// and DeepSpeed's launcher kill the other ranks within a second of one's death, often before
+// rank 0 has seen it: torchrun's report names the rank; DeepSpeed's names the failed command
+// and its exit code, not the rank.
+TEST(Launchers, ARankKilledUnderTorchrunMpirunOrDeepSpeedStopsTheJobNamingIt) {
+  const std::string python = TROUPE_TORCH_PYTHON;
+  const std::string torchrun = python.empty() ? "" : python.substr(0, python.rfind('/')) + "/torchrun";
+  int launchers = 0;
+  if (!torchrun.empty() && !found(torchrun).empty() && ++launchers)
+    expect_killed_rank_stops_the_job(torchrun + " --standalone --nproc-per-node 2 --no-python", "RANK=1",
+                                     "torchrun", "rank      : 1 (local_rank: 1)");
+  if (const std::string mpirun = found("mpirun"); !mpirun.empty() && ++launchers)
+    expect_killed_rank_stops_the_job(
+        "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + mpirun + " --oversubscribe -np 2",
+        "OMPI_COMM_WORLD_RANK=1", "mpirun");
+  if (const std::string deepspeed = deepspeed_launcher(); !deepspeed.empty() && ++launchers)
+    expect_killed_rank_stops_the_job(deepspeed, "RANK=1", "deepspeed", "exits with return code = -9");
+  if (launchers == 0) GTEST_SKIP() << "none of torchrun, mpirun and deepspeed is installed";
 }
 
 // A launcher's world that contradicts the job is refused naming both; a coordinator that
@@ -232,6 +278,43 @@ TEST(LauncherBadInput, AContradictingWorldOrAnUnreachableCoordinatorIsNamed) {
                           " (from MASTER_ADDR and MASTER_PORT) within 3 s"),
             std::string::npos)
       << r.output;
+}
+
+// An IPv6 coordinator from the launcher's variables is refused at once, saying why and naming
+// them (the config's is refused when the job is loaded: config_test).
+TEST(LauncherBadInput, AnIpv6CoordinatorIsRefusedNamingItsVariables) {
+  auto r = run_command("RANK=1 WORLD_SIZE=2 MASTER_ADDR=::1 MASTER_PORT=29500 " + std::string(TROUPE_BINARY) +
+                           " rank " + job(),
+                       60);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(r.exit_code, 128) << "crashed: " << r.output;
+  EXPECT_NE(
+      r.output.find("coordinator host ::1 has only an IPv6 address, and troupe's bootstrap runs over IPv4"),
+      std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("(from MASTER_ADDR and MASTER_PORT)"), std::string::npos) << r.output;
+}
+
+// Two processes given one rank number: rank 0 refuses the second to say hello, naming the
+// rank and the host of the first, and the refused one exits at once saying so.
+TEST(LauncherBadInput, TwoProcessesGivenOneRankNumberAreRefused) {
+  const std::string dir = make_temp_dir(), coordinator = free_coordinator();
+  const std::string env =
+      "WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + coordinator.substr(coordinator.rfind(':') + 1) +
+      " ";
+  const std::string rank =
+      std::string(TROUPE_BINARY) + " rank " + job() +
+      " --set cluster.world_size=3 --set parallel.dp=3 --set cluster.bootstrap_timeout_s=8";
+  run_command(env + "RANK=0 " + rank + " > " + dir + "/rank0 2>&1 & " + env + "RANK=1 " + rank + " > " + dir +
+                  "/first 2>&1 & " + env + "RANK=1 " + rank + " > " + dir + "/second 2>&1 & wait",
+              90);
+  const std::string first = read_file(dir + "/first"), second = read_file(dir + "/second");
+  const std::string refused = "refused rank 1: rank 1 has already joined, from host ";
+  const int refusals =
+      (first.find(refused) != std::string::npos) + (second.find(refused) != std::string::npos);
+  EXPECT_EQ(refusals, 1) << "first:\n" << first << "second:\n" << second;
+  EXPECT_NE(read_file(dir + "/rank0").find("rank(s) 2 did not join within 8 s"), std::string::npos)
+      << read_file(dir + "/rank0");
 }
 
 }  // namespace

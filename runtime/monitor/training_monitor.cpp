@@ -1,0 +1,107 @@
+#include "runtime/monitor/training_monitor.hpp"
+
+#include <caf/all.hpp>
+
+#include <cmath>
+#include <utility>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "actors/monitor.hpp"
+#include "runtime/monitor/csv_sink.hpp"
+#include "runtime/monitor/tensorboard_sink.hpp"
+
+namespace troupe {
+namespace {
+
+// The monitor's own actor system: one scheduler thread is plenty for one actor whose work
+// runs on its stream.
+struct MonitorSystemConfig : caf::actor_system_config {
+  MonitorSystemConfig() { set("scheduler.max-threads", 1); }
+};
+
+double seconds_since_epoch() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+struct TrainingMonitor::Impl {
+  MonitorSystemConfig config;
+  caf::actor_system system{config};
+  caf::actor monitor;
+  bool finished = false;
+};
+
+TrainingMonitor::TrainingMonitor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+TrainingMonitor::~TrainingMonitor() {
+  finish();
+  caf::anon_send_exit(impl_->monitor, caf::exit_reason::user_shutdown);
+  impl_->monitor = nullptr;
+}
+
+std::unique_ptr<TrainingMonitor> TrainingMonitor::make(const MonitorConfig& config, int64_t kept_through) {
+  MonitorOptions options;
+  if (!config.tensorboard.empty())
+    options.sinks.push_back(std::make_shared<TensorBoardSink>(config.tensorboard));
+  if (!config.csv.empty()) options.sinks.push_back(std::make_shared<CsvSink>(config.csv));
+  if (options.sinks.empty()) return nullptr;
+  options.queue = config.queue;
+  options.kept_through = kept_through;
+  auto impl = std::make_unique<Impl>();
+  impl->monitor = spawn_monitor(impl->system, std::move(options));
+  return std::unique_ptr<TrainingMonitor>(new TrainingMonitor(std::move(impl)));
+}
+
+void TrainingMonitor::record(const StepMetrics& metrics) {
+  caf::anon_send(impl_->monitor,
+                 MonitorRecord{metrics.step, seconds_since_epoch(), monitor_scalars(metrics)});
+}
+
+void TrainingMonitor::finish(std::chrono::milliseconds bound) {
+  if (impl_->finished) return;
+  impl_->finished = true;
+  caf::scoped_actor self{impl_->system};
+  self->request(impl_->monitor, bound, await_monitor{})
+      .receive(
+          [](const monitor_drained& drained) {
+            if (drained.dropped > 0)
+              spdlog::warn("monitor: {} of {} steps' records were dropped because writing was behind",
+                           drained.dropped, drained.dropped + drained.written);
+          },
+          [bound](const caf::error&) {
+            spdlog::warn(
+                "monitor: the records were not all written within {} s; the files may lack the last steps",
+                bound.count() / 1000.0);
+          });
+}
+
+std::vector<MonitorScalar> monitor_scalars(const StepMetrics& m) {
+  std::vector<MonitorScalar> s = {{"train/loss", m.loss}, {"train/lr", m.lr}};
+  if (std::isfinite(m.grad_norm) && !m.skipped) s.push_back({"train/grad_norm", m.grad_norm});
+  if (m.loss_scale > 0) s.push_back({"train/loss_scale", m.loss_scale});
+  s.push_back({"train/skipped", m.skipped ? 1.0 : 0.0});
+  if (m.evaluated()) {
+    s.push_back({"val/val_loss", m.val_loss});
+    s.push_back({"val/val_perplexity", std::exp(m.val_loss)});
+  }
+  for (const auto& [tag, value] : {std::pair{"perf/tokens_per_s", m.tokens_per_s},
+                                   {"perf/step_ms", m.step_ms},
+                                   {"perf/mfu", m.mfu},
+                                   {"perf/bubble", m.bubble}})
+    s.push_back({tag, value});
+  const std::pair<const char*, int64_t> counts[] = {{"perf/sent_bytes", m.sent_bytes},
+                                                    {"memory/model_state_bytes", m.model_state_bytes},
+                                                    {"memory/parameter_bytes", m.parameter_bytes},
+                                                    {"memory/gradient_bytes", m.gradient_bytes},
+                                                    {"memory/optimizer_state_bytes", m.optimizer_state_bytes},
+                                                    {"memory/communication_bytes", m.communication_bytes},
+                                                    {"memory/activation_bytes", m.activation_bytes},
+                                                    {"memory/device_bytes", m.device_bytes}};
+  for (const auto& [tag, value] : counts) s.push_back({tag, static_cast<double>(value)});
+  return s;
+}
+
+}  // namespace troupe

@@ -1,0 +1,238 @@
+// The monitor actor and its sinks on their own: TFRecord framing, the bounded queue (what
+// arrives while it is full is dropped, said once), a sink that fails (a real full disk,
+// /dev/full) said once while the others go on, DeepSpeed's CSV layout and a resumed run's
+// files, and which scalars a step gives.
+#include <gtest/gtest.h>
+
+#include <caf/all.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/monitor.hpp"
+#include "actors/protocol/monitor.hpp"
+#include "runtime/monitor/csv_sink.hpp"
+#include "runtime/monitor/tensorboard_sink.hpp"
+#include "runtime/monitor/training_monitor.hpp"
+#include "tests/integration/command.hpp"
+
+namespace troupe {
+namespace {
+
+using namespace std::chrono_literals;
+
+// What say() heard, from the monitor's thread.
+struct Said {
+  std::mutex mutex;
+  std::vector<std::string> lines;
+  void operator()(const std::string& line) {
+    std::lock_guard lock(mutex);
+    lines.push_back(line);
+  }
+  std::vector<std::string> all() {
+    std::lock_guard lock(mutex);
+    return lines;
+  }
+};
+
+// A sink whose writes wait until released (a disk that stalls), recording the steps it took.
+class StallingSink final : public MonitorSink {
+ public:
+  std::string where() const override { return "stalling sink"; }
+  Status open(int64_t) override { return {}; }
+  Status write(const MonitorRecord& record) override {
+    std::unique_lock lock(mutex_);
+    released_cv_.wait_for(lock, 20s, [&] { return released_; });
+    steps_.push_back(record.step);
+    return {};
+  }
+  void release() {
+    std::lock_guard lock(mutex_);
+    released_ = true;
+    released_cv_.notify_all();
+  }
+  std::vector<int64_t> steps() {
+    std::lock_guard lock(mutex_);
+    return steps_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable released_cv_;
+  bool released_ = false;
+  std::vector<int64_t> steps_;
+};
+
+// TensorBoard's writer on a disk that is full: /dev/full answers every write with ENOSPC.
+class FullDiskSink final : public MonitorSink {
+ public:
+  std::string where() const override { return "TensorBoard file /dev/full"; }
+  Status open(int64_t kept) override { return inner_.open_file("/dev/full", kept); }
+  Status write(const MonitorRecord& record) override { return inner_.write(record); }
+
+ private:
+  TensorBoardSink inner_{"unused"};
+};
+
+MonitorRecord record_of(int64_t step) {
+  return MonitorRecord{
+      step, 1.0e9 + static_cast<double>(step), {{"train/loss", 2.0 + 0.5 * static_cast<double>(step)}}};
+}
+
+monitor_drained drain(caf::actor_system& system, const caf::actor& monitor) {
+  monitor_drained out{-1, -1};
+  caf::scoped_actor self{system};
+  self->request(monitor, 20s, await_monitor{})
+      .receive([&](const monitor_drained& d) { out = d; },
+               [&](const caf::error& e) { ADD_FAILURE() << "no answer: " << system.render(e); });
+  return out;
+}
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+TEST(Tfrecord, FrameIsLengthItsMaskedCrcPayloadItsMaskedCrc) {
+  // TFRecord's masked CRC32C of "123456789" (whose CRC32C is 0xE3069283).
+  EXPECT_EQ(masked_crc32c("123456789", 9), 0xC78AB0E5u);
+  const std::string frame = tfrecord_frame("abc");
+  ASSERT_EQ(frame.size(), 8u + 4u + 3u + 4u);
+  EXPECT_EQ(frame.substr(0, 8), std::string("\x03\0\0\0\0\0\0\0", 8));
+  uint32_t length_crc = 0, payload_crc = 0;
+  std::memcpy(&length_crc, frame.data() + 8, 4);
+  std::memcpy(&payload_crc, frame.data() + 15, 4);
+  EXPECT_EQ(length_crc, masked_crc32c(frame.data(), 8));
+  EXPECT_EQ(frame.substr(12, 3), "abc");
+  EXPECT_EQ(payload_crc, masked_crc32c("abc", 3));
+}
+
+TEST(MonitorActor, DropsWhatArrivesWhileTheQueueIsFullAndSaysItOnce) {
+  caf::actor_system_config config;
+  caf::actor_system system{config};
+  auto stalling = std::make_shared<StallingSink>();
+  auto said = std::make_shared<Said>();
+  MonitorOptions options;
+  options.sinks = {stalling};
+  options.queue = 3;
+  options.say = [said](const std::string& line) { (*said)(line); };
+  caf::actor monitor = spawn_monitor(system, options);
+  for (int64_t step = 1; step <= 10; ++step) caf::anon_send(monitor, record_of(step));
+  // The fourth record finds three waiting for the stalled disk: the first drop is said.
+  for (int i = 0; i < 2000 && said->all().empty(); ++i) std::this_thread::sleep_for(5ms);
+  stalling->release();
+  const monitor_drained d = drain(system, monitor);
+  ASSERT_EQ(said->all().size(), 1u);
+  EXPECT_NE(said->all()[0].find("writing is 3 records behind; the records of step 4 on are dropped"),
+            std::string::npos)
+      << said->all()[0];
+  EXPECT_GE(d.dropped, 1);
+  EXPECT_EQ(d.written + d.dropped, 10);
+  const std::vector<int64_t> steps = stalling->steps();
+  ASSERT_EQ(static_cast<int64_t>(steps.size()), d.written);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(steps[i], static_cast<int64_t>(i) + 1);
+  for (std::size_t i = 1; i < steps.size(); ++i) EXPECT_LT(steps[i - 1], steps[i]);
+  caf::anon_send_exit(monitor, caf::exit_reason::user_shutdown);
+}
+
+TEST(MonitorActor, ASinkOnAFullDiskIsSaidOnceAndTheOthersGoOn) {
+  caf::actor_system_config config;
+  caf::actor_system system{config};
+  const std::string dir = testing::make_temp_dir();
+  auto said = std::make_shared<Said>();
+  MonitorOptions options;
+  options.sinks = {std::make_shared<FullDiskSink>(), std::make_shared<CsvSink>(dir + "/csv")};
+  options.say = [said](const std::string& line) { (*said)(line); };
+  caf::actor monitor = spawn_monitor(system, options);
+  for (int64_t step = 1; step <= 5; ++step) caf::anon_send(monitor, record_of(step));
+  const monitor_drained d = drain(system, monitor);
+  EXPECT_EQ(d.written, 5);
+  EXPECT_EQ(d.dropped, 0);
+  ASSERT_EQ(said->all().size(), 1u);
+  EXPECT_NE(
+      said->all()[0].find("TensorBoard file /dev/full: cannot write /dev/full: No space left on device"),
+      std::string::npos)
+      << said->all()[0];
+  EXPECT_EQ(lines_of(dir + "/csv/train_loss.csv"),
+            (std::vector<std::string>{"step,loss", "1,2.5", "2,3", "3,3.5", "4,4", "5,4.5"}));
+  caf::anon_send_exit(monitor, caf::exit_reason::user_shutdown);
+}
+
+TEST(CsvSink, AResumedRunKeepsTheStepsUpToItsCheckpointAndWritesOnFromThere) {
+  const std::string dir = testing::make_temp_dir() + "/csv";
+  {
+    CsvSink first(dir);
+    ASSERT_TRUE(first.open(0).ok());
+    for (int64_t step = 1; step <= 6; ++step) ASSERT_TRUE(first.write(record_of(step)).ok());
+  }
+  CsvSink resumed(dir);
+  ASSERT_TRUE(resumed.open(4).ok());
+  for (int64_t step = 5; step <= 6; ++step) {
+    MonitorRecord r = record_of(step);
+    r.scalars[0].value = 0.1 * static_cast<double>(step);
+    ASSERT_TRUE(resumed.write(r).ok());
+  }
+  EXPECT_EQ(lines_of(dir + "/train_loss.csv"),
+            (std::vector<std::string>{"step,loss", "1,2.5", "2,3", "3,3.5", "4,4", "5,0.5",
+                                      "6,0.6000000000000001"}));
+  EXPECT_EQ(CsvSink::file_name("memory/parameter bytes"), "memory_parameter_bytes.csv");
+}
+
+TEST(TensorBoardSink, AFolderThatCannotBeMadeIsAnErrorNamingWhy) {
+  const std::string file = testing::make_temp_dir() + "/a-file";
+  std::ofstream(file) << "x";
+  TensorBoardSink sink(file + "/runs");
+  Status opened = sink.open(0);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_NE(opened.error().message.find("cannot make the folder"), std::string::npos)
+      << opened.error().message;
+}
+
+TEST(MonitorScalars, EachStepGivesItsScalarsAndOnlyTheOnesThatMeanSomething) {
+  StepMetrics m;
+  m.step = 3;
+  m.loss = 2.5;
+  m.grad_norm = 1.25;
+  m.lr = 1e-3;
+  m.parameter_bytes = 4096;
+  auto tags = [](const std::vector<MonitorScalar>& scalars) {
+    std::vector<std::string> out;
+    for (const auto& s : scalars) out.push_back(s.tag);
+    return out;
+  };
+  auto has = [&](const std::vector<MonitorScalar>& scalars, const std::string& tag) {
+    auto t = tags(scalars);
+    return std::find(t.begin(), t.end(), tag) != t.end();
+  };
+  auto plain = monitor_scalars(m);
+  EXPECT_TRUE(has(plain, "train/grad_norm"));
+  EXPECT_FALSE(has(plain, "train/loss_scale"));  // no loss scaling
+  EXPECT_FALSE(has(plain, "val/val_loss"));      // no validation this step
+  EXPECT_TRUE(has(plain, "memory/parameter_bytes"));
+  m.loss_scale = 65536;
+  m.skipped = true;
+  m.val_loss = 2.0;
+  auto scaled = monitor_scalars(m);
+  EXPECT_FALSE(has(scaled, "train/grad_norm"));  // an overflowed step has none
+  EXPECT_TRUE(has(scaled, "train/loss_scale"));
+  EXPECT_TRUE(has(scaled, "val/val_perplexity"));
+  for (const auto& s : scaled) {
+    if (s.tag == "train/skipped") {
+      EXPECT_EQ(s.value, 1.0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace troupe
