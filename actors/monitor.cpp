@@ -2,6 +2,8 @@
 
 #include <caf/all.hpp>
 
+#include <atomic>
+#include <exception>
 #include <utility>
 
 #include <fmt/format.h>
@@ -19,23 +21,30 @@ using opened_atom = caf::atom_constant<caf::atom("monopened")>;
 // Internal: work on the stream threw (its record still completes).
 using threw_atom = caf::atom_constant<caf::atom("monthrew")>;
 
-// The sinks and which of them failed: touched on the monitor's stream only.
+// The sinks and which of them failed: touched on the monitor's stream only (but for the
+// flag that cancels what is still queued, which the monitor's owner may set).
 struct Sinks {
   std::vector<std::shared_ptr<MonitorSink>> all;
   std::vector<bool> failed;
+  std::shared_ptr<std::atomic<bool>> cancelled;
 
-  // `work` on every sink that has not failed; a sink that fails now is named in the result
-  // and skipped from then on, so each failure is said once.
+  // `work` on every sink that has not failed; a sink that fails now (an error or an
+  // exception) is named in the result and skipped from then on, so each failure is said once.
   template <class Work>
   std::vector<std::string> each(Work&& work) {
     std::vector<std::string> problems;
-    for (std::size_t i = 0; i < all.size(); ++i) {
+    for (std::size_t i = 0; i < all.size() && !cancelled->load(); ++i) {
       if (failed[i]) continue;
-      if (Status done = work(*all[i]); !done) {
-        failed[i] = true;
-        problems.push_back(fmt::format("{}: {}; it is not written from here on, training goes on",
-                                       all[i]->where(), done.error().message));
+      std::string why;
+      try {
+        if (Status done = work(*all[i]); !done) why = done.error().message;
+      } catch (const std::exception& e) {
+        why = e.what();
       }
+      if (why.empty()) continue;
+      failed[i] = true;
+      problems.push_back(
+          fmt::format("{}: {}; it is not written from here on, training goes on", all[i]->where(), why));
     }
     return problems;
   }
@@ -110,6 +119,7 @@ caf::behavior monitor_behavior(Monitor* self, MonitorOptions options) {
   s.sinks = std::make_shared<Sinks>();
   s.sinks->all = s.options.sinks;
   s.sinks->failed.assign(s.options.sinks.size(), false);
+  s.sinks->cancelled = s.options.cancelled ? s.options.cancelled : std::make_shared<std::atomic<bool>>(false);
   caf::actor me = caf::actor_cast<caf::actor>(self);
   s.io = CpuStream::make("monitor", s.options.tracer, [me](const std::string& what) {
     caf::anon_send(me, threw_atom::value, "the monitor's stream: " + what);

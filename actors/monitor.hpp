@@ -15,6 +15,7 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -47,6 +48,9 @@ struct MonitorOptions {
   int64_t kept_through = 0;  ///< a resumed run's last kept step (MonitorSink::open)
   /// Says a problem once (a failing sink, the first dropped record); spdlog's warning by default.
   std::function<void(const std::string&)> say;
+  /// Set (by any thread), the records still queued for the stream are given up on at once:
+  /// the monitor's owner stops waiting for a disk that does not answer.
+  std::shared_ptr<std::atomic<bool>> cancelled;
   Tracer* tracer = nullptr;
 };
 

@@ -32,7 +32,7 @@ typename Inspector::result_type inspect(Inspector& f, await_monitor&) {
 }
 
 struct monitor_drained {
-  int64_t written = 0;  ///< records every sink still working took
+  int64_t written = 0;  ///< records the stream took (each sink that had not failed wrote them)
   int64_t dropped = 0;  ///< records dropped because writing was behind by the queue's size
 };
 template <class Inspector>

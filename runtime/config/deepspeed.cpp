@@ -276,7 +276,10 @@ class Converter {
     if (!root.contains("wandb")) return;
     done_.insert("wandb");
     const Json& section = root["wandb"];
-    if (section.is_object() && section.value("enabled", Json(false)) == false) return;
+    if (!section.is_object()) return refuse("wandb", "an object with \"enabled\"");
+    const Json enabled = section.value("enabled", Json(false));
+    if (!enabled.is_boolean()) return refuse("wandb.enabled", "true or false");
+    if (enabled == false) return;
     refuse("wandb.enabled",
            "W&B's client sends the metrics to its servers, and troupe's ranks reach no network while "
            "they train: set tensorboard.enabled (or [monitor] tensorboard) and upload the folder with "

@@ -1,6 +1,10 @@
 #include "runtime/monitor/csv_sink.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -10,30 +14,41 @@
 #include <fmt/format.h>
 
 #include "actors/protocol/monitor.hpp"
+#include "runtime/monitor/append_file.hpp"
 
 namespace troupe {
 namespace {
 
-// The lines of an earlier run's file worth keeping: the header and the steps up to `kept`.
-std::vector<std::string> kept_lines(const std::string& path, int64_t kept) {
-  std::vector<std::string> lines;
+// An earlier run's file, cut to its header and the steps up to `kept`.
+std::string kept_text(const std::string& path, int64_t kept) {
+  std::string text;
   std::ifstream before(path);
   for (std::string line; std::getline(before, line);) {
-    if (lines.empty()) {
-      lines.push_back(line);  // the header
-      continue;
-    }
     char* end = nullptr;
     const long long step = std::strtoll(line.c_str(), &end, 10);
-    if (end != line.c_str() && *end == ',' && step <= kept) lines.push_back(line);
+    const bool header = text.empty();
+    if (header || (end != line.c_str() && *end == ',' && step <= kept)) text += line + "\n";
   }
-  return lines;
+  return text;
+}
+
+// `path` becomes `text`: written beside it, then renamed over it.
+Status replace_file(const std::string& path, const std::string& text) {
+  const std::string fresh = path + ".troupe-new";
+  const int fd = ::open(fresh.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return make_error(fmt::format("cannot open {}: {}", fresh, std::strerror(errno)));
+  Status written = append_whole(fd, text, fresh);
+  ::close(fd);
+  if (written && std::rename(fresh.c_str(), path.c_str()) != 0)
+    written = make_error(fmt::format("cannot rename {} to {}: {}", fresh, path, std::strerror(errno)));
+  if (!written) std::remove(fresh.c_str());
+  return written;
 }
 
 }  // namespace
 
 CsvSink::~CsvSink() {
-  for (auto& [tag, file] : files_) std::fclose(file);
+  for (auto& [tag, fd] : files_) ::close(fd);
 }
 
 std::string CsvSink::file_name(const std::string& tag) {
@@ -44,35 +59,36 @@ std::string CsvSink::file_name(const std::string& tag) {
 }
 
 Status CsvSink::open(int64_t kept_through) {
-  kept_through_ = kept_through;
   std::error_code error;
   std::filesystem::create_directories(folder_, error);
   if (error) return make_error(fmt::format("cannot make the folder: {}", error.message()));
+  for (const auto& entry : std::filesystem::directory_iterator(folder_, error)) {
+    if (entry.path().extension() != ".csv" || !entry.is_regular_file()) continue;
+    const std::string path = entry.path().string();
+    TROUPE_TRY(replace_file(path, kept_text(path, kept_through)));
+  }
+  if (error) return make_error(fmt::format("cannot list the folder: {}", error.message()));
   return {};
 }
 
-Result<std::FILE*> CsvSink::file_of(const std::string& tag) {
+Result<int> CsvSink::file_of(const std::string& tag) {
   if (auto found = files_.find(tag); found != files_.end()) return found->second;
   const std::string path = folder_ + "/" + file_name(tag);
-  std::vector<std::string> lines;
-  if (kept_through_ > 0) lines = kept_lines(path, kept_through_);
-  std::FILE* file = std::fopen(path.c_str(), "w");
-  if (!file) return make_error(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
-  files_[tag] = file;
-  if (lines.empty()) lines.push_back(fmt::format("step,{}", tag.substr(tag.rfind('/') + 1)));
-  for (const std::string& line : lines) std::fprintf(file, "%s\n", line.c_str());
-  return file;
+  const bool exists = std::filesystem::exists(path);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return make_error(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
+  files_[tag] = fd;
+  if (!exists) TROUPE_TRY(append_whole(fd, fmt::format("step,{}\n", tag.substr(tag.rfind('/') + 1)), path));
+  return fd;
 }
 
 Status CsvSink::write(const MonitorRecord& record) {
   for (const MonitorScalar& scalar : record.scalars) {
-    auto file = file_of(scalar.tag);
-    if (!file) return file.error();
+    auto fd = file_of(scalar.tag);
+    if (!fd) return fd.error();
     // fmt's shortest form that reads back as the same double.
-    const std::string line = fmt::format("{},{}\n", record.step, scalar.value);
-    if (std::fputs(line.c_str(), *file) < 0 || std::fflush(*file) != 0)
-      return make_error(
-          fmt::format("cannot write {}/{}: {}", folder_, file_name(scalar.tag), std::strerror(errno)));
+    TROUPE_TRY(append_whole(*fd, fmt::format("{},{}\n", record.step, scalar.value),
+                            folder_ + "/" + file_name(scalar.tag)));
   }
   return {};
 }

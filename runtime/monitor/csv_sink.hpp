@@ -2,12 +2,13 @@
 // with '/' and ' ' made '_' ("train/loss" → train_loss.csv), whose first line is
 // "step,<the tag's last part>" and then "<step>,<value>" a step, the value written so that
 // it reads back as the same double.
-// A fresh run starts each file anew; a run resumed after step K keeps the lines of steps up
-// to K. Thread safety: one thread at a time (the monitor's stream).
+// Opening the folder trims every CSV file already there to its header and the steps up to
+// the run's start (a fresh run: none; a run resumed after step K: up to K), each by a new
+// file renamed over the old, so no earlier run's steps remain past where this one begins.
+// Thread safety: one thread at a time (the monitor's stream).
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <map>
 #include <string>
 
@@ -28,11 +29,10 @@ class CsvSink final : public MonitorSink {
   static std::string file_name(const std::string& tag);
 
  private:
-  Result<std::FILE*> file_of(const std::string& tag);
+  Result<int> file_of(const std::string& tag);
 
   std::string folder_;
-  int64_t kept_through_ = 0;
-  std::map<std::string, std::FILE*> files_;  // by tag, opened at its first value
+  std::map<std::string, int> files_;  // by tag, opened at its first value
 };
 
 }  // namespace troupe

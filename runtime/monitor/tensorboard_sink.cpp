@@ -14,6 +14,7 @@
 #include "actors/protocol/monitor.hpp"
 #include "memory/crc32c.hpp"
 #include "monitor/event.pb.h"  // generated (build/generated) from runtime/monitor/event.proto
+#include "runtime/monitor/append_file.hpp"
 
 namespace troupe {
 namespace {
@@ -94,15 +95,7 @@ Status TensorBoardSink::write(const MonitorRecord& record) {
 }
 
 Status TensorBoardSink::append(const std::string& bytes) {
-  const std::string frame = tfrecord_frame(bytes);
-  std::size_t done = 0;
-  while (done < frame.size()) {
-    const ssize_t n = ::write(fd_, frame.data() + done, frame.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return make_error(fmt::format("cannot write {}: {}", path_, std::strerror(errno)));
-    done += static_cast<std::size_t>(n);
-  }
-  return {};
+  return append_whole(fd_, tfrecord_frame(bytes), path_);
 }
 
 }  // namespace troupe

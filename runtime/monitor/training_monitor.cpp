@@ -2,11 +2,12 @@
 
 #include <caf/all.hpp>
 
+#include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <utility>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "actors/monitor.hpp"
 #include "runtime/monitor/csv_sink.hpp"
@@ -21,6 +22,11 @@ struct MonitorSystemConfig : caf::actor_system_config {
   MonitorSystemConfig() { set("scheduler.max-threads", 1); }
 };
 
+// What the monitor has to say goes to stderr, beside the rank's other errors.
+void say(const std::string& what) {
+  std::fprintf(stderr, "troupe: monitor: %s\n", what.c_str());
+}
+
 double seconds_since_epoch() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -31,6 +37,7 @@ struct TrainingMonitor::Impl {
   MonitorSystemConfig config;
   caf::actor_system system{config};
   caf::actor monitor;
+  std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
   bool finished = false;
 };
 
@@ -38,6 +45,7 @@ TrainingMonitor::TrainingMonitor(std::unique_ptr<Impl> impl) : impl_(std::move(i
 
 TrainingMonitor::~TrainingMonitor() {
   finish();
+  impl_->cancelled->store(true);  // whatever finish gave up on is not written on the way out
   caf::anon_send_exit(impl_->monitor, caf::exit_reason::user_shutdown);
   impl_->monitor = nullptr;
 }
@@ -50,7 +58,9 @@ std::unique_ptr<TrainingMonitor> TrainingMonitor::make(const MonitorConfig& conf
   if (options.sinks.empty()) return nullptr;
   options.queue = config.queue;
   options.kept_through = kept_through;
+  options.say = say;
   auto impl = std::make_unique<Impl>();
+  options.cancelled = impl->cancelled;
   impl->monitor = spawn_monitor(impl->system, std::move(options));
   return std::unique_ptr<TrainingMonitor>(new TrainingMonitor(std::move(impl)));
 }
@@ -68,13 +78,17 @@ void TrainingMonitor::finish(std::chrono::milliseconds bound) {
       .receive(
           [](const monitor_drained& drained) {
             if (drained.dropped > 0)
-              spdlog::warn("monitor: {} of {} steps' records were dropped because writing was behind",
-                           drained.dropped, drained.dropped + drained.written);
+              say(fmt::format("{} of {} steps' records were dropped because writing was behind",
+                              drained.dropped, drained.dropped + drained.written));
           },
-          [bound](const caf::error&) {
-            spdlog::warn(
-                "monitor: the records were not all written within {} s; the files may lack the last steps",
-                bound.count() / 1000.0);
+          [&](const caf::error& error) {
+            impl_->cancelled->store(true);
+            say(error == caf::sec::request_timeout
+                    ? fmt::format(
+                          "the records were not all written within {} s, and the rest are given up on: "
+                          "the files lack the last steps",
+                          bound.count() / 1000.0)
+                    : "the monitor stopped before writing every record: " + impl_->system.render(error));
           });
 }
 

@@ -88,6 +88,8 @@ TEST(DeepSpeedConfig, RealWorldConfigsConvertAndTrain) {
     for (std::string line; std::getline(lines, line);) steps.push_back(nlohmann::json::parse(line));
     ASSERT_EQ(steps.size(), 4u) << trained.output;
     for (const auto& step : steps) EXPECT_TRUE(std::isfinite(step.at("loss").get<double>()));
+    EXPECT_EQ(testing::run_command("ls " + dir + "/tb | grep -q tfevents").exit_code, 0)
+        << "no TensorBoard file";
   }
 }
 
@@ -243,6 +245,8 @@ TEST(DeepSpeedConfig, MonitorSectionsWriteWhereDeepSpeedWouldAndWandbIsRefused) 
                  " --toml");
   ASSERT_EQ(off.exit_code, 0) << off.output;
   EXPECT_NE(off.output.find("[monitor]\ntensorboard = \"\"\ncsv = \"\""), std::string::npos) << off.output;
+  expect_refused(check_json(R"({"train_batch_size": 16, "wandb": {"enabled": "yes"}})"),
+                 "wandb.enabled (true or false)");
   expect_refused(
       check_json(R"({"train_batch_size": 16, "wandb": {"enabled": true, "project": "p"}})"),
       "wandb.enabled (W&B's client sends the metrics to its servers, and troupe's ranks reach no network");

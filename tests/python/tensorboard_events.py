@@ -68,6 +68,10 @@ def check_csv(folder, metrics):
         key = rows[0][1]
         if rows[0][0] != "step":
             raise SystemExit(f"{name}: header {rows[0]}, expected step,{key}")
+        steps = [int(step) for step, _ in rows[1:]]
+        want_steps = sorted(s for s, line in metrics.items() if key in expected_keys(line))
+        if steps != want_steps:
+            raise SystemExit(f"{name} has steps {steps}, expected each of {want_steps} once")
         for step, value in rows[1:]:
             want = as_number(metrics[int(step)][key])
             if float(value) != want:

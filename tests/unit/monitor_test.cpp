@@ -9,11 +9,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -81,6 +83,14 @@ class FullDiskSink final : public MonitorSink {
 
  private:
   TensorBoardSink inner_{"unused"};
+};
+
+// A sink whose writes throw, as a library might (an allocation that fails).
+class ThrowingSink final : public MonitorSink {
+ public:
+  std::string where() const override { return "throwing sink"; }
+  Status open(int64_t) override { return {}; }
+  Status write(const MonitorRecord&) override { throw std::runtime_error("out of luck"); }
 };
 
 MonitorRecord record_of(int64_t step) {
@@ -169,6 +179,60 @@ TEST(MonitorActor, ASinkOnAFullDiskIsSaidOnceAndTheOthersGoOn) {
   caf::anon_send_exit(monitor, caf::exit_reason::user_shutdown);
 }
 
+TEST(MonitorActor, ASinkThatThrowsIsSaidOnceAndTheOthersGoOn) {
+  caf::actor_system_config config;
+  caf::actor_system system{config};
+  const std::string dir = testing::make_temp_dir();
+  auto said = std::make_shared<Said>();
+  MonitorOptions options;
+  options.sinks = {std::make_shared<ThrowingSink>(), std::make_shared<CsvSink>(dir + "/csv")};
+  options.say = [said](const std::string& line) { (*said)(line); };
+  caf::actor monitor = spawn_monitor(system, options);
+  for (int64_t step = 1; step <= 3; ++step) caf::anon_send(monitor, record_of(step));
+  EXPECT_EQ(drain(system, monitor).written, 3);
+  ASSERT_EQ(said->all().size(), 1u);
+  EXPECT_NE(said->all()[0].find("throwing sink: out of luck; it is not written from here on"),
+            std::string::npos)
+      << said->all()[0];
+  EXPECT_EQ(lines_of(dir + "/csv/train_loss.csv").size(), 4u);
+  caf::anon_send_exit(monitor, caf::exit_reason::user_shutdown);
+}
+
+// The owner gives up on a disk that does not answer: what is still queued is not written.
+TEST(MonitorActor, CancelledRecordsStillQueuedAreGivenUpOn) {
+  caf::actor_system_config config;
+  caf::actor_system system{config};
+  auto stalling = std::make_shared<StallingSink>();
+  MonitorOptions options;
+  options.sinks = {stalling};
+  options.cancelled = std::make_shared<std::atomic<bool>>(false);
+  caf::actor monitor = spawn_monitor(system, options);
+  for (int64_t step = 1; step <= 5; ++step) caf::anon_send(monitor, record_of(step));
+  std::this_thread::sleep_for(50ms);  // the first write is under way, stalled
+  options.cancelled->store(true);
+  stalling->release();
+  drain(system, monitor);
+  EXPECT_LE(stalling->steps().size(), 1u) << "records queued behind the stalled one were written";
+  caf::anon_send_exit(monitor, caf::exit_reason::user_shutdown);
+}
+
+TEST(CsvSink, AFreshRunStartsEveryFileOfTheFolderAnew) {
+  const std::string dir = testing::make_temp_dir() + "/csv";
+  {
+    CsvSink earlier(dir);
+    ASSERT_TRUE(earlier.open(0).ok());
+    MonitorRecord r = record_of(1);
+    r.scalars.push_back({"train/loss_scale", 65536});
+    ASSERT_TRUE(earlier.write(r).ok());
+  }
+  CsvSink fresh(dir);
+  ASSERT_TRUE(fresh.open(0).ok());
+  ASSERT_TRUE(fresh.write(record_of(1)).ok());
+  EXPECT_EQ(lines_of(dir + "/train_loss.csv"), (std::vector<std::string>{"step,loss", "1,2.5"}));
+  EXPECT_EQ(lines_of(dir + "/train_loss_scale.csv"), (std::vector<std::string>{"step,loss_scale"}))
+      << "an earlier run's steps of a metric this run does not write";
+}
+
 TEST(CsvSink, AResumedRunKeepsTheStepsUpToItsCheckpointAndWritesOnFromThere) {
   const std::string dir = testing::make_temp_dir() + "/csv";
   {
@@ -227,11 +291,16 @@ TEST(MonitorScalars, EachStepGivesItsScalarsAndOnlyTheOnesThatMeanSomething) {
   EXPECT_FALSE(has(scaled, "train/grad_norm"));  // an overflowed step has none
   EXPECT_TRUE(has(scaled, "train/loss_scale"));
   EXPECT_TRUE(has(scaled, "val/val_perplexity"));
-  for (const auto& s : scaled) {
-    if (s.tag == "train/skipped") {
-      EXPECT_EQ(s.value, 1.0);
-    }
-  }
+  auto value_of = [](const std::vector<MonitorScalar>& scalars, const std::string& tag) {
+    for (const auto& s : scalars)
+      if (s.tag == tag) return s.value;
+    ADD_FAILURE() << tag << " is missing";
+    return std::nan("");
+  };
+  EXPECT_EQ(value_of(plain, "train/skipped"), 0.0);
+  EXPECT_EQ(value_of(scaled, "train/skipped"), 1.0);
+  EXPECT_EQ(value_of(scaled, "val/val_perplexity"), std::exp(2.0));
+  EXPECT_EQ(value_of(scaled, "memory/parameter_bytes"), 4096.0);
 }
 
 }  // namespace
