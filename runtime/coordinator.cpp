@@ -1,7 +1,5 @@
 #include "runtime/coordinator.hpp"
 
-#include <arpa/inet.h>
-#include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
 

@@ -48,7 +48,7 @@ Status replace_file(const std::string& path, const std::string& text) {
 }  // namespace
 
 CsvSink::~CsvSink() {
-  for (auto& [tag, fd] : files_) ::close(fd);
+  for (auto& [tag, file] : files_) ::close(file.fd);
 }
 
 std::string CsvSink::file_name(const std::string& tag) {
@@ -71,24 +71,23 @@ Status CsvSink::open(int64_t kept_through) {
   return {};
 }
 
-Result<int> CsvSink::file_of(const std::string& tag) {
-  if (auto found = files_.find(tag); found != files_.end()) return found->second;
+Result<const CsvSink::File*> CsvSink::file_of(const std::string& tag) {
+  if (auto found = files_.find(tag); found != files_.end()) return &found->second;
   const std::string path = folder_ + "/" + file_name(tag);
   const bool exists = std::filesystem::exists(path);
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return make_error(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
-  files_[tag] = fd;
+  const File& file = files_[tag] = File{fd, path};
   if (!exists) TROUPE_TRY(append_whole(fd, fmt::format("step,{}\n", tag.substr(tag.rfind('/') + 1)), path));
-  return fd;
+  return &file;
 }
 
 Status CsvSink::write(const MonitorRecord& record) {
   for (const MonitorScalar& scalar : record.scalars) {
-    auto fd = file_of(scalar.tag);
-    if (!fd) return fd.error();
+    auto file = file_of(scalar.tag);
+    if (!file) return file.error();
     // fmt's shortest form that reads back as the same double.
-    TROUPE_TRY(append_whole(*fd, fmt::format("{},{}\n", record.step, scalar.value),
-                            folder_ + "/" + file_name(scalar.tag)));
+    TROUPE_TRY(append_whole((*file)->fd, fmt::format("{},{}\n", record.step, scalar.value), (*file)->path));
   }
   return {};
 }

@@ -29,10 +29,14 @@ class CsvSink final : public MonitorSink {
   static std::string file_name(const std::string& tag);
 
  private:
-  Result<int> file_of(const std::string& tag);
+  struct File {
+    int fd = -1;
+    std::string path;
+  };
+  Result<const File*> file_of(const std::string& tag);
 
   std::string folder_;
-  std::map<std::string, int> files_;  // by tag, opened at its first value
+  std::map<std::string, File> files_;  // by tag, opened at its first value
 };
 
 }  // namespace troupe

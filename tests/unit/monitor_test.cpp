@@ -4,6 +4,10 @@
 // files, and which scalars a step gives.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <caf/all.hpp>
 
 #include <algorithm>
@@ -11,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -22,6 +27,7 @@
 
 #include "actors/monitor.hpp"
 #include "actors/protocol/monitor.hpp"
+#include "runtime/monitor/append_file.hpp"
 #include "runtime/monitor/csv_sink.hpp"
 #include "runtime/monitor/tensorboard_sink.hpp"
 #include "runtime/monitor/training_monitor.hpp"
@@ -107,6 +113,20 @@ monitor_drained drain(caf::actor_system& system, const caf::actor& monitor) {
   return out;
 }
 
+// A monitor in an actor system of its own for one test, saying into `said`; stopped after.
+struct Monitored {
+  caf::actor_system_config config;
+  caf::actor_system system{config};
+  Said said;
+  caf::actor monitor;
+  caf::actor start(MonitorOptions options) {
+    options.say = [this](const std::string& line) { said(line); };
+    monitor = spawn_monitor(system, std::move(options));
+    return monitor;
+  }
+  ~Monitored() { caf::anon_send_exit(monitor, caf::exit_reason::user_shutdown); }
+};
+
 std::vector<std::string> lines_of(const std::string& path) {
   std::ifstream in(path);
   std::vector<std::string> lines;
@@ -129,91 +149,99 @@ TEST(Tfrecord, FrameIsLengthItsMaskedCrcPayloadItsMaskedCrc) {
 }
 
 TEST(MonitorActor, DropsWhatArrivesWhileTheQueueIsFullAndSaysItOnce) {
-  caf::actor_system_config config;
-  caf::actor_system system{config};
+  Monitored m;
   auto stalling = std::make_shared<StallingSink>();
-  auto said = std::make_shared<Said>();
   MonitorOptions options;
   options.sinks = {stalling};
   options.queue = 3;
-  options.say = [said](const std::string& line) { (*said)(line); };
-  caf::actor monitor = spawn_monitor(system, options);
+  caf::actor monitor = m.start(options);
   for (int64_t step = 1; step <= 10; ++step) caf::anon_send(monitor, record_of(step));
   // The fourth record finds three waiting for the stalled disk: the first drop is said.
-  for (int i = 0; i < 2000 && said->all().empty(); ++i) std::this_thread::sleep_for(5ms);
+  for (int i = 0; i < 2000 && m.said.all().empty(); ++i) std::this_thread::sleep_for(5ms);
   stalling->release();
-  const monitor_drained d = drain(system, monitor);
-  ASSERT_EQ(said->all().size(), 1u);
-  EXPECT_NE(said->all()[0].find("writing is 3 records behind; the records of step 4 on are dropped"),
+  const monitor_drained d = drain(m.system, monitor);
+  ASSERT_EQ(m.said.all().size(), 1u);
+  EXPECT_NE(m.said.all()[0].find("writing is 3 records behind; the records of step 4 on are dropped"),
             std::string::npos)
-      << said->all()[0];
+      << m.said.all()[0];
   EXPECT_GE(d.dropped, 1);
   EXPECT_EQ(d.written + d.dropped, 10);
   const std::vector<int64_t> steps = stalling->steps();
   ASSERT_EQ(static_cast<int64_t>(steps.size()), d.written);
   for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(steps[i], static_cast<int64_t>(i) + 1);
   for (std::size_t i = 1; i < steps.size(); ++i) EXPECT_LT(steps[i - 1], steps[i]);
-  caf::anon_send_exit(monitor, caf::exit_reason::user_shutdown);
 }
 
 TEST(MonitorActor, ASinkOnAFullDiskIsSaidOnceAndTheOthersGoOn) {
-  caf::actor_system_config config;
-  caf::actor_system system{config};
+  Monitored m;
   const std::string dir = testing::make_temp_dir();
-  auto said = std::make_shared<Said>();
   MonitorOptions options;
   options.sinks = {std::make_shared<FullDiskSink>(), std::make_shared<CsvSink>(dir + "/csv")};
-  options.say = [said](const std::string& line) { (*said)(line); };
-  caf::actor monitor = spawn_monitor(system, options);
+  caf::actor monitor = m.start(options);
   for (int64_t step = 1; step <= 5; ++step) caf::anon_send(monitor, record_of(step));
-  const monitor_drained d = drain(system, monitor);
+  const monitor_drained d = drain(m.system, monitor);
   EXPECT_EQ(d.written, 5);
   EXPECT_EQ(d.dropped, 0);
-  ASSERT_EQ(said->all().size(), 1u);
+  ASSERT_EQ(m.said.all().size(), 1u);
   EXPECT_NE(
-      said->all()[0].find("TensorBoard file /dev/full: cannot write /dev/full: No space left on device"),
+      m.said.all()[0].find("TensorBoard file /dev/full: cannot write /dev/full: No space left on device"),
       std::string::npos)
-      << said->all()[0];
+      << m.said.all()[0];
   EXPECT_EQ(lines_of(dir + "/csv/train_loss.csv"),
             (std::vector<std::string>{"step,loss", "1,2.5", "2,3", "3,3.5", "4,4", "5,4.5"}));
-  caf::anon_send_exit(monitor, caf::exit_reason::user_shutdown);
 }
 
 TEST(MonitorActor, ASinkThatThrowsIsSaidOnceAndTheOthersGoOn) {
-  caf::actor_system_config config;
-  caf::actor_system system{config};
+  Monitored m;
   const std::string dir = testing::make_temp_dir();
-  auto said = std::make_shared<Said>();
   MonitorOptions options;
   options.sinks = {std::make_shared<ThrowingSink>(), std::make_shared<CsvSink>(dir + "/csv")};
-  options.say = [said](const std::string& line) { (*said)(line); };
-  caf::actor monitor = spawn_monitor(system, options);
+  caf::actor monitor = m.start(options);
   for (int64_t step = 1; step <= 3; ++step) caf::anon_send(monitor, record_of(step));
-  EXPECT_EQ(drain(system, monitor).written, 3);
-  ASSERT_EQ(said->all().size(), 1u);
-  EXPECT_NE(said->all()[0].find("throwing sink: out of luck; it is not written from here on"),
+  EXPECT_EQ(drain(m.system, monitor).written, 3);
+  ASSERT_EQ(m.said.all().size(), 1u);
+  EXPECT_NE(m.said.all()[0].find("throwing sink: out of luck; it is not written from here on"),
             std::string::npos)
-      << said->all()[0];
+      << m.said.all()[0];
   EXPECT_EQ(lines_of(dir + "/csv/train_loss.csv").size(), 4u);
-  caf::anon_send_exit(monitor, caf::exit_reason::user_shutdown);
 }
 
 // The owner gives up on a disk that does not answer: what is still queued is not written.
 TEST(MonitorActor, CancelledRecordsStillQueuedAreGivenUpOn) {
-  caf::actor_system_config config;
-  caf::actor_system system{config};
+  Monitored m;
   auto stalling = std::make_shared<StallingSink>();
   MonitorOptions options;
   options.sinks = {stalling};
   options.cancelled = std::make_shared<std::atomic<bool>>(false);
-  caf::actor monitor = spawn_monitor(system, options);
+  caf::actor monitor = m.start(options);
   for (int64_t step = 1; step <= 5; ++step) caf::anon_send(monitor, record_of(step));
   std::this_thread::sleep_for(50ms);  // the first write is under way, stalled
   options.cancelled->store(true);
   stalling->release();
-  drain(system, monitor);
+  drain(m.system, monitor);
   EXPECT_LE(stalling->steps().size(), 1u) << "records queued behind the stalled one were written";
-  caf::anon_send_exit(monitor, caf::exit_reason::user_shutdown);
+}
+
+// A write the file system stops halfway (here the process's file-size limit, which answers
+// EFBIG after a short write) is cut off again: the file ends at its last whole record.
+TEST(AppendWhole, AShortWriteIsCutOffLeavingTheWholeRecordsBefore) {
+  const std::string path = testing::make_temp_dir() + "/records";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(append_whole(fd, "1,2.5\n", path).ok());
+  rlimit before{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &before), 0);
+  auto* const old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = before;
+  small.rlim_cur = 10;  // room for 4 more bytes of the next 12
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  const Status torn = append_whole(fd, "2,3.0000001\n", path);
+  setrlimit(RLIMIT_FSIZE, &before);
+  std::signal(SIGXFSZ, old_handler);
+  ::close(fd);
+  ASSERT_FALSE(torn.ok());
+  EXPECT_NE(torn.error().message.find("cannot write " + path), std::string::npos) << torn.error().message;
+  EXPECT_EQ(lines_of(path), (std::vector<std::string>{"1,2.5"}));
 }
 
 TEST(CsvSink, AFreshRunStartsEveryFileOfTheFolderAnew) {
