@@ -1,5 +1,6 @@
 #include "base/socket_address.hpp"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 
@@ -9,31 +10,40 @@
 
 namespace troupe {
 
-Result<SocketAddress> resolve_socket_address(const std::string& host, uint16_t port) {
+std::string SocketAddress::text() const {
+  char host[INET6_ADDRSTRLEN] = {};
+  if (family() == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&storage);
+    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+    return fmt::format("[{}]:{}", host, ntohs(a->sin6_port));
+  }
+  const auto* a = reinterpret_cast<const sockaddr_in*>(&storage);
+  inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+  return fmt::format("{}:{}", host, ntohs(a->sin_port));
+}
+
+Result<std::vector<SocketAddress>> resolve_socket_addresses(const std::string& host, uint16_t port) {
   addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;  // to say so of a host that has only IPv6 addresses
+  hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  const std::string service = std::to_string(port);
+  const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
   if (rc != 0 || found == nullptr)
     return make_error(fmt::format("cannot resolve coordinator host {}: {}", host, gai_strerror(rc)));
-  const addrinfo* chosen = nullptr;
-  for (const addrinfo* a = found; a != nullptr && chosen == nullptr; a = a->ai_next)
-    if (a->ai_family == AF_INET) chosen = a;
-  if (chosen == nullptr) {
-    freeaddrinfo(found);
-    return make_error(fmt::format(
-        "coordinator host {} has only an IPv6 address, and troupe's bootstrap runs over IPv4 (UCX 1.13's "
-        "TCP transport cannot complete a connection accepted on IPv6): give rank 0's IPv4 address or a "
-        "host name that has one",
-        host));
+  std::vector<SocketAddress> addresses;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    if (a->ai_family != AF_INET && a->ai_family != AF_INET6) continue;
+    SocketAddress address;
+    std::memcpy(&address.storage, a->ai_addr, a->ai_addrlen);
+    address.length = a->ai_addrlen;
+    addresses.push_back(address);
   }
-  SocketAddress address;
-  std::memcpy(&address.storage, chosen->ai_addr, chosen->ai_addrlen);
-  address.length = chosen->ai_addrlen;
   freeaddrinfo(found);
-  reinterpret_cast<sockaddr_in*>(&address.storage)->sin_port = htons(port);
-  return address;
+  if (addresses.empty())
+    return make_error(
+        fmt::format("cannot resolve coordinator host {}: it has no IPv4 or IPv6 address", host));
+  return addresses;
 }
 
 }  // namespace troupe

@@ -1,8 +1,7 @@
-// A coordinator's socket address from its host and port: an IPv4 address as written, or a
-// host name's IPv4 address. An IPv6 one ("::1", "fd00::1", a name with only those) is
-// refused saying why: the bootstrap connects over UCX 1.13's TCP transport, whose connection
-// accepted on an IPv6 address connects back to the joining rank's IPv4 interface address
-// and fails (tried on loopback, 2026-12-06, with UCX_TCP_AF_PRIO inet6 and inet6,inet too).
+// A coordinator's socket addresses from its host and port: an IPv4 or IPv6 address as
+// written, or every address a host name resolves to, in the resolver's order (rank 0
+// listens on each it can bind; a joining rank tries each in turn, so a name whose IPv6 and
+// IPv4 addresses reach the same machine works whichever one the two ends prefer).
 // Thread safety: pure (getaddrinfo).
 #pragma once
 
@@ -10,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/result.hpp"
 
@@ -20,9 +20,11 @@ struct SocketAddress {
   socklen_t length = 0;
   const sockaddr* get() const { return reinterpret_cast<const sockaddr*>(&storage); }
   int family() const { return storage.ss_family; }
+  /// "127.0.0.1:29500" or "[::1]:29500".
+  std::string text() const;
 };
 
-/// Fails with "cannot resolve coordinator host HOST: why", or naming the IPv6 address.
-Result<SocketAddress> resolve_socket_address(const std::string& host, uint16_t port);
+/// At least one address, or fails with "cannot resolve coordinator host HOST: why".
+Result<std::vector<SocketAddress>> resolve_socket_addresses(const std::string& host, uint16_t port);
 
 }  // namespace troupe

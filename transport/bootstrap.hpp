@@ -1,12 +1,20 @@
-// Bootstrap over UCX itself: rank 0 listens on the coordinator address; every other
-// rank connects, presents the cluster token and its worker address; once all have
-// joined, rank 0 sends everyone the table of worker addresses. No TCP store, no MPI.
+// Bootstrap over a plain TCP socket (IPv4 or IPv6): rank 0 listens on the coordinator's
+// address; every other rank connects, presents the cluster token and its UCX worker
+// address; once all have joined, rank 0 sends everyone the table of worker addresses and
+// the sockets close. From then on ranks reach each other by worker address over UCX alone.
+// No TCP store, no MPI.
+//
+// Why not UCX's own client-server connections: UCX 1.13's TCP connection manager accepts
+// on an IPv6 listener, then connects back to the joining rank's interface with the port of
+// its IPv4 listener and fails (docs/DESIGN.md), so only a socket of troupe's own serves
+// clusters that address rank 0 by IPv6.
 //
 // Runs on the thread that will own the worker, before its progress loop starts;
 // every wait is bounded by bootstrap_timeout_s.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "base/result.hpp"
@@ -26,5 +34,8 @@ Result<AddressTable> bootstrap(UcxWorker& worker, const TransportOptions& option
 
 /// This machine's identity: options.host_id when set, else host name and boot id.
 std::string host_identity(const TransportOptions& options);
+
+/// "HOST:PORT", the host bracketed when it is an IPv6 address ("[::1]:29500").
+std::string host_port_text(const std::string& host, uint16_t port);
 
 }  // namespace troupe

@@ -96,13 +96,6 @@ bool is_host_port(const std::string& text) {
 Status resolve_cluster(ClusterConfig& cluster, const ConfigOrigins& origins) {
   TROUPE_TRY(
       require(is_host_port(cluster.coordinator), origins, "cluster", "coordinator", cluster.coordinator));
-  if (cluster.coordinator.front() == '[')
-    return key_error(
-        origins, "cluster", "coordinator",
-        fmt::format("coordinator = \"{}\" is an IPv6 address, and troupe's bootstrap runs over IPv4 "
-                    "(UCX 1.13's TCP transport cannot complete a connection accepted on IPv6): give "
-                    "rank 0's IPv4 address or a host name that has one",
-                    cluster.coordinator));
   auto secret = resolve_token(cluster, origins);
   if (!secret) return secret.error();
   cluster.secret = std::move(secret).value();
