@@ -15,6 +15,7 @@
 
 #include "base/constant_time.hpp"
 #include "base/socket_address.hpp"
+#include "transport/process_watch.hpp"
 #include "transport/tcp_stream.hpp"
 #include "transport/wire.hpp"
 
@@ -92,6 +93,7 @@ bool take_hello(Coordinator& c, Connection& connection, const StreamFrame& frame
   c.left.erase(hello->rank);
   c.table.addresses[hello->rank] = std::move(hello->address);
   c.table.hosts[hello->rank] = std::move(hello->host);
+  c.table.processes[hello->rank] = hello->process;
   return true;
 }
 
@@ -189,8 +191,10 @@ Result<AddressTable> coordinate(UcxWorker& worker, const TransportOptions& o) {
   Coordinator c{&o, AddressTable{}, {}, {}, {}};
   c.table.addresses.assign(o.world_size, {});
   c.table.hosts.assign(o.world_size, {});
+  c.table.processes.assign(o.world_size, {});
   c.table.addresses[0] = worker.address();
   c.table.hosts[0] = host_identity(o);
+  c.table.processes[0] = this_process();
   TROUPE_TRY(listen_all(c, *addresses));
 
   auto deadline = deadline_after(o.bootstrap_timeout_s);
@@ -199,7 +203,8 @@ Result<AddressTable> coordinate(UcxWorker& worker, const TransportOptions& o) {
     serve_round(c);
   }
   c.listeners.clear();
-  auto frame = wire::encode_table(o.world_size, wire::Table{c.table.addresses, c.table.hosts});
+  auto frame =
+      wire::encode_table(o.world_size, wire::Table{c.table.addresses, c.table.hosts, c.table.processes});
   auto send_deadline = deadline_after(10.0);
   for (const Connection& k : c.connections) {
     if (k.rank < 0) continue;
@@ -224,8 +229,8 @@ Answer try_join(UcxWorker& worker, const TransportOptions& o, const SocketAddres
                 Clock::time_point deadline) {
   auto socket = tcp_connect(address, std::min(deadline, deadline_after(5.0)));
   if (!socket) return Answer{{}, {}, socket.error().message};
-  auto hello =
-      wire::encode_hello(wire::Hello{o.rank, o.world_size, o.token, worker.address(), host_identity(o)});
+  auto hello = wire::encode_hello(
+      wire::Hello{o.rank, o.world_size, o.token, worker.address(), host_identity(o), this_process()});
   Status sent = send_frame(*socket, hello, deadline);
   if (!sent) return Answer{{}, {}, sent.error().message};
   FrameReader reader(table_bytes_max(o.world_size));
@@ -241,7 +246,10 @@ Answer try_join(UcxWorker& worker, const TransportOptions& o, const SocketAddres
   if (!table) return Answer{{}, {}, "malformed address table: " + table.error().message};
   if (static_cast<int64_t>(table->addresses.size()) != o.world_size)
     return Answer{{}, {}, "an address table for another world size"};
-  return Answer{AddressTable{std::move(table->addresses), std::move(table->hosts)}, {}, {}};
+  return Answer{
+      AddressTable{std::move(table->addresses), std::move(table->hosts), std::move(table->processes)},
+      {},
+      {}};
 }
 
 Result<AddressTable> join(UcxWorker& worker, const TransportOptions& o) {
@@ -287,7 +295,7 @@ std::string host_identity(const TransportOptions& o) {
 }
 
 Result<AddressTable> bootstrap(UcxWorker& worker, const TransportOptions& o) {
-  if (o.world_size == 1) return AddressTable{{worker.address()}, {host_identity(o)}};
+  if (o.world_size == 1) return AddressTable{{worker.address()}, {host_identity(o)}, {this_process()}};
   return o.rank == 0 ? coordinate(worker, o) : join(worker, o);
 }
 

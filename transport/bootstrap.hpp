@@ -20,13 +20,15 @@
 #include "base/result.hpp"
 #include "transport/options.hpp"
 #include "transport/ucx_worker.hpp"
+#include "transport/wire.hpp"
 
 namespace troupe {
 
-/// Every rank's worker address and host, indexed by rank.
+/// Every rank's worker address, host and process, indexed by rank.
 struct AddressTable {
   std::vector<std::vector<uint8_t>> addresses;
   std::vector<std::string> hosts;
+  std::vector<wire::ProcessId> processes;
 };
 
 /// Joins the cluster described by `options`; returns the address table.

@@ -26,6 +26,17 @@ void Transport::Impl::react_to_lost_peers() {
   fail_all(make_error(peer_failures_.front()), Notify::peers);
 }
 
+// A rank of this host that dies is known at once from its pidfd (process_watch.hpp) and
+// goes the way of a lost endpoint, so one killed under a launcher that then kills the rest
+// within a second is still named by the ranks it leaves.
+void Transport::Impl::check_processes() {
+  if (processes_.empty() || closing_ || failed_) return;
+  const auto now = Clock::now();
+  if (now < next_process_check_) return;
+  next_process_check_ = now + process_check_period;
+  for (std::string& exit : processes_.exited()) peer_failures_.push_back("lost " + std::move(exit));
+}
+
 void Transport::Impl::on_peer_error(void* arg, ucp_ep_h, ucs_status_t status) {
   auto* slot = static_cast<PeerSlot*>(arg);
   slot->self->peer_failures_.push_back(

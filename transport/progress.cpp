@@ -38,6 +38,7 @@ Status Transport::Impl::connect(const AddressTable& table) {
     p.err_handler.arg = slots_.back().get();
     s = ucp_ep_create(worker_->worker(), &p, &endpoints_[peer]);
     if (s != UCS_OK) return ucx_error(fmt::format("connecting to rank {}", peer), s);
+    if (table.hosts[peer] == table.hosts[options_.rank]) processes_.watch(peer, table.processes[peer]);
   }
   return plan_topology(table.hosts);
 }
@@ -100,6 +101,7 @@ void Transport::Impl::run() {
     // would sleep on work of its own that its peers are waiting for.
     do worker_->progress();
     while (drain_finished());
+    check_processes();
     react_to_lost_peers();
     if (!peer_aborts_.empty() && !closing_) fail_all(make_error(peer_aborts_.front()), Notify::nobody);
     check_deadlines();

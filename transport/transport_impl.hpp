@@ -28,6 +28,7 @@
 
 #include "kernels/cpu/reduce.hpp"
 #include "transport/bootstrap.hpp"
+#include "transport/process_watch.hpp"
 #include "transport/ring.hpp"
 #include "transport/transport.hpp"
 #include "transport/ucx_worker.hpp"
@@ -43,13 +44,14 @@ constexpr int receive_wait_ms = 10;               // longest sleep while only po
 constexpr int idle_wait_ms = 100;                 // longest sleep between deadline checks
 constexpr double teardown_bound_s = 2.0;          // flush and cancel at shutdown or failure
 constexpr auto lost_peer_grace = std::chrono::milliseconds(200);  // see react_to_lost_peers
+constexpr auto process_check_period = std::chrono::milliseconds(20);  // polls of the ranks' pidfds
 }  // namespace transport_limits
 using namespace transport_limits;
 
 class Transport::Impl final : public TransferIo {
  public:
   Impl(const TransportOptions& options, std::unique_ptr<UcxWorker> worker)
-      : options_(options), worker_(std::move(worker)) {}
+      : processes_(options.rank), options_(options), worker_(std::move(worker)) {}
   ~Impl() override { stop(); }
 
   Status connect(const AddressTable& table);
@@ -216,6 +218,10 @@ class Transport::Impl final : public TransferIo {
   Status plan_topology(const std::vector<std::string>& hosts);
   void check_mismatches();
   void react_to_lost_peers();
+  /// Adds the ranks of this host whose process has exited to peer_failures_ (failures.cpp).
+  void check_processes();
+  ProcessWatch processes_;  // the other ranks of this host
+  Clock::time_point next_process_check_;
   /// Sends this rank's heartbeats when due and finds a watched peer silent for longer
   /// than peer_timeout_s (heartbeat.cpp). Nothing is watched before start_heartbeats().
   void keep_heartbeats();

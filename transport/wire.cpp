@@ -11,6 +11,10 @@ namespace {
 class Writer {
  public:
   void u32(uint32_t v) { bytes(&v, sizeof v); }
+  void process(const ProcessId& p) {
+    bytes(&p.pid_namespace, sizeof p.pid_namespace);
+    bytes(&p.pid, sizeof p.pid);
+  }
   void bytes(const void* p, std::size_t n) {
     auto* b = static_cast<const uint8_t*>(p);
     out_.insert(out_.end(), b, b + n);
@@ -35,6 +39,14 @@ class Reader {
     std::memcpy(&v, p_, sizeof v);
     advance(sizeof v);
     return v;
+  }
+  Result<ProcessId> process() {
+    if (left_ < sizeof(uint64_t) + sizeof(int64_t)) return make_error("frame truncated reading a process id");
+    ProcessId p;
+    std::memcpy(&p.pid_namespace, p_, sizeof p.pid_namespace);
+    std::memcpy(&p.pid, p_ + sizeof p.pid_namespace, sizeof p.pid);
+    advance(sizeof p.pid_namespace + sizeof p.pid);
+    return p;
   }
   Result<std::vector<uint8_t>> blob(std::size_t max_bytes, const char* what) {
     auto n = u32();
@@ -74,6 +86,7 @@ Frame encode_hello(const Hello& hello) {
   w.blob(hello.token.data(), hello.token.size());
   w.blob(hello.address.data(), hello.address.size());
   w.blob(hello.host.data(), hello.host.size());
+  w.process(hello.process);
   return finish(Kind::hello, hello.rank, hello.world_size, w);
 }
 
@@ -82,6 +95,7 @@ Frame encode_table(int64_t world_size, const Table& table) {
   w.u32(static_cast<uint32_t>(table.addresses.size()));
   for (const auto& a : table.addresses) w.blob(a.data(), a.size());
   for (const auto& h : table.hosts) w.blob(h.data(), h.size());
+  for (const auto& p : table.processes) w.process(p);
   return finish(Kind::table, 0, world_size, w);
 }
 
@@ -144,10 +158,16 @@ Result<Hello> decode_hello(const void* header, std::size_t header_bytes, const v
   if (!address) return address.error();
   auto host = r.blob(host_bytes_max, "host name");
   if (!host) return host.error();
+  auto process = r.process();
+  if (!process) return process.error();
   if (!r.at_end()) return make_error("hello frame has trailing bytes");
   if (address->empty()) return make_error("hello frame without a worker address");
-  return Hello{h.rank, h.world_size, std::string(token->begin(), token->end()), std::move(*address),
-               std::string(host->begin(), host->end())};
+  return Hello{h.rank,
+               h.world_size,
+               std::string(token->begin(), token->end()),
+               std::move(*address),
+               std::string(host->begin(), host->end()),
+               *process};
 }
 
 Result<Table> decode_table(const void* header, std::size_t header_bytes, const void* payload,
@@ -170,6 +190,11 @@ Result<Table> decode_table(const void* header, std::size_t header_bytes, const v
     auto host = r.blob(host_bytes_max, "host name");
     if (!host) return host.error();
     t.hosts.emplace_back(host->begin(), host->end());
+  }
+  for (uint32_t i = 0; i < *count; ++i) {
+    auto process = r.process();
+    if (!process) return process.error();
+    t.processes.push_back(*process);
   }
   if (!r.at_end()) return make_error("table frame has trailing bytes");
   return t;

@@ -17,7 +17,7 @@
 namespace troupe::wire {
 
 constexpr uint32_t magic = 0x54525550;  // "TRUP"
-constexpr uint16_t version = 1;
+constexpr uint16_t version = 2;
 constexpr std::size_t token_bytes_max = 1024;
 constexpr std::size_t address_bytes_max = 64 << 10;
 constexpr std::size_t reason_bytes_max = 4096;
@@ -40,6 +40,14 @@ struct Header {
   uint64_t payload_bytes;
 };
 
+/// A rank's process: its pid in the pid namespace of inode `pid_namespace` (0: unknown).
+/// Ranks of one host and one namespace watch each other's processes (process_watch.hpp).
+struct ProcessId {
+  uint64_t pid_namespace = 0;
+  int64_t pid = 0;
+  bool operator==(const ProcessId& o) const { return pid_namespace == o.pid_namespace && pid == o.pid; }
+};
+
 /// A joining rank's introduction to rank 0: its token and UCX worker address.
 struct Hello {
   int64_t rank = 0;
@@ -47,12 +55,14 @@ struct Hello {
   std::string token;
   std::vector<uint8_t> address;
   std::string host;  ///< which machine the rank runs on (ranks of one host share memory)
+  ProcessId process;
 };
 
-/// Rank 0's answer once everyone joined: every rank's worker address, by rank.
+/// Rank 0's answer once everyone joined: every rank's worker address, host and process, by rank.
 struct Table {
   std::vector<std::vector<uint8_t>> addresses;
   std::vector<std::string> hosts;
+  std::vector<ProcessId> processes;
 };
 
 /// A frame as it goes out: header plus payload bytes.

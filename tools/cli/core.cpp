@@ -26,6 +26,7 @@
 #include "tools/plan_command.hpp"
 #include "tools/profile/device_profile.hpp"
 #include "tools/simulate_command.hpp"
+#include "transport/process_watch.hpp"
 
 namespace troupe {
 namespace {
@@ -344,7 +345,10 @@ int main(int argc, char** argv) {
   }
   if (*bench) return run_bench(bench_options, self_program_path());
   if (*bench_rank) return run_bench_rank(bench_options);
-  if (*rank) return train(rank_args, false);
+  if (*rank) {
+    install_termination_report();  // a launcher's SIGTERM after a rank died names it
+    return train(rank_args, false);
+  }
   if (*run) return train(run_args, true);
   return kUsageExitCode;
 }
