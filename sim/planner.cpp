@@ -1,7 +1,12 @@
 #include "sim/planner.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -11,6 +16,7 @@
 #include "runtime/config/load.hpp"
 #include "runtime/config/render.hpp"
 #include "sim/simulation.hpp"
+#include "sim/step_estimate.hpp"
 
 namespace troupe::sim {
 namespace {
@@ -108,12 +114,42 @@ Result<JobConfig> apply_candidate(const JobConfig& base, const Candidate& c) {
   return load_config_string(render_config(job), base.source, {});
 }
 
-Result<Plan> plan_job(const JobConfig& base, const ClusterSpec& cluster, const LayerCostSource& layers) {
-  Plan plan;
-  plan.memory_budget = memory_budget(cluster);
-  std::map<std::pair<int64_t, int64_t>, std::vector<LayerCost>> costs;  // by (micro, tp)
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using CostKey = std::pair<int64_t, int64_t>;  // (micro-batch, tp): what layer times depend on
+
+// The optimizer state a GPU rank keeps in host memory ([offload] optimizer): not the
+// device's to hold. 0 on CPU clusters, where every byte is the host's.
+int64_t offloaded_bytes(const JobConfig& job, const ClusterSpec& cluster, const JobCosts& costs) {
+  if (cluster.device.kind != "gpu" || job.offload.optimizer == OffloadTier::none) return 0;
+  int64_t most = 0;
+  for (const StageCost& s : costs.stages) most = std::max(most, s.model_state[MemoryKind::optimizer_state]);
+  return most;
+}
+
+// The least a rank of `costs` holds in its memory at its peak, which the simulation's peak
+// cannot be under: its stage's model state and buffers, less what is offloaded, and one
+// micro-batch's activations of its costliest chunk (kept from its forward to its backward).
+int64_t least_need(const JobConfig& job, const ClusterSpec& cluster, const JobCosts& costs) {
+  int64_t need = 0;
+  for (const StageCost& s : costs.stages) {
+    int64_t held = s.model_state.model_state() + s.model_state[MemoryKind::communication];
+    if (offloaded_bytes(job, cluster, costs) > 0) held -= s.model_state[MemoryKind::optimizer_state];
+    need = std::max(need, held);
+  }
+  int64_t activations = 0;
+  for (const ChunkCost& c : costs.chunks) activations = std::max(activations, c.held_bytes + c.saved_bytes);
+  return need + activations;
+}
+
+// Every candidate made a job, costed and estimated; refused or pruned by memory as it goes.
+Status estimate_candidates(const JobConfig& base, const ClusterSpec& cluster, const LayerCostSource& layers,
+                           std::map<CostKey, std::vector<LayerCost>>& costs, Plan& plan,
+                           std::vector<PlannedJob>& estimated) {
   for (const Candidate& c : plan_candidates(base, cluster)) {
-    PlannedJob p{c, base, 0, 0, 0, 0, 0, ""};
+    ++plan.considered;
+    PlannedJob p{c, base, 0, 0, 0, 0, 0, 0, 0, ""};
     auto job = apply_candidate(base, c);
     if (!job) {
       p.refused = job.error().message;
@@ -121,38 +157,179 @@ Result<Plan> plan_job(const JobConfig& base, const ClusterSpec& cluster, const L
       continue;
     }
     p.job = *job;
-    auto key = std::make_pair(c.micro, c.tp);
+    const CostKey key{c.micro, c.tp};
     if (!costs.count(key)) {
       auto measured = layers(*job);
       if (!measured) return measured.error();
       costs[key] = std::move(*measured);
     }
-    auto result = simulate_job(*job, cluster, costs[key], SimulationOptions{1, false});
-    if (!result || !result->error.empty()) {
-      p.refused = result ? result->error : result.error().message;
+    auto job_cost = job_costs(*job, cluster, costs[key]);
+    auto estimate =
+        job_cost ? estimate_step(*job, cluster, *job_cost) : Result<StepEstimate>(job_cost.error());
+    if (!estimate) {
+      p.refused = estimate.error().message;
       plan.refused.push_back(std::move(p));
       continue;
     }
-    p.step_ms = result->step_ms_median();
-    p.tokens_per_s = static_cast<double>(result->tokens) / (p.step_ms / 1e3);
-    p.bubble = result->bubble;
-    p.exposed_comm_ms = result->exposed_comm_ms;
-    p.peak_bytes = result->peak_bytes;
-    if (p.peak_bytes > plan.memory_budget) {
-      p.refused = fmt::format("a rank would hold {:.2f} GB, more than its {:.2f} GB", p.peak_bytes / 1e9,
-                              plan.memory_budget / 1e9);
-      plan.refused.push_back(std::move(p));
+    p.estimate_ms = estimate->step_ms;
+    p.offloaded_bytes = offloaded_bytes(*job, cluster, *job_cost);
+    const int64_t need = least_need(*job, cluster, *job_cost);
+    if (plan.smallest_need == 0 || need < plan.smallest_need) plan.smallest_need = need;
+    if (need > plan.memory_budget) {
+      p.refused = fmt::format(
+          "pruned: a rank needs {:.2f} GB at least (model state, buffers, one micro-batch's activations), "
+          "more "
+          "than its {:.2f} GB",
+          need / 1e9, plan.memory_budget / 1e9);
+      ++plan.pruned_memory;
+      plan.pruned.push_back(std::move(p));
       continue;
     }
-    plan.ranked.push_back(std::move(p));
+    estimated.push_back(std::move(p));
   }
-  if (plan.ranked.empty() && plan.refused.empty())
-    return make_error(fmt::format("{}: no layout divides {} ranks and the global batch of {}", base.source,
-                                  cluster.world(), base.batch.global_batch_size));
-  if (plan.ranked.empty()) return plan;  // every layout refused, each saying why
+  return {};
+}
+
+// How many of `estimated` (best estimate first) to simulate first: all when exhaustive,
+// else those within the margin of the best, at most simulate_top.
+std::size_t first_contenders(const std::vector<PlannedJob>& estimated, const PlanOptions& o) {
+  if (o.exhaustive || estimated.empty()) return estimated.size();
+  const double within = estimated.front().estimate_ms * (1 + o.margin);
+  std::size_t n = 0;
+  while (n < estimated.size() && static_cast<int64_t>(n) < o.simulate_top &&
+         estimated[n].estimate_ms <= within)
+    ++n;
+  return n;
+}
+
+// Those never simulated, with why.
+void prune_by_estimate(std::vector<PlannedJob>::iterator from, std::vector<PlannedJob>::iterator to,
+                       double best, const PlanOptions& o, Plan& plan) {
+  for (auto p = from; p != to; ++p) {
+    p->refused = p->estimate_ms <= best * (1 + o.margin)
+                     ? fmt::format("pruned: estimated {:.1f} ms/step, past the {} best estimates",
+                                   p->estimate_ms, o.simulate_top)
+                     : fmt::format(
+                           "pruned: estimated {:.1f} ms/step, more than {:.0f}% behind the best "
+                           "estimate ({:.1f} ms)",
+                           p->estimate_ms, 100 * o.margin, best);
+    ++plan.pruned_estimate;
+    plan.pruned.push_back(std::move(*p));
+  }
+}
+
+// One contender's simulation, once run; skipped by the time budget when never started.
+struct Outcome {
+  std::optional<Result<SimulationResult>> result;
+  bool skipped = false;
+};
+
+// Simulates `contenders` on `threads` threads; reports progress from this thread.
+std::vector<Outcome> simulate_contenders(const std::vector<PlannedJob>& contenders,
+                                         const ClusterSpec& cluster,
+                                         const std::map<CostKey, std::vector<LayerCost>>& costs,
+                                         const PlanOptions& o, PlanProgress progress, int64_t memory_budget) {
+  const auto began = Clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - began).count(); };
+  std::vector<Outcome> outcomes(contenders.size());
+  std::mutex mutex;
+  std::condition_variable finished;
+  std::size_t next = 0, done = 0;
+  double simulated_s = 0;  // summed over the finished ones, to judge whether another fits the budget
+  auto work = [&] {
+    for (;;) {
+      std::size_t i;
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (next >= contenders.size()) return;
+        i = next++;
+        const double expected = done > 0 ? simulated_s / static_cast<double>(done) : 0;
+        // The best estimate is always simulated: a plan answers, however short its budget.
+        if (i > 0 && o.budget_s > 0 && elapsed() + expected > o.budget_s) {
+          outcomes[i].skipped = true;
+          ++done;
+          finished.notify_all();
+          continue;
+        }
+      }
+      const PlannedJob& p = contenders[i];
+      const auto started = Clock::now();
+      auto result = simulate_job(p.job, cluster, costs.at({p.candidate.micro, p.candidate.tp}),
+                                 SimulationOptions{1, false});
+      std::lock_guard<std::mutex> lock(mutex);
+      simulated_s += std::chrono::duration<double>(Clock::now() - started).count();
+      outcomes[i].result = std::move(result);
+      ++done;
+      finished.notify_all();
+    }
+  };
+  const int64_t cores = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+  const auto count =
+      static_cast<std::size_t>(std::min<int64_t>(cores, static_cast<int64_t>(contenders.size())));
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < count; ++t) threads.emplace_back(work);
+  const double before = progress.elapsed_s;             // the plan's time before these simulations
+  const int64_t simulated_before = progress.simulated;  // in rounds before this one
+  std::unique_lock<std::mutex> lock(mutex);
+  while (done < contenders.size()) {
+    finished.wait_for(lock, std::chrono::milliseconds(250));
+    if (!o.progress) continue;
+    progress.simulated = simulated_before;
+    for (std::size_t i = 0; i < outcomes.size(); ++i) {
+      const auto& r = outcomes[i].result;
+      if (!r) continue;
+      ++progress.simulated;
+      if (!*r || !(*r)->error.empty() || (*r)->peak_bytes > memory_budget) continue;
+      const double ms = (*r)->step_ms_median();
+      if (progress.best_step_ms == 0 || ms < progress.best_step_ms) {
+        progress.best_step_ms = ms;
+        progress.best = contenders[i].candidate.describe();
+      }
+    }
+    progress.elapsed_s = before + elapsed();
+    lock.unlock();
+    o.progress(progress);
+    lock.lock();
+  }
+  lock.unlock();
+  for (auto& t : threads) t.join();
+  return outcomes;
+}
+
+// A simulated contender ranked, or refused with why.
+void place_outcome(PlannedJob p, Outcome& outcome, Plan& plan) {
+  if (outcome.skipped) {
+    p.refused = "not simulated: the time budget ran out";
+    ++plan.unsimulated_budget;
+    plan.pruned.push_back(std::move(p));
+    return;
+  }
+  ++plan.simulated;
+  auto& result = *outcome.result;
+  if (!result || !result->error.empty()) {
+    p.refused = result ? result->error : result.error().message;
+    plan.refused.push_back(std::move(p));
+    return;
+  }
+  p.step_ms = result->step_ms_median();
+  p.tokens_per_s = static_cast<double>(result->tokens) / (p.step_ms / 1e3);
+  p.bubble = result->bubble;
+  p.exposed_comm_ms = result->exposed_comm_ms;
+  p.peak_bytes = result->peak_bytes - p.offloaded_bytes;
+  if (plan.smallest_need == 0 || p.peak_bytes < plan.smallest_need) plan.smallest_need = p.peak_bytes;
+  if (p.peak_bytes > plan.memory_budget) {
+    p.refused = fmt::format("a rank would hold {:.2f} GB, more than its {:.2f} GB", p.peak_bytes / 1e9,
+                            plan.memory_budget / 1e9);
+    plan.refused.push_back(std::move(p));
+    return;
+  }
+  plan.ranked.push_back(std::move(p));
+}
+
+// Fastest first; among those the simulation cannot tell apart, the simplest.
+void rank_simulated(Plan& plan) {
   std::stable_sort(plan.ranked.begin(), plan.ranked.end(),
                    [](const PlannedJob& a, const PlannedJob& b) { return a.step_ms < b.step_ms; });
-  // Layouts the simulation cannot tell apart: the simplest of them first.
   const double close = plan.ranked.front().step_ms * (1 + kTie);
   auto simplest =
       std::min_element(plan.ranked.begin(), plan.ranked.end(), [&](const PlannedJob& a, const PlannedJob& b) {
@@ -161,6 +338,53 @@ Result<Plan> plan_job(const JobConfig& base, const ClusterSpec& cluster, const L
         return a_close && complexity(a.candidate) < complexity(b.candidate);
       });
   std::rotate(plan.ranked.begin(), simplest, simplest + 1);
+}
+
+}  // namespace
+
+Result<Plan> plan_job(const JobConfig& base, const ClusterSpec& cluster, const LayerCostSource& layers,
+                      const PlanOptions& options) {
+  const auto began = Clock::now();
+  Plan plan;
+  plan.memory_budget = memory_budget(cluster);
+  std::map<CostKey, std::vector<LayerCost>> costs;
+  std::vector<PlannedJob> estimated;
+  TROUPE_TRY(estimate_candidates(base, cluster, layers, costs, plan, estimated));
+  std::stable_sort(estimated.begin(), estimated.end(),
+                   [](const PlannedJob& a, const PlannedJob& b) { return a.estimate_ms < b.estimate_ms; });
+  PlanProgress progress;
+  progress.considered = plan.considered;
+  // Rounds: the contenders, then, while none of those simulated fits, the next
+  // simulate_top estimates (a fast layout's activations may not fit what its estimate does).
+  std::size_t done = 0, round = first_contenders(estimated, options);
+  while (round > 0) {
+    std::vector<PlannedJob> contenders(std::make_move_iterator(estimated.begin() + done),
+                                       std::make_move_iterator(estimated.begin() + done + round));
+    done += round;
+    progress.pruned = plan.pruned_memory + static_cast<int64_t>(estimated.size() - done);
+    progress.contenders += static_cast<int64_t>(contenders.size());
+    progress.elapsed_s = std::chrono::duration<double>(Clock::now() - began).count();
+    if (options.progress) options.progress(progress);
+    PlanOptions remaining = options;
+    if (options.budget_s > 0) remaining.budget_s = std::max(1e-3, options.budget_s - progress.elapsed_s);
+    auto outcomes = simulate_contenders(contenders, cluster, costs, remaining, progress, plan.memory_budget);
+    for (std::size_t i = 0; i < contenders.size(); ++i)
+      place_outcome(std::move(contenders[i]), outcomes[i], plan);
+    progress.simulated = plan.simulated;
+    progress.elapsed_s = std::chrono::duration<double>(Clock::now() - began).count();
+    const bool time_left = options.budget_s <= 0 || progress.elapsed_s < options.budget_s;
+    round =
+        plan.ranked.empty() && time_left
+            ? std::min<std::size_t>(estimated.size() - done, static_cast<std::size_t>(options.simulate_top))
+            : 0;
+  }
+  if (!estimated.empty())
+    prune_by_estimate(estimated.begin() + done, estimated.end(), estimated.front().estimate_ms, options,
+                      plan);
+  if (plan.ranked.empty() && plan.refused.empty() && plan.pruned.empty())
+    return make_error(fmt::format("{}: no layout divides {} ranks and the global batch of {}", base.source,
+                                  cluster.world(), base.batch.global_batch_size));
+  if (!plan.ranked.empty()) rank_simulated(plan);
   return plan;
 }
 

@@ -1,6 +1,8 @@
-// `troupe plan FILE --cluster CLUSTER.toml [--out PATH] [--top N] [--json]`: the best
-// layouts of FILE's model and global batch on the cluster, by simulated step time
-// (sim/planner.hpp), with why; the best written as a job file.
+// `troupe plan FILE --cluster CLUSTER.toml [--out PATH] [--top N] [--json] [--simulate-top K]
+// [--margin F] [--budget-seconds S] [--exhaustive] [--threads N]`: the best layouts of FILE's model and
+// global batch on the cluster, pruned by memory and a closed-form estimate, the contenders
+// simulated (sim/planner.hpp), with why; the best written as a job file. On a terminal a
+// progress line says where it is; with --json or into a pipe, only the answer.
 // Thread safety: run from one thread.
 #pragma once
 
@@ -16,6 +18,11 @@ struct PlanArguments {
   SimulateArguments simulate;  ///< the cluster, and how layers are timed
   std::string out;             ///< where the chosen job goes; empty: FILE's name with .plan.toml
   int64_t top = 5;
+  int64_t simulate_top = 16;  ///< contenders simulated at most
+  double margin = 0.10;       ///< contenders: estimates within this of the best estimate
+  double budget_s = 0;        ///< 0: no time budget
+  bool exhaustive = false;    ///< simulate every layout that fits memory
+  int64_t threads = 0;        ///< simulations at once; 0: every core
 };
 
 int run_plan(const JobConfig& job, const PlanArguments& args);

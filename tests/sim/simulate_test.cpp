@@ -413,13 +413,114 @@ TEST(Plan, RanksEveryLayoutThatFitsAndRefusesWhatDoesNot) {
   EXPECT_LE(best.peak_bytes, plan->memory_budget);
   for (const PlannedJob& p : plan->refused) EXPECT_FALSE(p.refused.empty()) << p.candidate.describe();
 
-  cluster.device.memory_bytes = 1000;  // nothing fits
+  cluster.device.memory_bytes = 1000;  // nothing fits: pruned by model state before any simulation
   auto none = plan_job(job, cluster, flops);
   ASSERT_TRUE(none);
   EXPECT_TRUE(none->ranked.empty());
-  ASSERT_FALSE(none->refused.empty());
-  EXPECT_NE(none->refused.front().refused.find("more than its 0.00 GB"), std::string::npos)
-      << none->refused.front().refused;
+  EXPECT_EQ(none->simulated, 0);
+  ASSERT_FALSE(none->pruned.empty());
+  EXPECT_EQ(none->pruned_memory, static_cast<int64_t>(none->pruned.size()));
+  EXPECT_GT(none->smallest_need, none->memory_budget);
+  EXPECT_NE(none->pruned.front().refused.find("more than its 0.00 GB"), std::string::npos)
+      << none->pruned.front().refused;
+}
+
+// The job of the Plan tests: small enough that simulating every layout takes seconds.
+JobConfig small_plan_job() {
+  return job_of(
+      "[cluster]\nworld_size = 8\n[batch]\nglobal_batch_size = 32\nmicro_batch_size = 4\n"
+      "[model]\nseq_len = 128\nd_model = 256\nn_layers = 8\nn_heads = 8\n");
+}
+
+// Pruning (memory, then the closed-form estimate) and simulating the contenders finds what
+// simulating every layout finds, on clusters whose layouts differ in kind: one host with
+// fast links, and two hosts with a slow network between them.
+TEST(Plan, ThePrunedAnswerIsTheExhaustiveOne) {
+  for (int64_t hosts : {1, 2}) {
+    JobConfig job = small_plan_job();
+    ClusterSpec cluster = jittery(1);
+    cluster.hosts = hosts;
+    cluster.ranks_per_host = 8 / hosts;
+    cluster.jitter = 0;
+    LayerCostSource flops = [&](const JobConfig& j) { return flops_layer_costs(j, cluster); };
+    PlanOptions exhaustive;
+    exhaustive.exhaustive = true;
+    auto all = plan_job(job, cluster, flops, exhaustive);
+    auto pruned = plan_job(job, cluster, flops);
+    ASSERT_TRUE(all && pruned);
+    ASSERT_FALSE(all->ranked.empty());
+    ASSERT_FALSE(pruned->ranked.empty());
+    EXPECT_LT(pruned->simulated * 4, all->simulated) << "most layouts are not simulated";
+    EXPECT_EQ(pruned->considered, all->considered);
+    EXPECT_EQ(pruned->considered,
+              static_cast<int64_t>(pruned->ranked.size() + pruned->refused.size() + pruned->pruned.size()));
+    const PlannedJob &chosen = pruned->ranked.front(), &best = all->ranked.front();
+    EXPECT_LE(chosen.step_ms, 1.02 * best.step_ms)
+        << hosts << " hosts: " << chosen.candidate.describe() << " against " << best.candidate.describe();
+    std::printf(
+        "%lld host(s): %lld layouts, %lld simulated of them; pruned plan %s %.3f ms, exhaustive %s %.3f ms\n",
+        static_cast<long long>(hosts), static_cast<long long>(all->considered),
+        static_cast<long long>(pruned->simulated), chosen.candidate.describe().c_str(), chosen.step_ms,
+        best.candidate.describe().c_str(), best.step_ms);
+  }
+}
+
+// The shipped 70 B GPT on one host of 8 H100: only layouts with the optimizer state on the
+// host fit, and pruning by memory keeps exactly the layouts the simulation would accept.
+TEST(Plan, PruningByMemoryKeepsWhatTheSimulationWouldAccept) {
+  auto job = load_config_file(TROUPE_SOURCE_DIR "/configs/sim/gpt-70b.toml", {});
+  auto cluster = load_cluster_file(TROUPE_SOURCE_DIR "/configs/sim/h100-1x8.toml");
+  ASSERT_TRUE(job && cluster);
+  LayerCostSource flops = [&](const JobConfig& j) { return flops_layer_costs(j, *cluster); };
+  PlanOptions exhaustive;
+  exhaustive.exhaustive = true;
+  auto all = plan_job(*job, *cluster, flops, exhaustive), pruned = plan_job(*job, *cluster, flops);
+  ASSERT_TRUE(all && pruned);
+  ASSERT_FALSE(pruned->ranked.empty());
+  EXPECT_GT(pruned->pruned_memory, 10 * pruned->simulated);
+  EXPECT_EQ(pruned->ranked.front().candidate.describe(), all->ranked.front().candidate.describe());
+  EXPECT_EQ(pruned->ranked.front().step_ms, all->ranked.front().step_ms);
+  EXPECT_NE(pruned->ranked.front().candidate.offload, OffloadTier::none);
+}
+
+// Simulations run side by side, each placed by its contender: one thread or several, the
+// same ranking.
+TEST(Plan, SimulationsOnSeveralThreadsRankAsOneThreadDoes) {
+  JobConfig job = small_plan_job();
+  ClusterSpec cluster = jittery(3);  // jitter on: each simulation draws its own noise by seed
+  LayerCostSource flops = [&](const JobConfig& j) { return flops_layer_costs(j, cluster); };
+  PlanOptions one, four;
+  one.threads = 1;
+  four.threads = 4;
+  auto a = plan_job(job, cluster, flops, one), b = plan_job(job, cluster, flops, four);
+  ASSERT_TRUE(a && b);
+  ASSERT_EQ(a->ranked.size(), b->ranked.size());
+  ASSERT_GT(a->ranked.size(), 1u);
+  for (std::size_t i = 0; i < a->ranked.size(); ++i) {
+    EXPECT_EQ(a->ranked[i].candidate.describe(), b->ranked[i].candidate.describe()) << i;
+    EXPECT_EQ(a->ranked[i].step_ms, b->ranked[i].step_ms) << i;
+  }
+}
+
+// A budget too short for more than one simulation: the best estimate's runs, the plan
+// answers with it and counts what it left.
+TEST(Plan, ABudgetAnswersWithWhatItSimulatedAndCountsTheRest) {
+  JobConfig job = small_plan_job();
+  ClusterSpec cluster = jittery(1);
+  LayerCostSource flops = [&](const JobConfig& j) { return flops_layer_costs(j, cluster); };
+  PlanOptions tight;
+  tight.budget_s = 1e-9;
+  tight.threads = 1;
+  std::vector<PlanProgress> seen;
+  tight.progress = [&](const PlanProgress& p) { seen.push_back(p); };
+  auto plan = plan_job(job, cluster, flops, tight);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->simulated, 1);
+  ASSERT_EQ(plan->ranked.size(), 1u);
+  EXPECT_GT(plan->unsimulated_budget, 0);
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.front().considered, plan->considered);
+  EXPECT_EQ(seen.back().contenders, plan->simulated + plan->unsimulated_budget);
 }
 
 }  // namespace
