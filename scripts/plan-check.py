@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Does `troupe plan` choose well on this machine? Plans the benchmark GPT
 (configs/bench-gpt.toml: its global batch of 32 on 2 ranks) on this machine's cluster
-(`troupe profile-device`, compute = "measured"), then runs for real the chosen layout and
-the others it ranked, spread over its list (the best few, then every STRIDE-th), alternated
-ROUNDS times, and compares: the chosen layout's measured step time against the fastest
-measured one's.
+(`troupe profile-device`, compute = "measured"), once as users run it (pruned: only the
+best estimates simulated) and once with --exhaustive (every layout simulated, ranked); then
+runs for real the pruned plan's choice and the exhaustive ranking spread over its list (the
+best few, then every STRIDE-th), alternated ROUNDS times, and compares: the chosen
+layout's measured step time against the fastest measured one's.
 
 usage: scripts/plan-check.py [ROUNDS=2] [FIRST=6] [STRIDE=5]
 """
@@ -57,7 +58,11 @@ def main():
         f.write('[cluster]\nhosts = 1\nranks_per_host = 2\ndevice = "this-host.json"\ncompute = "measured"\n')
     plan = json.loads(run([TROUPE, "plan", JOB, "--cluster", cluster, "--json", "--out",
                            os.path.join(work, "chosen.toml")]))
-    ranked = plan["ranked"]
+    every = json.loads(run([TROUPE, "plan", JOB, "--cluster", cluster, "--json", "--exhaustive", "--out",
+                            os.path.join(work, "every.toml")]))
+    chosen = plan["ranked"][0]
+    same = lambda a, b: all(a[k] == b[k] for k in ("dp", "pp", "tp", "zero", "schedule", "micro_batch_size"))
+    ranked = [chosen] + [c for c in every["ranked"] if not same(c, chosen)]
     picked = sorted(set(range(min(FIRST, len(ranked)))) | set(range(FIRST, len(ranked), STRIDE)))
     measured = {i: [] for i in picked}
     for _ in range(ROUNDS):
@@ -65,7 +70,8 @@ def main():
             measured[i].append(measure(ranked[i], work))
     medians = {i: statistics.median(v) for i, v in measured.items()}
     fastest = min(medians.values())
-    print(f"{plan['considered']} layouts considered, {len(ranked)} ranked; {len(picked)} run for real, "
+    print(f"{plan['considered']} layouts considered; the plan simulated {plan['simulated']}, the exhaustive one "
+          f"{every['simulated']}; {len(picked)} run for real (rank: the chosen, then the exhaustive ranking), "
           f"medians of {ROUNDS} alternated rounds of 6 steps (after 2)\n")
     print("| rank | layout | simulated step ms | measured step ms | vs fastest measured |")
     print("|---|---|---|---|---|")

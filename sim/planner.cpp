@@ -119,24 +119,26 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using CostKey = std::pair<int64_t, int64_t>;  // (micro-batch, tp): what layer times depend on
 
-// The optimizer state a GPU rank keeps in host memory ([offload] optimizer): not the
-// device's to hold. 0 on CPU clusters, where every byte is the host's.
-int64_t offloaded_bytes(const JobConfig& job, const ClusterSpec& cluster, const JobCosts& costs) {
-  if (cluster.device.kind != "gpu" || job.offload.optimizer == OffloadTier::none) return 0;
-  int64_t most = 0;
-  for (const StageCost& s : costs.stages) most = std::max(most, s.model_state[MemoryKind::optimizer_state]);
-  return most;
+// By pipeline stage, the optimizer state a GPU rank keeps in host memory ([offload]
+// optimizer): not the device's to hold. Zeros on CPU clusters, where every byte is the host's.
+std::vector<int64_t> offloaded_bytes(const JobConfig& job, const ClusterSpec& cluster,
+                                     const JobCosts& costs) {
+  std::vector<int64_t> out(costs.stages.size(), 0);
+  if (cluster.device.kind != "gpu" || job.offload.optimizer == OffloadTier::none) return out;
+  for (std::size_t s = 0; s < out.size(); ++s)
+    out[s] = costs.stages[s].model_state[MemoryKind::optimizer_state];
+  return out;
 }
 
 // The least a rank of `costs` holds in its memory at its peak, which the simulation's peak
 // cannot be under: its stage's model state and buffers, less what is offloaded, and one
 // micro-batch's activations of its costliest chunk (kept from its forward to its backward).
 int64_t least_need(const JobConfig& job, const ClusterSpec& cluster, const JobCosts& costs) {
+  const std::vector<int64_t> offloaded = offloaded_bytes(job, cluster, costs);
   int64_t need = 0;
-  for (const StageCost& s : costs.stages) {
-    int64_t held = s.model_state.model_state() + s.model_state[MemoryKind::communication];
-    if (offloaded_bytes(job, cluster, costs) > 0) held -= s.model_state[MemoryKind::optimizer_state];
-    need = std::max(need, held);
+  for (std::size_t s = 0; s < costs.stages.size(); ++s) {
+    const MemoryBytes& held = costs.stages[s].model_state;
+    need = std::max(need, held.model_state() + held[MemoryKind::communication] - offloaded[s]);
   }
   int64_t activations = 0;
   for (const ChunkCost& c : costs.chunks) activations = std::max(activations, c.held_bytes + c.saved_bytes);
@@ -149,7 +151,7 @@ Status estimate_candidates(const JobConfig& base, const ClusterSpec& cluster, co
                            std::vector<PlannedJob>& estimated) {
   for (const Candidate& c : plan_candidates(base, cluster)) {
     ++plan.considered;
-    PlannedJob p{c, base, 0, 0, 0, 0, 0, 0, 0, ""};
+    PlannedJob p{c, base, 0, 0, 0, 0, 0, 0, {}, ""};
     auto job = apply_candidate(base, c);
     if (!job) {
       p.refused = job.error().message;
@@ -315,7 +317,10 @@ void place_outcome(PlannedJob p, Outcome& outcome, Plan& plan) {
   p.tokens_per_s = static_cast<double>(result->tokens) / (p.step_ms / 1e3);
   p.bubble = result->bubble;
   p.exposed_comm_ms = result->exposed_comm_ms;
-  p.peak_bytes = result->peak_bytes - p.offloaded_bytes;
+  p.peak_bytes = 0;  // in the ranks' memory: each stage's peak less what it offloads
+  for (const StageFigures& stage : result->stages)
+    p.peak_bytes =
+        std::max(p.peak_bytes, stage.peak_bytes - p.offloaded_bytes[static_cast<std::size_t>(stage.stage)]);
   if (plan.smallest_need == 0 || p.peak_bytes < plan.smallest_need) plan.smallest_need = p.peak_bytes;
   if (p.peak_bytes > plan.memory_budget) {
     p.refused = fmt::format("a rank would hold {:.2f} GB, more than its {:.2f} GB", p.peak_bytes / 1e9,

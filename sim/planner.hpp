@@ -51,7 +51,7 @@ struct PlannedJob {
   double bubble = 0;
   double exposed_comm_ms = 0;
   int64_t peak_bytes = 0;       ///< in a rank's memory (a GPU's: without its offloaded optimizer state)
-  int64_t offloaded_bytes = 0;  ///< a GPU rank's optimizer state in host memory
+  std::vector<int64_t> offloaded_bytes;  ///< by stage: a GPU rank's optimizer state in host memory
   std::string refused;  ///< why it was not ranked ("" when it was)
 };
 
