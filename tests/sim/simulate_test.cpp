@@ -16,6 +16,7 @@
 #include "runtime/config/load.hpp"
 #include "sim/planner.hpp"
 #include "sim/simulation.hpp"
+#include "sim/step_estimate.hpp"
 
 namespace troupe::sim {
 namespace {
@@ -388,6 +389,26 @@ TEST(Simulation, TheShippedSeventyBillionJobOnOneThousandRanks) {
   EXPECT_LT(r->mfu, 0.55);  // below the efficiency the products were given
   EXPECT_LT(r->peak_bytes, 141'000'000'000);
   EXPECT_GT(r->bubble, 0.05);  // 1F1B over 8 stages and 64 micro-batches: 7/71 at least
+}
+
+// The planner's closed-form step time against the simulation where only compute costs
+// anything: a schedule's passes at equal costs take what the simulated pipeline takes.
+TEST(Estimate, EqualsTheSimulatedStepWhereOnlyComputeCosts) {
+  for (const ScheduleCase& c : {ScheduleCase{"1f1b", 1, 4, 1}, ScheduleCase{"1f1b", 4, 8, 1},
+                                ScheduleCase{"zb_h1", 4, 8, 1}, ScheduleCase{"interleaved_1f1b", 2, 4, 2}}) {
+    JobConfig job = job_of(pipeline_job(c.schedule, c.pp, c.micro, c.chunks));
+    ClusterSpec cluster = free_links(c.pp);
+    auto layers = equal_blocks(c.pp * c.chunks);
+    auto costs = job_costs(job, cluster, layers);
+    ASSERT_TRUE(costs) << costs.error().message;
+    auto estimate = estimate_step(job, cluster, *costs);
+    ASSERT_TRUE(estimate) << estimate.error().message;
+    auto simulated = simulate_job(job, cluster, layers, {1, false});
+    ASSERT_TRUE(simulated && simulated->error.empty());
+    EXPECT_NEAR(estimate->step_ms / simulated->step_ms_median(), 1.0, 0.05)
+        << c.schedule << " pp " << c.pp << ": estimated " << estimate->step_ms << " ms, simulated "
+        << simulated->step_ms_median() << " ms";
+  }
 }
 
 TEST(Plan, RanksEveryLayoutThatFitsAndRefusesWhatDoesNot) {
