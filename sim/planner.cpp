@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <tuple>
 
@@ -204,18 +205,26 @@ std::size_t first_contenders(const std::vector<PlannedJob>& estimated, const Pla
   return n;
 }
 
-// Those never simulated, with why.
-void prune_by_estimate(std::vector<PlannedJob>::iterator from, std::vector<PlannedJob>::iterator to,
-                       double best, const PlanOptions& o, Plan& plan) {
+// Those never simulated, with why: `simulated` better estimates were; or, when the budget
+// ran out before any simulated layout fit, the budget.
+void leave_unsimulated(std::vector<PlannedJob>::iterator from, std::vector<PlannedJob>::iterator to,
+                       double best, std::size_t simulated, bool out_of_time, const PlanOptions& o,
+                       Plan& plan) {
   for (auto p = from; p != to; ++p) {
-    p->refused = p->estimate_ms <= best * (1 + o.margin)
-                     ? fmt::format("pruned: estimated {:.1f} ms/step, past the {} best estimates",
-                                   p->estimate_ms, o.simulate_top)
-                     : fmt::format(
-                           "pruned: estimated {:.1f} ms/step, more than {:.0f}% behind the best "
-                           "estimate ({:.1f} ms)",
-                           p->estimate_ms, 100 * o.margin, best);
-    ++plan.pruned_estimate;
+    if (out_of_time) {
+      p->refused = "not simulated: the time budget ran out before a simulated layout fit";
+      ++plan.unsimulated_budget;
+    } else {
+      p->refused =
+          p->estimate_ms <= best * (1 + o.margin)
+              ? fmt::format("pruned: estimated {:.1f} ms/step, past the {} best estimates (simulated)",
+                            p->estimate_ms, simulated)
+              : fmt::format(
+                    "pruned: estimated {:.1f} ms/step, more than {:.0f}% behind the best "
+                    "estimate ({:.1f} ms)",
+                    p->estimate_ms, 100 * o.margin, best);
+      ++plan.pruned_estimate;
+    }
     plan.pruned.push_back(std::move(*p));
   }
 }
@@ -226,69 +235,106 @@ struct Outcome {
   bool skipped = false;
 };
 
-// Simulates `contenders` on `threads` threads; reports progress from this thread.
+// The largest of a simulated job's stage peaks in its ranks' memory: each less what its
+// stage offloads to the host (offloaded_bytes).
+int64_t peak_in_memory(const SimulationResult& r, const std::vector<int64_t>& offloaded) {
+  int64_t peak = 0;
+  for (const StageFigures& stage : r.stages)
+    peak = std::max(peak, stage.peak_bytes - offloaded[static_cast<std::size_t>(stage.stage)]);
+  return peak;
+}
+
+// What the simulating threads share, under `mutex`.
+struct SimulationQueue {
+  std::mutex mutex;
+  std::condition_variable finished;
+  std::size_t next = 0;  // the next contender to take
+  std::size_t done = 0;  // simulated or skipped
+  std::size_t ran = 0;   // simulated
+  double ran_s = 0;      // their wall time, summed: the expected cost of the next
+  Clock::time_point began = Clock::now();
+  double elapsed() const { return std::chrono::duration<double>(Clock::now() - began).count(); }
+};
+
+// The next contender to simulate, or none left. Under a budget, one that would not end in
+// it by the simulations timed so far is skipped; the first (the best estimate) always
+// runs, and the others wait until it has been timed.
+std::optional<std::size_t> take(SimulationQueue& q, std::vector<Outcome>& outcomes, const PlanOptions& o) {
+  std::unique_lock<std::mutex> lock(q.mutex);
+  for (;;) {
+    if (q.next >= outcomes.size()) return std::nullopt;
+    const std::size_t i = q.next;
+    if (i == 0 || o.budget_s <= 0) return q.next++;
+    q.finished.wait(lock, [&] { return q.ran > 0; });  // the first simulation ends: bounded work
+    if (i != q.next) continue;                         // another thread took it meanwhile
+    ++q.next;
+    if (q.elapsed() + q.ran_s / static_cast<double>(q.ran) <= o.budget_s) return i;
+    outcomes[i].skipped = true;
+    ++q.done;
+    q.finished.notify_all();
+  }
+}
+
+void simulate_from(SimulationQueue& q, std::vector<Outcome>& outcomes,
+                   const std::vector<PlannedJob>& contenders, const ClusterSpec& cluster,
+                   const std::map<CostKey, std::vector<LayerCost>>& costs, const PlanOptions& o) {
+  while (auto i = take(q, outcomes, o)) {
+    const PlannedJob& p = contenders[*i];
+    const auto started = Clock::now();
+    auto result = simulate_job(p.job, cluster, costs.at({p.candidate.micro, p.candidate.tp}),
+                               SimulationOptions{1, false});
+    std::lock_guard<std::mutex> lock(q.mutex);
+    q.ran_s += std::chrono::duration<double>(Clock::now() - started).count();
+    ++q.ran;
+    ++q.done;
+    outcomes[*i].result = std::move(result);
+    q.finished.notify_all();
+  }
+}
+
+// The progress line's figures from the outcomes so far (called under the queue's mutex).
+void fold_progress(const std::vector<Outcome>& outcomes, const std::vector<PlannedJob>& contenders,
+                   int64_t memory_budget, int64_t simulated_before, PlanProgress& progress) {
+  progress.simulated = simulated_before;
+  for (std::size_t i = 0; i < outcomes.size(); ++i) {
+    const auto& r = outcomes[i].result;
+    if (!r) continue;
+    ++progress.simulated;
+    if (!*r || !(*r)->error.empty() || peak_in_memory(**r, contenders[i].offloaded_bytes) > memory_budget)
+      continue;
+    const double ms = (*r)->step_ms_median();
+    if (progress.best_step_ms == 0 || ms < progress.best_step_ms) {
+      progress.best_step_ms = ms;
+      progress.best = contenders[i].candidate.describe();
+    }
+  }
+}
+
+// Simulates `contenders` on the option's threads; reports progress from this thread.
 std::vector<Outcome> simulate_contenders(const std::vector<PlannedJob>& contenders,
                                          const ClusterSpec& cluster,
                                          const std::map<CostKey, std::vector<LayerCost>>& costs,
                                          const PlanOptions& o, PlanProgress progress, int64_t memory_budget) {
-  const auto began = Clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - began).count(); };
   std::vector<Outcome> outcomes(contenders.size());
-  std::mutex mutex;
-  std::condition_variable finished;
-  std::size_t next = 0, done = 0;
-  double simulated_s = 0;  // summed over the finished ones, to judge whether another fits the budget
-  auto work = [&] {
-    for (;;) {
-      std::size_t i;
-      {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (next >= contenders.size()) return;
-        i = next++;
-        const double expected = done > 0 ? simulated_s / static_cast<double>(done) : 0;
-        // The best estimate is always simulated: a plan answers, however short its budget.
-        if (i > 0 && o.budget_s > 0 && elapsed() + expected > o.budget_s) {
-          outcomes[i].skipped = true;
-          ++done;
-          finished.notify_all();
-          continue;
-        }
-      }
-      const PlannedJob& p = contenders[i];
-      const auto started = Clock::now();
-      auto result = simulate_job(p.job, cluster, costs.at({p.candidate.micro, p.candidate.tp}),
-                                 SimulationOptions{1, false});
-      std::lock_guard<std::mutex> lock(mutex);
-      simulated_s += std::chrono::duration<double>(Clock::now() - started).count();
-      outcomes[i].result = std::move(result);
-      ++done;
-      finished.notify_all();
-    }
-  };
+  SimulationQueue q;
   const int64_t cores = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
-  const auto count =
-      static_cast<std::size_t>(std::min<int64_t>(cores, static_cast<int64_t>(contenders.size())));
   std::vector<std::thread> threads;
-  for (std::size_t t = 0; t < count; ++t) threads.emplace_back(work);
+  for (int64_t t = 0; t < std::min<int64_t>(cores, static_cast<int64_t>(contenders.size())); ++t) {
+    try {
+      threads.emplace_back([&] { simulate_from(q, outcomes, contenders, cluster, costs, o); });
+    } catch (const std::system_error&) {
+      break;  // as many as the system gives
+    }
+  }
+  if (threads.empty()) simulate_from(q, outcomes, contenders, cluster, costs, o);
   const double before = progress.elapsed_s;             // the plan's time before these simulations
   const int64_t simulated_before = progress.simulated;  // in rounds before this one
-  std::unique_lock<std::mutex> lock(mutex);
-  while (done < contenders.size()) {
-    finished.wait_for(lock, std::chrono::milliseconds(250));
+  std::unique_lock<std::mutex> lock(q.mutex);
+  while (q.done < contenders.size()) {
+    q.finished.wait_for(lock, std::chrono::milliseconds(250));
     if (!o.progress) continue;
-    progress.simulated = simulated_before;
-    for (std::size_t i = 0; i < outcomes.size(); ++i) {
-      const auto& r = outcomes[i].result;
-      if (!r) continue;
-      ++progress.simulated;
-      if (!*r || !(*r)->error.empty() || (*r)->peak_bytes > memory_budget) continue;
-      const double ms = (*r)->step_ms_median();
-      if (progress.best_step_ms == 0 || ms < progress.best_step_ms) {
-        progress.best_step_ms = ms;
-        progress.best = contenders[i].candidate.describe();
-      }
-    }
-    progress.elapsed_s = before + elapsed();
+    fold_progress(outcomes, contenders, memory_budget, simulated_before, progress);
+    progress.elapsed_s = before + q.elapsed();
     lock.unlock();
     o.progress(progress);
     lock.lock();
@@ -317,10 +363,7 @@ void place_outcome(PlannedJob p, Outcome& outcome, Plan& plan) {
   p.tokens_per_s = static_cast<double>(result->tokens) / (p.step_ms / 1e3);
   p.bubble = result->bubble;
   p.exposed_comm_ms = result->exposed_comm_ms;
-  p.peak_bytes = 0;  // in the ranks' memory: each stage's peak less what it offloads
-  for (const StageFigures& stage : result->stages)
-    p.peak_bytes =
-        std::max(p.peak_bytes, stage.peak_bytes - p.offloaded_bytes[static_cast<std::size_t>(stage.stage)]);
+  p.peak_bytes = peak_in_memory(*result, p.offloaded_bytes);
   if (plan.smallest_need == 0 || p.peak_bytes < plan.smallest_need) plan.smallest_need = p.peak_bytes;
   if (p.peak_bytes > plan.memory_budget) {
     p.refused = fmt::format("a rank would hold {:.2f} GB, more than its {:.2f} GB", p.peak_bytes / 1e9,
@@ -362,6 +405,7 @@ Result<Plan> plan_job(const JobConfig& base, const ClusterSpec& cluster, const L
   // Rounds: the contenders, then, while none of those simulated fits, the next
   // simulate_top estimates (a fast layout's activations may not fit what its estimate does).
   std::size_t done = 0, round = first_contenders(estimated, options);
+  bool out_of_time = false;
   while (round > 0) {
     std::vector<PlannedJob> contenders(std::make_move_iterator(estimated.begin() + done),
                                        std::make_move_iterator(estimated.begin() + done + round));
@@ -377,15 +421,15 @@ Result<Plan> plan_job(const JobConfig& base, const ClusterSpec& cluster, const L
       place_outcome(std::move(contenders[i]), outcomes[i], plan);
     progress.simulated = plan.simulated;
     progress.elapsed_s = std::chrono::duration<double>(Clock::now() - began).count();
-    const bool time_left = options.budget_s <= 0 || progress.elapsed_s < options.budget_s;
+    out_of_time = options.budget_s > 0 && progress.elapsed_s >= options.budget_s;
     round =
-        plan.ranked.empty() && time_left
+        plan.ranked.empty() && !out_of_time
             ? std::min<std::size_t>(estimated.size() - done, static_cast<std::size_t>(options.simulate_top))
             : 0;
   }
   if (!estimated.empty())
-    prune_by_estimate(estimated.begin() + done, estimated.end(), estimated.front().estimate_ms, options,
-                      plan);
+    leave_unsimulated(estimated.begin() + done, estimated.end(), estimated.front().estimate_ms, done,
+                      out_of_time && plan.ranked.empty(), options, plan);
   if (plan.ranked.empty() && plan.refused.empty() && plan.pruned.empty())
     return make_error(fmt::format("{}: no layout divides {} ranks and the global batch of {}", base.source,
                                   cluster.world(), base.batch.global_batch_size));

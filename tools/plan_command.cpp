@@ -63,6 +63,11 @@ std::string coverage(const sim::Plan& plan) {
 // (the layouts tried already go down to micro-batches of 1 and, on GPUs, offload the optimizer).
 std::string no_fit(const JobConfig& job, const sim::ClusterSpec& cluster, const sim::Plan& plan) {
   std::string first = plan.refused.empty() ? plan.pruned.front().refused : plan.refused.front().refused;
+  if (plan.unsimulated_budget > 0 && plan.smallest_need <= plan.memory_budget)
+    return fmt::format(
+        "{}: no simulated layout fit {} before the time budget ran out ({} layouts left unsimulated); raise "
+        "--budget-seconds",
+        job.source, cluster.source, plan.unsimulated_budget);
   if (plan.smallest_need <= plan.memory_budget)
     return fmt::format("{}: no layout could run on {}; the first refused: {}", job.source, cluster.source,
                        first);

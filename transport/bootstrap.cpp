@@ -5,6 +5,9 @@
 
 #include <cstdio>
 
+#include <cerrno>
+#include <cstring>
+
 #include <chrono>
 #include <optional>
 #include <set>
@@ -28,11 +31,14 @@ Clock::time_point deadline_after(double seconds) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
-// The largest payloads a well-formed peer sends: a hello, and the table of `world_size` ranks.
+// The largest payloads a well-formed peer sends: a hello, and the table of `world_size` ranks
+// (length prefixes, the fields' limits and each rank's process id).
+constexpr std::size_t process_bytes = sizeof(uint64_t) + sizeof(int64_t);
 constexpr std::size_t hello_bytes_max =
-    3 * 4 + wire::token_bytes_max + wire::address_bytes_max + wire::host_bytes_max;
+    3 * 4 + wire::token_bytes_max + wire::address_bytes_max + wire::host_bytes_max + process_bytes;
 std::size_t table_bytes_max(int64_t world_size) {
-  return 4 + static_cast<std::size_t>(world_size) * (8 + wire::address_bytes_max + wire::host_bytes_max);
+  return 4 + static_cast<std::size_t>(world_size) *
+                 (8 + wire::address_bytes_max + wire::host_bytes_max + process_bytes);
 }
 
 Result<std::vector<SocketAddress>> coordinator_addresses(const TransportOptions& o) {
@@ -102,24 +108,35 @@ bool take_hello(Coordinator& c, Connection& connection, const StreamFrame& frame
 bool serve(Coordinator& c, Connection& connection) {
   for (;;) {
     auto frame = connection.reader.read_available(connection.socket);
-    if (!frame) {
-      if (connection.rank >= 0) c.left.insert(connection.rank);
-      if (connection.rank >= 0)
-        spdlog::warn(
-            "bootstrap: rank {}'s connection closed before the table was sent ({}); it must join again",
-            connection.rank, frame.error().message);
-      return false;
+    if (frame && *frame && connection.rank < 0) {
+      if (!take_hello(c, connection, **frame)) return false;
+      continue;
     }
-    if (!*frame) return true;
-    if (connection.rank >= 0) return false;
-    if (!take_hello(c, connection, **frame)) return false;
+    if (frame && !*frame) return true;
+    const std::string why = frame ? "it sent more than its hello" : frame.error().message;
+    if (connection.rank >= 0) {
+      c.left.insert(connection.rank);
+      spdlog::warn("bootstrap: rank {}'s connection ended before the table was sent ({}); it must join again",
+                   connection.rank, why);
+    } else if (why != "closed") {  // a stranger's bytes or another build's frames: said, and answered
+      spdlog::warn("bootstrap: dropped a connection before its hello: {}", why);
+      auto refusal = wire::encode_reason(wire::Kind::reject, 0, c.options->world_size, why);
+      (void)send_frame(connection.socket, refusal, deadline_after(2.0));
+    }
+    return false;
   }
 }
 
 void accept_waiting(Coordinator& c) {
-  for (const Socket& listener : c.listeners)
-    for (Socket s = tcp_accept(listener); s.valid(); s = tcp_accept(listener))
-      c.connections.push_back(Connection{std::move(s)});
+  for (const Socket& listener : c.listeners) {
+    Socket s = tcp_accept(listener);
+    for (; s.valid(); s = tcp_accept(listener)) c.connections.push_back(Connection{std::move(s)});
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+      // The connection stays queued and the listener readable: wait rather than spin.
+      spdlog::warn("bootstrap: cannot accept a connection now: {}", std::strerror(errno));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
 }
 
 // One round: waits up to 50 ms for anything to read, then serves it.
@@ -205,10 +222,9 @@ Result<AddressTable> coordinate(UcxWorker& worker, const TransportOptions& o) {
   c.listeners.clear();
   auto frame =
       wire::encode_table(o.world_size, wire::Table{c.table.addresses, c.table.hosts, c.table.processes});
-  auto send_deadline = deadline_after(10.0);
   for (const Connection& k : c.connections) {
     if (k.rank < 0) continue;
-    auto sent = send_frame(k.socket, frame, send_deadline);
+    auto sent = send_frame(k.socket, frame, deadline_after(10.0));  // each rank its own 10 s
     if (!sent)
       return make_error(
           fmt::format("bootstrap: sending rank {} the address table: {}", k.rank, sent.error().message));

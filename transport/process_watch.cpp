@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
@@ -15,8 +16,9 @@ namespace troupe {
 namespace {
 
 // What the SIGTERM handler may read: a slot per watched rank of every ProcessWatch alive.
-// A slot's state is its pidfd while watched, kExited once the exit was seen, else free.
-constexpr int kFree = -1, kFilling = -2, kExited = -3;
+// A slot's state is its pidfd while watched, kExited once the exit was seen, kInUse while
+// the handler reads it (so no other thread closes its fd or rewrites its line), else free.
+constexpr int kFree = -1, kFilling = -2, kExited = -3, kInUse = -4;
 constexpr int kSlots = 512;
 constexpr std::size_t kLineBytes = 200;
 struct Slot {
@@ -37,16 +39,31 @@ int claim_slot(const std::string& line) {
   return -1;
 }
 
+// Moves a slot to `next`; false when the SIGTERM handler holds it, and then its fd stays
+// open (the process is about to end by the signal).
+bool release(int slot, int next) {
+  int current = g_slots[slot].state.load();
+  while (current != kInUse)
+    if (g_slots[slot].state.compare_exchange_weak(current, next)) return true;
+  return false;
+}
+
 extern "C" void on_termination(int signal_number) {
+  const int saved_errno = errno;
   for (Slot& slot : g_slots) {
-    const int state = slot.state.load();
+    int state = slot.state.load();
+    if ((state < 0 && state != kExited) || !slot.state.compare_exchange_strong(state, kInUse)) continue;
     bool exited = state == kExited;
     if (state >= 0) {
       pollfd p{state, POLLIN, 0};
       exited = poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
     }
-    if (exited && write(STDERR_FILENO, slot.line, slot.length) < 0) break;
+    const bool written = !exited || write(STDERR_FILENO, slot.line, slot.length) >= 0;
+    int held = kInUse;
+    slot.state.compare_exchange_strong(held, state);
+    if (!written) break;
   }
+  errno = saved_errno;
   signal(signal_number, SIG_DFL);
   raise(signal_number);
 }
@@ -73,11 +90,9 @@ void install_termination_report() {
 }
 
 ProcessWatch::~ProcessWatch() {
-  for (const Watched& w : watched_) {
-    if (w.slot >= 0) g_slots[w.slot].state.store(kFree);
-    close(w.fd);
-  }
-  for (int slot : exited_slots_) g_slots[slot].state.store(kFree);
+  for (const Watched& w : watched_)
+    if (w.slot < 0 || release(w.slot, kFree)) close(w.fd);
+  for (int slot : exited_slots_) release(slot, kFree);
 }
 
 bool ProcessWatch::watch(int64_t rank, const wire::ProcessId& process) {
@@ -114,11 +129,8 @@ std::vector<std::string> ProcessWatch::exited() {
       continue;
     }
     out.push_back(fmt::format("rank {}'s process (pid {} on this host) exited", w.rank, w.pid));
-    if (w.slot >= 0) {
-      g_slots[w.slot].state.store(kExited);  // before the close: the handler never polls a stale fd
-      exited_slots_.push_back(w.slot);
-    }
-    close(w.fd);
+    if (w.slot >= 0) exited_slots_.push_back(w.slot);
+    if (w.slot < 0 || release(w.slot, kExited)) close(w.fd);
   }
   watched_ = std::move(still);
   return out;

@@ -29,7 +29,8 @@ bool wait_ready(const Socket& socket, short events, SteadyDeadline deadline) {
   for (;;) {
     int rc = poll(&p, 1, remaining_ms(deadline));
     if (rc > 0) return true;
-    if (rc == 0 || errno != EINTR) return false;
+    if (rc < 0 && errno != EINTR) return false;
+    if (rc == 0 && Clock::now() >= deadline) return false;  // poll waits 1000 s at most at a time
   }
 }
 
