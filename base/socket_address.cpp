@@ -22,6 +22,11 @@ std::string SocketAddress::text() const {
   return fmt::format("{}:{}", host, ntohs(a->sin_port));
 }
 
+std::string host_port_text(const std::string& host, int64_t port) {
+  const bool bare_ipv6 = host.find(':') != std::string::npos && host.front() != '[';
+  return bare_ipv6 ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
+}
+
 Result<std::vector<SocketAddress>> resolve_socket_addresses(const std::string& host, uint16_t port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;

@@ -24,6 +24,9 @@ struct SocketAddress {
   std::string text() const;
 };
 
+/// "HOST:PORT", an IPv6 host bracketed ("[::1]:29500") unless it already is.
+std::string host_port_text(const std::string& host, int64_t port);
+
 /// At least one address, or fails with "cannot resolve coordinator host HOST: why".
 Result<std::vector<SocketAddress>> resolve_socket_addresses(const std::string& host, uint16_t port);
 

@@ -105,12 +105,7 @@ int run_plan(const JobConfig& job, const PlanArguments& args) {
     a.overrides.push_back(fmt::format("batch.global_batch_size={}", candidate.batch.global_batch_size));
     return layer_costs(candidate, *cluster, a);
   };
-  sim::PlanOptions options;
-  options.simulate_top = args.simulate_top;
-  options.margin = args.margin;
-  options.budget_s = args.budget_s;
-  options.exhaustive = args.exhaustive;
-  options.threads = args.threads;
+  sim::PlanOptions options = args.plan;
   const bool live = !args.simulate.json && progress_style() == ProgressStyle::terminal;
   if (live)
     options.progress = [](const sim::PlanProgress& p) {

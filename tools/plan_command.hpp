@@ -10,6 +10,7 @@
 #include <string>
 
 #include "runtime/config/config.hpp"
+#include "sim/planner.hpp"
 #include "tools/simulate_command.hpp"
 
 namespace troupe {
@@ -18,11 +19,7 @@ struct PlanArguments {
   SimulateArguments simulate;  ///< the cluster, and how layers are timed
   std::string out;             ///< where the chosen job goes; empty: FILE's name with .plan.toml
   int64_t top = 5;
-  int64_t simulate_top = 16;  ///< contenders simulated at most
-  double margin = 0.10;       ///< contenders: estimates within this of the best estimate
-  double budget_s = 0;        ///< 0: no time budget
-  bool exhaustive = false;    ///< simulate every layout that fits memory
-  int64_t threads = 0;        ///< simulations at once; 0: every core
+  sim::PlanOptions plan;  ///< pruning, contenders, budget and threads (its progress set by run_plan)
 };
 
 int run_plan(const JobConfig& job, const PlanArguments& args);

@@ -291,11 +291,6 @@ Result<AddressTable> join(UcxWorker& worker, const TransportOptions& o) {
 
 }  // namespace
 
-std::string host_port_text(const std::string& host, uint16_t port) {
-  return host.find(':') == std::string::npos ? fmt::format("{}:{}", host, port)
-                                             : fmt::format("[{}]:{}", host, port);
-}
-
 std::string host_identity(const TransportOptions& o) {
   if (!o.host_id.empty()) return o.host_id.substr(0, wire::host_bytes_max);
   char name[256] = {};

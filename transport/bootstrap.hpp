@@ -37,7 +37,4 @@ Result<AddressTable> bootstrap(UcxWorker& worker, const TransportOptions& option
 /// This machine's identity: options.host_id when set, else host name and boot id.
 std::string host_identity(const TransportOptions& options);
 
-/// "HOST:PORT", the host bracketed when it is an IPv6 address ("[::1]:29500").
-std::string host_port_text(const std::string& host, uint16_t port);
-
 }  // namespace troupe

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "base/socket_address.hpp"
+
 namespace troupe {
 namespace {
 
@@ -75,12 +77,6 @@ Result<int64_t> parse_port(const char* name, const std::string& value) {
                     name, value, kPortMax));
   }
   return port;
-}
-
-/// Joins host and port, bracketing a bare IPv6 address.
-std::string join_host_port(const std::string& host, int64_t port) {
-  bool bare_ipv6 = host.find(':') != std::string::npos && host.front() != '[';
-  return bare_ipv6 ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
 }
 
 /// Reads rank, world size and their local counterparts for one family; nullopt when the
@@ -193,7 +189,7 @@ Result<Coordinator> read_master_address(const EnvLookup& lookup, int64_t port_of
         fmt::format("MASTER_PORT is {}, but troupe's coordinator takes the port after it, which "
                     "must be at most {}.",
                     *port, kPortMax));
-  return Coordinator{join_host_port(*address, *port + port_offset), "MASTER_ADDR and MASTER_PORT"};
+  return Coordinator{host_port_text(*address, *port + port_offset), "MASTER_ADDR and MASTER_PORT"};
 }
 
 /// torchrun's agent serves its own store on MASTER_PORT when it tells its workers
@@ -256,10 +252,10 @@ Result<Coordinator> read_slurm_coordinator(const EnvLookup& lookup, const RankEn
   if (auto port_text = get(lookup, "MASTER_PORT")) {
     auto port = parse_port("MASTER_PORT", *port_text);
     if (!port) return port.error();
-    return Coordinator{join_host_port(host, *port),
+    return Coordinator{host_port_text(host, *port),
                        fmt::format("the first host of {} and MASTER_PORT", list_name)};
   }
-  return Coordinator{join_host_port(host, derived_port(*job)),
+  return Coordinator{host_port_text(host, derived_port(*job)),
                      fmt::format("the first host of {} and a port derived from SLURM_JOB_ID", list_name)};
 }
 

@@ -140,18 +140,20 @@ int main(int argc, char** argv) {
   planner->add_option("--top", plan_args.top, "layouts listed")->check(CLI::Range(1, 1000));
   planner->add_flag("--json", plan_args.simulate.json,
                     "one JSON object: every layout ranked, refused and pruned");
-  planner->add_option("--simulate-top", plan_args.simulate_top, "contenders simulated at most (default 16)")
+  planner
+      ->add_option("--simulate-top", plan_args.plan.simulate_top, "contenders simulated at most (default 16)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   planner
-      ->add_option("--margin", plan_args.margin,
+      ->add_option("--margin", plan_args.plan.margin,
                    "contenders: layouts estimated within this fraction of the best estimate (default 0.10)")
       ->check(CLI::Range(0.0, 100.0));
   planner
-      ->add_option("--budget-seconds", plan_args.budget_s,
+      ->add_option("--budget-seconds", plan_args.plan.budget_s,
                    "answer within S seconds with the best found, saying how much was simulated")
       ->check(CLI::PositiveNumber);
-  planner->add_flag("--exhaustive", plan_args.exhaustive, "simulate every layout that fits memory (slow)");
-  planner->add_option("--threads", plan_args.threads, "simulations at once (default: every core)")
+  planner->add_flag("--exhaustive", plan_args.plan.exhaustive,
+                    "simulate every layout that fits memory (slow)");
+  planner->add_option("--threads", plan_args.plan.threads, "simulations at once (default: every core)")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   planner
       ->add_option("--repeats", plan_args.simulate.repeats, "compute = \"measured\": timed passes per layer")
