@@ -1,5 +1,6 @@
 // Helpers for integration tests that run real programs: a shell command with its
-// combined output and exit status, bounded in time, and fresh temporary directories.
+// combined output and exit status, bounded in time; fresh temporary directories come from
+// tests/support/temp_dir.hpp, removed when the test program ends.
 #pragma once
 
 #include <sys/wait.h>
@@ -11,20 +12,14 @@
 #include <sstream>
 #include <string>
 
+#include "tests/support/temp_dir.hpp"
+
 namespace troupe::testing {
 
 struct CommandResult {
   int exit_code = -1;
   std::string output;
 };
-
-/// A new empty directory under $TMPDIR (or /tmp).
-inline std::string make_temp_dir() {
-  const char* base = std::getenv("TMPDIR");
-  std::string pattern = std::string(base ? base : "/tmp") + "/troupe-test-XXXXXX";
-  char* made = mkdtemp(pattern.data());
-  return made ? std::string(made) : std::string();
-}
 
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path);

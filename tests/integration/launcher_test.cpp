@@ -12,6 +12,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/temp_dir.hpp"
+
 namespace troupe {
 namespace {
 
@@ -32,13 +34,13 @@ LaunchOptions shell(int64_t ranks, std::string script, double stop_grace_s = 10)
 
 LaunchRun run_captured(const LaunchOptions& options) {
   LaunchRun run;
-  testing::internal::CaptureStdout();
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
   auto start = std::chrono::steady_clock::now();
   run.exit_code = launch_ranks(options);
   run.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  run.out = testing::internal::GetCapturedStdout();
-  run.err = testing::internal::GetCapturedStderr();
+  run.out = ::testing::internal::GetCapturedStdout();
+  run.err = ::testing::internal::GetCapturedStderr();
   return run;
 }
 
@@ -50,10 +52,9 @@ bool contains(const std::string& text, const std::string& part) {
 class ReadyDir {
  public:
   ReadyDir() {
-    char pattern[] = "/tmp/troupe-launcher-test-XXXXXX";
-    const char* dir = ::mkdtemp(pattern);
-    EXPECT_NE(dir, nullptr);
-    path_ = dir != nullptr ? dir : "/nonexistent";
+    const std::string dir = testing::make_temp_dir("troupe-launcher-test-");
+    EXPECT_FALSE(dir.empty());
+    path_ = !dir.empty() ? dir : "/nonexistent";
   }
   ~ReadyDir() {
     std::remove((path_ + "/ready").c_str());

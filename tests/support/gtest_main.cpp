@@ -4,11 +4,16 @@
 // as SKIP_RETURN_CODE, so ctest's summary lists it as "Skipped" rather than "Passed".
 // Programs whose tests only partly depend on the machine have those tests registered as
 // ctest entries of their own (troupe_test's CONDITIONAL), so no skip hides behind a pass.
+// Everything a test program and the programs it starts write to the temporary folder
+// ($TMPDIR, GoogleTest's TEST_TMPDIR) goes into one folder of its own, removed at exit.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
+
+#include "tests/support/temp_dir.hpp"
 
 namespace {
 
@@ -34,8 +39,18 @@ class SkipReasons : public ::testing::EmptyTestEventListener {
 
 }  // namespace
 
+// Points $TMPDIR and TEST_TMPDIR at a folder of this program's, removed when it ends
+// (tests/support/temp_dir.hpp); torchrun's, Python's and troupe's own temporary files too.
+void use_own_temp_folder() {
+  const std::string folder = troupe::testing::make_temp_dir("troupe-test-");
+  if (folder.empty()) return;  // the tests that need one say so
+  ::setenv("TMPDIR", folder.c_str(), 1);
+  ::setenv("TEST_TMPDIR", folder.c_str(), 1);
+}
+
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
+  use_own_temp_folder();
   auto* reasons = new SkipReasons;  // owned by the listener list
   ::testing::UnitTest::GetInstance()->listeners().Append(reasons);
   int status = RUN_ALL_TESTS();

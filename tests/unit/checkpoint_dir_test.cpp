@@ -13,6 +13,7 @@
 #include "memory/checkpoint_dir.hpp"
 #include "memory/uring_file.hpp"
 #include "tests/support/memory_mount.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace troupe {
 namespace {
@@ -20,8 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string temp_root() {
-  std::string pattern = (fs::temp_directory_path() / "troupe-ckpt-XXXXXX").string();
-  return ::mkdtemp(pattern.data());
+  return testing::make_temp_dir("troupe-ckpt-");
 }
 
 // A checkpoint of `step` with two files of `size` bytes whose contents depend on the step.

@@ -21,6 +21,7 @@
 #include "sim/trace_hops.hpp"
 #include "sim/trace_passes.hpp"
 #include "sim/virtual_clock.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace troupe::sim {
 namespace {
@@ -194,7 +195,7 @@ TEST(LinkModel, AHostsTensorsTakeTheHopMeasuredWithItsRankCount) {
 }
 
 std::string written(const std::string& text) {
-  const std::string path = "/tmp/troupe-device-" + std::to_string(::getpid()) + ".json";
+  const std::string path = testing::make_temp_dir() + "/device.json";
   std::ofstream(path) << text;
   return path;
 }
@@ -218,13 +219,13 @@ TEST(DeviceFile, KeepsTheFiguresMeasuredByRankCountAndNamesABadKey) {
   for (const char* bad : {R"("1": 0.001)", R"("four": 0.001)", R"("4x": 0.001)"}) {
     std::string text = device_json(d);
     text.replace(text.find(R"("2":0.0002)"), std::string(R"("2":0.0002)").size(), bad);
-    auto refused = load_device_file(written(text));
+    const std::string bad_path = written(text);
+    auto refused = load_device_file(bad_path);
     ASSERT_FALSE(refused.ok()) << bad;
-    EXPECT_NE(refused.error().message.find(path + ": transport_hop_latency_by_ranks has the key"),
+    EXPECT_NE(refused.error().message.find(bad_path + ": transport_hop_latency_by_ranks has the key"),
               std::string::npos)
         << refused.error().message;
   }
-  std::remove(path.c_str());
 }
 
 TEST(LinkModel, SmallBuffersTakeATree) {
