@@ -39,9 +39,11 @@
 #include "runtime/config/token.hpp"
 #include "runtime/coordinator.hpp"
 #include "runtime/devices.hpp"
+#include "runtime/flops_profile.hpp"
 #include "runtime/gpu_rank.hpp"
 #include "runtime/model/optimizer.hpp"
 #include "runtime/model/tensor_parallel.hpp"
+#include "runtime/monitor/training_monitor.hpp"
 #include "runtime/overflow_injection.hpp"
 #include "runtime/parameter_file.hpp"
 #include "runtime/pipeline_plan.hpp"
@@ -334,6 +336,16 @@ class Engine::Impl {
   bool validates = false;          // the trainable has validation samples (evaluate() runs)
   bool failed = false;
   bool finished = false;
+  double step_flops = 0;                     // Trainable::step_flops
+  double gemm_peak = 0;                      // rank 0, with step_flops: MFU's denominator, measured here
+  std::unique_ptr<TrainingMonitor> monitor;  // rank 0 with [monitor] folders
+  // The last step's record, held until a validation pass after it can join it.
+  std::optional<StepMetrics> unrecorded;
+
+  void record_held_step() {
+    if (monitor && unrecorded) monitor->record(*unrecorded);
+    unrecorded.reset();
+  }
 
   ~Impl() {
     // The chunks' shared stream drained here, on this thread, so that no chunk's state
@@ -1092,11 +1104,38 @@ Result<std::unique_ptr<Engine>> Engine::make(JobConfig config, Trainable trainab
   if (stand_in) impl->device = std::make_unique<StandInDevice>(impl->tracer.get());
   impl->start_actors(std::move(shared), trainable);
   TROUPE_TRY(impl->prepare_checkpoints());
+  impl->step_flops = trainable.step_flops;
+  if (impl->rank.rank == 0) {
+    if (impl->step_flops > 0) impl->gemm_peak = gemm_peak_flops(1024, name_of(impl->config.precision.dtype));
+    impl->monitor = TrainingMonitor::make(impl->config.monitor, impl->steps_done);  // after a resume's step
+  }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
+StepMetrics step_metrics(const StepResult& r, int64_t steps_total) {
+  StepMetrics m{r.step, steps_total, r.loss, r.tokens_per_s, r.step_ms, r.tokens};
+  m.grad_norm = r.stats.grad_norm;
+  m.model_state_bytes = r.stats.model_state_bytes;
+  m.parameter_bytes = r.stats.parameter_bytes;
+  m.gradient_bytes = r.stats.gradient_bytes;
+  m.optimizer_state_bytes = r.stats.optimizer_state_bytes;
+  m.communication_bytes = r.stats.communication_bytes;
+  m.activation_bytes = r.stats.activation_bytes;
+  m.device_bytes = r.stats.device_bytes;
+  m.bubble = r.stats.bubble;
+  m.lr = r.stats.lr;
+  m.sent_bytes = r.sent_bytes;
+  m.loss_scale = r.stats.loss_scale;
+  m.skipped = r.stats.skipped;
+  m.step_flops = r.step_flops;
+  m.mfu = r.mfu;
+  return m;
+}
+
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Engine::~Engine() = default;
+Engine::~Engine() {
+  if (impl_) impl_->record_held_step();  // a trainer that ends without finish(): its last step too
+}
 
 int64_t Engine::rank() const {
   return impl_->rank.rank;
@@ -1148,6 +1187,7 @@ Result<StepResult> Engine::train_batch() {
   Impl& m = *impl_;
   if (m.failed)
     return make_error(fmt::format("rank {}: the engine has failed; no further steps", m.rank.rank));
+  m.record_held_step();  // no validation followed it
   caf::scoped_actor self{*m.system};
   const uint64_t sent_before = m.sent->load(std::memory_order_relaxed);
   step_report report;
@@ -1175,6 +1215,10 @@ Result<StepResult> Engine::train_batch() {
   result.tokens_per_s = report.step_ms > 0 ? report.tokens / (report.step_ms / 1000.0) : 0;
   result.stats = report.stats;
   result.sent_bytes = static_cast<int64_t>(m.sent->load(std::memory_order_relaxed) - sent_before);
+  result.step_flops = m.step_flops;
+  if (m.gemm_peak > 0 && result.step_ms > 0)
+    result.mfu = m.step_flops / (result.step_ms / 1e3 * static_cast<double>(m.rank.world_size) * m.gemm_peak);
+  if (m.monitor) m.unrecorded = step_metrics(result, m.config.train.steps);
   const int64_t every = m.config.checkpoint.every_steps;
   if (every > 0 && m.steps_done % every == 0) TROUPE_TRY(m.save_checkpoint(self));
   return result;
@@ -1205,7 +1249,9 @@ Result<double> Engine::evaluate() {
       return m.fail(fmt::format("validation after step {} failed: {}", m.steps_done, error));
     sum += report.loss;
   }
-  return sum / static_cast<double>(batches);
+  const double mean = sum / static_cast<double>(batches);
+  if (m.unrecorded && m.unrecorded->step == m.steps_done) m.unrecorded->val_loss = mean;
+  return mean;
 }
 
 Status Engine::finish() {
@@ -1229,6 +1275,8 @@ Status Engine::finish() {
       .receive([&](collective_done& d) { error = d.error; },
                [&](caf::error& e) { error = m.system->render(e); });
   if (!error.empty()) return m.fail("finishing: " + error);
+  m.record_held_step();
+  if (m.monitor) m.monitor->finish();  // bounded: says what the disk did not take in time
   if (m.tracer && m.rank.rank == 0) {
     std::vector<std::string> parts;
     for (int64_t r = 0; r < m.rank.world_size; ++r) parts.push_back(rank_trace_path(m.config.trace.path, r));

@@ -1,6 +1,5 @@
 #include "runtime/gpt_job.hpp"
 
-#include "runtime/config/choices.hpp"
 #include "runtime/flops_profile.hpp"
 
 #include <torch/torch.h>
@@ -26,7 +25,6 @@
 #include "runtime/model/gpt_tensor_parallel.hpp"
 #include "runtime/model/model_flops.hpp"
 #include "runtime/model/model_shape.hpp"
-#include "runtime/monitor/training_monitor.hpp"
 #include "runtime/parameter_file.hpp"
 #include "runtime/reference.hpp"
 #include "troupe/troupe.hpp"
@@ -59,7 +57,6 @@ class Report {
       if (!writer) return writer.error();
       r.writer_.emplace(std::move(*writer));
     }
-    if (speaks) r.monitor_ = TrainingMonitor::make(job.monitor, resumed_after);
     return r;
   }
 
@@ -67,7 +64,6 @@ class Report {
     history_.push_back(m);
     if (!speaks_) return {};
     if (writer_) TROUPE_TRY(writer_->write(m));
-    if (monitor_) monitor_->record(m);
     if (m.step % job_->train.log_interval == 0 || m.step == m.steps_total || m.evaluated())
       show_progress(style_, format_progress(m, seconds()));
     return {};
@@ -75,7 +71,6 @@ class Report {
 
   void summary() {
     if (!speaks_) return;
-    if (monitor_) monitor_->finish();
     end_progress(style_);
     std::printf("%s\n", format_summary(history_, seconds(), job_->trace.path).c_str());
     std::fflush(stdout);
@@ -87,7 +82,6 @@ class Report {
   bool speaks_ = false;
   ProgressStyle style_ = ProgressStyle::plain;
   std::optional<MetricsWriter> writer_;
-  std::unique_ptr<TrainingMonitor> monitor_;  // [monitor]'s folders; null when none
   std::vector<StepMetrics> history_;
   Clock::time_point start_ = Clock::now();
 };
@@ -171,6 +165,7 @@ int train_rank(const JobConfig& job, const JobOutputs& outputs, std::string& pha
                       job.data.path.empty() ? job.data.synthetic_bytes : 0);
   auto trainable = make_gpt_trainable(job);
   if (!trainable) return fail(trainable.error().message);
+  trainable->step_flops = model_step_flops(job);  // the engine's MFU
   // The whole model's size, as the summary and the metrics give it, whatever its split.
   const int64_t parameter_count = model_shape(job.model).parameters;
   phase = fmt::format("starting the engine for {} parameters", parameter_count);
@@ -179,32 +174,12 @@ int train_rank(const JobConfig& job, const JobOutputs& outputs, std::string& pha
   Engine& e = **engine;
   auto report = Report::make(job, outputs, e.rank() == 0, e.steps_done());
   if (!report) return fail(report.error().message);
-  // MFU's denominator: what rank 0's matrix products reach here with its threads.
-  const double peak = e.rank() == 0 ? gemm_peak_flops(1024, name_of(job.precision.dtype)) : 0;
-  const double step_flops = model_step_flops(job);
-  const int64_t ranks = job.parallel.dp * job.parallel.pp * job.parallel.tp;
   for (int64_t s = e.steps_done(); s < job.train.steps; ++s) {  // a resumed run starts later
     phase = fmt::format("training step {}", s + 1);
     auto r = e.train_batch();
     if (!r) return fail(r.error().message);
-    StepMetrics m{r->step, job.train.steps, r->loss, r->tokens_per_s, r->step_ms, r->tokens};
-    m.grad_norm = r->stats.grad_norm;
+    StepMetrics m = step_metrics(*r, job.train.steps);
     m.params = parameter_count;
-    m.model_state_bytes = r->stats.model_state_bytes;
-    m.parameter_bytes = r->stats.parameter_bytes;
-    m.gradient_bytes = r->stats.gradient_bytes;
-    m.optimizer_state_bytes = r->stats.optimizer_state_bytes;
-    m.communication_bytes = r->stats.communication_bytes;
-    m.bubble = r->stats.bubble;
-    m.lr = r->stats.lr;
-    m.sent_bytes = r->sent_bytes;
-    m.loss_scale = r->stats.loss_scale;
-    m.skipped = r->stats.skipped;
-    m.activation_bytes = r->stats.activation_bytes;
-    m.device_bytes = r->stats.device_bytes;
-    m.step_flops = step_flops;
-    if (peak > 0 && r->step_ms > 0)
-      m.mfu = step_flops / (r->step_ms / 1e3 * static_cast<double>(ranks) * peak);
     if (job.train.eval_interval > 0 && r->step % job.train.eval_interval == 0) {
       phase = fmt::format("validating after step {}", r->step);
       auto val = e.evaluate();

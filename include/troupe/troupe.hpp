@@ -7,6 +7,9 @@
 //   for (int i = 0; i < steps; ++i) { auto r = (*engine)->train_batch(); ... }
 //   (*engine)->finish();
 //
+// With [monitor] folders set, rank 0 writes each step's scalars there as `troupe run`
+// does (TensorBoard's event files, DeepSpeed's CSV files): a step's record waits for the
+// evaluate() that may follow it, and finish() writes the last.
 // Each process is one rank. Its rank and world size come from the environment of
 // whichever launcher started it (`troupe launch`, `troupe run`, torchrun, SLURM,
 // Open MPI), or from TROUPE_RANK/TROUPE_WORLD_SIZE; a world of one needs none.
@@ -27,6 +30,7 @@
 #include "runtime/config/resolve.hpp"
 #include "runtime/gpt_job.hpp"  // the built-in GPT job, as `troupe run` trains it
 #include "runtime/launch/environment.hpp"
+#include "runtime/metrics.hpp"
 #include "runtime/model/tensor_parallel_group.hpp"
 
 namespace troupe {
@@ -52,6 +56,9 @@ struct Trainable {
   std::vector<double> layer_costs{};
   /// Optional: the validation samples (numbered as `data`'s), which Engine::evaluate() runs.
   MicroBatchSource validation{};
+  /// Optional: the model's matrix-product FLOPs of one step (forward and backward over the
+  /// global batch), for StepResult::mfu; 0: no MFU.
+  double step_flops = 0;
   /// The layers hold [model] init_from's values already, so the engine loads nothing: a
   /// tensor-parallel model's shards cut from the loaded whole model (the built-in job's).
   bool starts_from_init = false;
@@ -66,7 +73,15 @@ struct StepResult {
   double tokens_per_s = 0;
   StepStats stats;  ///< gradient norm (before clipping) and memory held, by kind
   int64_t sent_bytes = 0;  ///< payload bytes this rank sent to its peers during the step
+  double step_flops = 0;   ///< Trainable::step_flops
+  /// Rank 0 (0 elsewhere): step_flops / (step time × ranks × rank 0's measured matrix-product
+  /// rate in the job's dtype); 0 without Trainable::step_flops.
+  double mfu = 0;
 };
+
+/// The step as the metrics file and the monitors write it (no validation loss, no
+/// parameter count: the trainer adds what it knows).
+StepMetrics step_metrics(const StepResult& result, int64_t steps_total);
 
 class Engine {
  public:

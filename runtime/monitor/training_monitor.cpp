@@ -107,9 +107,9 @@ std::vector<MonitorScalar> monitor_scalars(const StepMetrics& m) {
   }
   for (const auto& [tag, value] : {std::pair{"perf/tokens_per_s", m.tokens_per_s},
                                    {"perf/step_ms", m.step_ms},
-                                   {"perf/mfu", m.mfu},
                                    {"perf/bubble", m.bubble}})
     s.push_back({tag, value});
+  if (m.step_flops > 0) s.push_back({"perf/mfu", m.mfu});  // a trainer's model of unknown FLOPs: none
   const std::pair<const char*, int64_t> counts[] = {{"perf/sent_bytes", m.sent_bytes},
                                                     {"memory/model_state_bytes", m.model_state_bytes},
                                                     {"memory/parameter_bytes", m.parameter_bytes},

@@ -6,7 +6,8 @@
 // metrics JSONL's field: train/loss, train/lr, train/grad_norm (a finite one),
 // train/loss_scale (with loss scaling), train/skipped (1 on a step whose gradients
 // overflowed), val/val_loss and val/val_perplexity (after a validation pass),
-// perf/tokens_per_s, perf/step_ms, perf/mfu, perf/bubble, perf/sent_bytes, and
+// perf/tokens_per_s, perf/step_ms, perf/mfu (when the model's FLOPs are known),
+// perf/bubble, perf/sent_bytes, and
 // memory/<kind>_bytes for the model state, parameters, gradients, optimizer state,
 // communication buffers, activations and device memory.
 // Thread safety: one thread (the training loop's).

@@ -1,11 +1,16 @@
 // `make install` gives an outside project everything it needs: examples/embed is
 // configured and built against a temporary prefix with find_package(troupe), and
-// trains its own model on 2 ranks to a falling loss; the installed troupe finds troupe-core.
+// trains its own model on 2 ranks to a falling loss, rank 0's engine writing [monitor]'s
+// CSV and TensorBoard files of every step; the installed troupe finds troupe-core.
 // examples/scheduler, built the same way, registers pipeline schedulers troupe does not
 // build in (one of each kind) and trains the GPT with them, step for step like the
 // single-process reference.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <regex>
 #include <string>
 
@@ -40,20 +45,61 @@ std::string build_example(const std::string& name) {
   return built.exit_code == 0 ? build : "";
 }
 
+// A loss as the example prints it.
+std::string fmt_loss(double loss) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.5f", loss);
+  return text;
+}
+
+// A DeepSpeed-style CSV file's rows: step -> value.
+std::map<int64_t, double> csv_rows(const std::string& path) {
+  std::map<int64_t, double> rows;
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);  // the header
+  long long step = 0;
+  double value = 0;
+  while (std::getline(in, line))
+    if (std::sscanf(line.c_str(), "%lld,%lf", &step, &value) == 2) rows[step] = value;
+  return rows;
+}
+
 TEST(Install, OutsideProjectBuildsAgainstTheInstalledPackageAndTrainsOnTwoRanks) {
   const std::string& prefix = installed_prefix();
   std::string build = build_example("embed");
   ASSERT_FALSE(build.empty());
 
+  const std::string monitors = testing::make_temp_dir();
   auto trained = testing::run_command(
       prefix + "/bin/troupe launch --ranks 2 -- " + build + "/embed_trainer " + TROUPE_SOURCE_DIR +
-          "/examples/embed/job.toml cluster.coordinator=" + testing::free_coordinator(),
+          "/examples/embed/job.toml cluster.coordinator=" + testing::free_coordinator() +
+          " monitor.csv=" + monitors + "/csv monitor.tensorboard=" + monitors + "/tb",
       180);
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(trained.output, m, std::regex(R"(rank 0 of 2: loss ([0-9.]+) -> ([0-9.]+))")))
       << trained.output;
   EXPECT_LT(std::stod(m[2]), 0.5 * std::stod(m[1])) << trained.output;
+
+  // The engine's monitor: a row a step, each the loss the trainer printed at that step.
+  const auto losses = csv_rows(monitors + "/csv/train_loss.csv");
+  ASSERT_EQ(losses.size(), 60u) << trained.output;
+  EXPECT_EQ(losses.begin()->first, 1);
+  EXPECT_EQ(fmt_loss(losses.rbegin()->second), m[2].str());
+  const std::regex printed(R"(step ([0-9]+) loss ([0-9.]+))");
+  int compared = 0;
+  for (auto it = std::sregex_iterator(trained.output.begin(), trained.output.end(), printed);
+       it != std::sregex_iterator(); ++it, ++compared)
+    EXPECT_EQ(fmt_loss(losses.at(std::stoll((*it)[1]))), (*it)[2].str()) << "step " << (*it)[1];
+  EXPECT_EQ(compared, 6) << trained.output;
+  EXPECT_EQ(csv_rows(monitors + "/csv/perf_step_ms.csv").size(), 60u);
+  EXPECT_FALSE(std::filesystem::exists(monitors + "/csv/perf_mfu.csv"));  // no Trainable::step_flops
+  int event_files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(monitors + "/tb"))
+    event_files +=
+        entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0 && entry.file_size() > 0;
+  EXPECT_EQ(event_files, 1);
 
   // The installed troupe finds its troupe-core (libexec/troupe) for what needs LibTorch.
   auto bench = testing::run_command(prefix + "/bin/troupe bench adam --params 4096 --iters 1 --json", 60);

@@ -312,6 +312,9 @@ TEST(MonitorScalars, EachStepGivesItsScalarsAndOnlyTheOnesThatMeanSomething) {
   EXPECT_FALSE(has(plain, "train/loss_scale"));  // no loss scaling
   EXPECT_FALSE(has(plain, "val/val_loss"));      // no validation this step
   EXPECT_TRUE(has(plain, "memory/parameter_bytes"));
+  EXPECT_FALSE(has(plain, "perf/mfu"));  // the model's FLOPs are not known
+  m.step_flops = 1e9;
+  m.mfu = 0.25;
   m.loss_scale = 65536;
   m.skipped = true;
   m.val_loss = 2.0;
@@ -319,6 +322,7 @@ TEST(MonitorScalars, EachStepGivesItsScalarsAndOnlyTheOnesThatMeanSomething) {
   EXPECT_FALSE(has(scaled, "train/grad_norm"));  // an overflowed step has none
   EXPECT_TRUE(has(scaled, "train/loss_scale"));
   EXPECT_TRUE(has(scaled, "val/val_perplexity"));
+  EXPECT_TRUE(has(scaled, "perf/mfu"));
   auto value_of = [](const std::vector<MonitorScalar>& scalars, const std::string& tag) {
     for (const auto& s : scalars)
       if (s.tag == tag) return s.value;
