@@ -339,11 +339,13 @@ class Engine::Impl {
   double step_flops = 0;                     // Trainable::step_flops
   double gemm_peak = 0;                      // rank 0, with step_flops: MFU's denominator, measured here
   std::unique_ptr<TrainingMonitor> monitor;  // rank 0 with [monitor] folders
-  // The last step's record, held until a validation pass after it can join it.
+  // The last step's record and when the step ended, held until a validation pass after it
+  // can join it.
   std::optional<StepMetrics> unrecorded;
+  std::chrono::system_clock::time_point unrecorded_at;
 
   void record_held_step() {
-    if (monitor && unrecorded) monitor->record(*unrecorded);
+    if (monitor && unrecorded) monitor->record(*unrecorded, unrecorded_at);
     unrecorded.reset();
   }
 
@@ -1218,7 +1220,10 @@ Result<StepResult> Engine::train_batch() {
   result.step_flops = m.step_flops;
   if (m.gemm_peak > 0 && result.step_ms > 0)
     result.mfu = m.step_flops / (result.step_ms / 1e3 * static_cast<double>(m.rank.world_size) * m.gemm_peak);
-  if (m.monitor) m.unrecorded = step_metrics(result, m.config.train.steps);
+  if (m.monitor) {
+    m.unrecorded = step_metrics(result, m.config.train.steps);
+    m.unrecorded_at = std::chrono::system_clock::now();
+  }
   const int64_t every = m.config.checkpoint.every_steps;
   if (every > 0 && m.steps_done % every == 0) TROUPE_TRY(m.save_checkpoint(self));
   return result;

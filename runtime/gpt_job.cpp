@@ -25,6 +25,7 @@
 #include "runtime/model/gpt_tensor_parallel.hpp"
 #include "runtime/model/model_flops.hpp"
 #include "runtime/model/model_shape.hpp"
+#include "runtime/monitor/training_monitor.hpp"
 #include "runtime/parameter_file.hpp"
 #include "runtime/reference.hpp"
 #include "troupe/troupe.hpp"
@@ -46,8 +47,10 @@ Status write_parameters(const std::string& path, const torch::Tensor& flat) {
 // Rank 0's view of the run: metrics file, progress line, summary.
 class Report {
  public:
+  // `own_monitor`: [monitor]'s writers are the report's (the reference trainer); an Engine's
+  // job has them in the engine.
   static Result<Report> make(const JobConfig& job, const JobOutputs& outputs, bool speaks,
-                             int64_t resumed_after = 0) {
+                             int64_t resumed_after = 0, bool own_monitor = false) {
     Report r;
     r.job_ = &job;
     r.speaks_ = speaks;
@@ -57,6 +60,7 @@ class Report {
       if (!writer) return writer.error();
       r.writer_.emplace(std::move(*writer));
     }
+    if (speaks && own_monitor) r.monitor_ = TrainingMonitor::make(job.monitor, resumed_after);
     return r;
   }
 
@@ -64,6 +68,7 @@ class Report {
     history_.push_back(m);
     if (!speaks_) return {};
     if (writer_) TROUPE_TRY(writer_->write(m));
+    if (monitor_) monitor_->record(m);
     if (m.step % job_->train.log_interval == 0 || m.step == m.steps_total || m.evaluated())
       show_progress(style_, format_progress(m, seconds()));
     return {};
@@ -71,6 +76,7 @@ class Report {
 
   void summary() {
     if (!speaks_) return;
+    if (monitor_) monitor_->finish();
     end_progress(style_);
     std::printf("%s\n", format_summary(history_, seconds(), job_->trace.path).c_str());
     std::fflush(stdout);
@@ -82,6 +88,7 @@ class Report {
   bool speaks_ = false;
   ProgressStyle style_ = ProgressStyle::plain;
   std::optional<MetricsWriter> writer_;
+  std::unique_ptr<TrainingMonitor> monitor_;  // the reference trainer's [monitor] writers
   std::vector<StepMetrics> history_;
   Clock::time_point start_ = Clock::now();
 };
@@ -220,7 +227,7 @@ int run_gpt_rank(const JobConfig& job, const JobOutputs& outputs) {
 }
 
 int run_gpt_reference(const JobConfig& job, const JobOutputs& outputs) {
-  auto report = Report::make(job, outputs, true);
+  auto report = Report::make(job, outputs, true, 0, /*own_monitor=*/true);
   if (!report) return fail(report.error().message);
   Status step_status;
   torch::Tensor parameters;

@@ -31,8 +31,8 @@ void say(const std::string& what) {
   std::fprintf(stderr, "troupe: monitor: %s\n", what.c_str());
 }
 
-double seconds_since_epoch() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+double seconds_since_epoch(std::chrono::system_clock::time_point at) {
+  return std::chrono::duration<double>(at.time_since_epoch()).count();
 }
 
 }  // namespace
@@ -69,9 +69,9 @@ std::unique_ptr<TrainingMonitor> TrainingMonitor::make(const MonitorConfig& conf
   return std::unique_ptr<TrainingMonitor>(new TrainingMonitor(std::move(impl)));
 }
 
-void TrainingMonitor::record(const StepMetrics& metrics) {
+void TrainingMonitor::record(const StepMetrics& metrics, std::chrono::system_clock::time_point taken) {
   caf::anon_send(impl_->monitor,
-                 MonitorRecord{metrics.step, seconds_since_epoch(), monitor_scalars(metrics)});
+                 MonitorRecord{metrics.step, seconds_since_epoch(taken), monitor_scalars(metrics)});
 }
 
 void TrainingMonitor::finish(std::chrono::milliseconds bound) {

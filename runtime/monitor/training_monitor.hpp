@@ -32,8 +32,10 @@ class TrainingMonitor {
   /// Drains (bounded, as finish) and stops the monitor.
   ~TrainingMonitor();
 
-  /// Hands one step's metrics to the monitor; never waits for the disk.
-  void record(const StepMetrics& metrics);
+  /// Hands one step's metrics to the monitor, stamped `taken` (when the step ended; a
+  /// record held for a validation pass is sent later); never waits for the disk.
+  void record(const StepMetrics& metrics,
+              std::chrono::system_clock::time_point taken = std::chrono::system_clock::now());
 
   /// Waits at most `bound` for every record so far to be written, then says how many
   /// were dropped (if any) or that the disk did not keep up within the bound.

@@ -125,7 +125,9 @@ TEST(Launchers, DeepSpeedStartsRanksThatTrainAsTroupeRunDoes) {
 // slurmctld and slurmd on free ports, every file in a folder of the test's), stopped after.
 class SlurmCluster {
  public:
-  SlurmCluster() : dir_(make_temp_dir()) {
+  // Directly under /tmp: the daemons' sockets are in the folder, and a socket's path has at
+  // most 107 characters, which a nested $TMPDIR would bring closer.
+  SlurmCluster() : dir_(make_temp_dir("troupe-slurm-", "/tmp")) {
     auto r = run_command("bash " + std::string(TROUPE_SOURCE_DIR) + "/scripts/slurm-cluster.sh start " +
                              dir_ + " " + std::to_string(free_port()) + " " + std::to_string(free_port()),
                          60);

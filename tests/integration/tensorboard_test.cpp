@@ -2,7 +2,8 @@
 // validation, saved at step 8 and resumed to step 12, leaves event files whose every
 // scalar equals the metrics file at every step (as the 32-bit float TensorBoard keeps)
 // (tests/python/tensorboard_events.py, with the tensorboard package) and DeepSpeed's CSV files holding the
-// same values. A monitor folder that cannot be made is said once, and the run trains on and exits 0.
+// same values; the reference trainer's too. A monitor folder that cannot be made is said once, and the run
+// trains on and exits 0.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -50,6 +51,23 @@ TEST(TensorBoard, EveryScalarEqualsTheMetricsFileAtEveryStepAcrossAResume) {
       kPython + " " + kScript + " check " + dir + "/tb " + dir + "/metrics.jsonl " + dir + "/csv", 120);
   EXPECT_EQ(checked.exit_code, 0) << checked.output;
   EXPECT_NE(checked.output.find("12 steps"), std::string::npos) << checked.output;
+}
+
+// `troupe run --reference` (plain LibTorch in one process, no engine) writes the same files.
+TEST(TensorBoard, TheReferenceTrainerWritesEveryScalarOfTheMetricsFile) {
+  if (!python_has_tensorboard())
+    GTEST_SKIP() << "no Python with the tensorboard package (TROUPE_TORCH_PYTHON = '" << kPython
+                 << "'; scripts/torch-env.sh install adds it)";
+  const std::string dir = make_temp_dir();
+  auto r = run_command(job() + " --reference --set train.steps=6 --metrics " + dir + "/metrics.jsonl" +
+                           " --set monitor.tensorboard=\\\"" + dir + "/tb\\\" --set monitor.csv=\\\"" + dir +
+                           "/csv\\\"",
+                       300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto checked = run_command(
+      kPython + " " + kScript + " check " + dir + "/tb " + dir + "/metrics.jsonl " + dir + "/csv", 120);
+  EXPECT_EQ(checked.exit_code, 0) << checked.output;
+  EXPECT_NE(checked.output.find("6 steps"), std::string::npos) << checked.output;
 }
 
 TEST(TensorBoard, AFolderThatCannotBeMadeIsSaidOnceAndTheRunTrainsOn) {

@@ -23,7 +23,7 @@ import numpy
 from tensorboard.backend.event_processing import plugin_event_accumulator as event_accumulator
 from tensorboard.util import tensor_util
 
-ALWAYS = ["loss", "lr", "skipped", "tokens_per_s", "step_ms", "mfu", "bubble", "sent_bytes",
+ALWAYS = ["loss", "lr", "skipped", "tokens_per_s", "step_ms", "bubble", "sent_bytes",
           "model_state_bytes", "parameter_bytes", "gradient_bytes", "optimizer_state_bytes",
           "communication_bytes", "activation_bytes", "device_bytes"]
 
@@ -34,6 +34,8 @@ def expected_keys(line):
         keys.append("grad_norm")
     if line["loss_scale"] > 0:
         keys.append("loss_scale")
+    if line["step_flops"] > 0:  # the model's FLOPs known: an MFU
+        keys.append("mfu")
     if "val_loss" in line:
         keys += ["val_loss", "val_perplexity"]
     return keys

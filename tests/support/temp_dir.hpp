@@ -1,7 +1,7 @@
 // Fresh temporary directories for tests, removed with everything in them when the test
-// program ends. A test run must leave the disk as it found it: CI's machine shares its
-// disk, and an installed prefix or a checkpoint left behind per run fills it within days.
-// TROUPE_KEEP_TEST_DIRS=1 keeps them, to look at what a failing test wrote.
+// program exits (a crash or ctest's timeout kill leaves them). A test run must leave the disk as it found it:
+// CI's machine shares its disk, and an installed prefix or a checkpoint left behind per run fills it within
+// days. TROUPE_KEEP_TEST_DIRS=1 keeps them, to look at what a failing test wrote.
 #pragma once
 
 #include <unistd.h>
@@ -29,7 +29,8 @@ class TempDirRegistry {
 
   ~TempDirRegistry() {
     // A forked child that exits normally runs this too; only the process that made them removes.
-    if (::getpid() != owner_ || std::getenv("TROUPE_KEEP_TEST_DIRS") != nullptr) return;
+    const char* keep = std::getenv("TROUPE_KEEP_TEST_DIRS");
+    if (::getpid() != owner_ || (keep != nullptr && std::string(keep) == "1")) return;
     for (const auto& dir : dirs_) {
       std::error_code ignored;
       std::filesystem::remove_all(dir, ignored);
@@ -44,12 +45,13 @@ class TempDirRegistry {
   std::vector<std::string> dirs_;
 };
 
-/// A new empty directory under $TMPDIR (or /tmp), named `prefix`XXXXXX; empty on failure.
-inline std::string make_temp_dir(const std::string& prefix = "troupe-test-") {
+/// A new empty directory named `prefix`XXXXXX under `under`, by default $TMPDIR (or /tmp);
+/// empty on failure.
+inline std::string make_temp_dir(const std::string& prefix = "troupe-test-", std::string under = "") {
   std::error_code error;
-  std::filesystem::path base = std::filesystem::temp_directory_path(error);
-  if (error) base = "/tmp";
-  std::string pattern = (base / (prefix + "XXXXXX")).string();
+  if (under.empty()) under = std::filesystem::temp_directory_path(error).string();
+  if (error || under.empty()) under = "/tmp";
+  std::string pattern = (std::filesystem::path(under) / (prefix + "XXXXXX")).string();
   if (::mkdtemp(pattern.data()) == nullptr) return {};
   TempDirRegistry::instance().add(pattern);
   return pattern;
