@@ -336,6 +336,7 @@ class Engine::Impl {
   bool validates = false;          // the trainable has validation samples (evaluate() runs)
   bool failed = false;
   bool finished = false;
+  Status finish_outcome;  // what the first finish() returned, which a second one returns again
   double step_flops = 0;                     // Trainable::step_flops
   double gemm_peak = 0;                      // rank 0, with step_flops: MFU's denominator, measured here
   std::unique_ptr<TrainingMonitor> monitor;  // rank 0 with [monitor] folders
@@ -343,6 +344,9 @@ class Engine::Impl {
   // can join it.
   std::optional<StepMetrics> unrecorded;
   std::chrono::system_clock::time_point unrecorded_at;
+
+  // Engine::finish's work: saves durable, traces written, the scheduler's end, the monitor drained.
+  Status finish_rank();
 
   void record_held_step() {
     if (monitor && unrecorded) monitor->record(*unrecorded, unrecorded_at);
@@ -1261,9 +1265,15 @@ Result<double> Engine::evaluate() {
 
 Status Engine::finish() {
   Impl& m = *impl_;
-  if (m.finished) return {};
+  if (m.finished) return m.finish_outcome;
   if (m.failed) return make_error(fmt::format("rank {}: the engine has failed", m.rank.rank));
-  m.finished = true;
+  m.finished = true;  // the finishing protocol runs once, whatever its outcome
+  m.finish_outcome = m.finish_rank();
+  return m.finish_outcome;
+}
+
+Status Engine::Impl::finish_rank() {
+  Impl& m = *this;
   if (m.checkpoint_writer) {  // every save durable (rank 0: committed) before the rank ends
     caf::scoped_actor self{*m.system};
     TROUPE_TRY(m.await_save(self, -1));
