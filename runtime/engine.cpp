@@ -342,14 +342,17 @@ class Engine::Impl {
   std::unique_ptr<TrainingMonitor> monitor;  // rank 0 with [monitor] folders
   // The last step's record and when the step ended, held until a validation pass after it
   // can join it.
-  std::optional<StepMetrics> unrecorded;
-  std::chrono::system_clock::time_point unrecorded_at;
+  struct HeldStep {
+    StepMetrics metrics;
+    std::chrono::system_clock::time_point ended;
+  };
+  std::optional<HeldStep> unrecorded;
 
   // Engine::finish's work: saves durable, traces written, the scheduler's end, the monitor drained.
   Status finish_rank();
 
   void record_held_step() {
-    if (monitor && unrecorded) monitor->record(*unrecorded, unrecorded_at);
+    if (monitor && unrecorded) monitor->record(unrecorded->metrics, unrecorded->ended);
     unrecorded.reset();
   }
 
@@ -1224,10 +1227,9 @@ Result<StepResult> Engine::train_batch() {
   result.step_flops = m.step_flops;
   if (m.gemm_peak > 0 && result.step_ms > 0)
     result.mfu = m.step_flops / (result.step_ms / 1e3 * static_cast<double>(m.rank.world_size) * m.gemm_peak);
-  if (m.monitor) {
-    m.unrecorded = step_metrics(result, m.config.train.steps);
-    m.unrecorded_at = std::chrono::system_clock::now();
-  }
+  if (m.monitor)
+    m.unrecorded =
+        Impl::HeldStep{step_metrics(result, m.config.train.steps), std::chrono::system_clock::now()};
   const int64_t every = m.config.checkpoint.every_steps;
   if (every > 0 && m.steps_done % every == 0) TROUPE_TRY(m.save_checkpoint(self));
   return result;
@@ -1259,7 +1261,7 @@ Result<double> Engine::evaluate() {
     sum += report.loss;
   }
   const double mean = sum / static_cast<double>(batches);
-  if (m.unrecorded && m.unrecorded->step == m.steps_done) m.unrecorded->val_loss = mean;
+  if (m.unrecorded && m.unrecorded->metrics.step == m.steps_done) m.unrecorded->metrics.val_loss = mean;
   return mean;
 }
 
@@ -1273,29 +1275,28 @@ Status Engine::finish() {
 }
 
 Status Engine::Impl::finish_rank() {
-  Impl& m = *this;
-  if (m.checkpoint_writer) {  // every save durable (rank 0: committed) before the rank ends
-    caf::scoped_actor self{*m.system};
-    TROUPE_TRY(m.await_save(self, -1));
+  if (checkpoint_writer) {  // every save durable (rank 0: committed) before the rank ends
+    caf::scoped_actor self{*system};
+    TROUPE_TRY(await_save(self, -1));
   }
-  if (m.tracer) {
-    m.tracer->settle(std::chrono::seconds(2));  // the last work items' spans are in
-    TROUPE_TRY(m.tracer->write(rank_trace_path(m.config.trace.path, m.rank.rank)));
+  if (tracer) {
+    tracer->settle(std::chrono::seconds(2));  // the last work items' spans are in
+    TROUPE_TRY(tracer->write(rank_trace_path(config.trace.path, rank.rank)));
   }
-  caf::scoped_actor self{*m.system};
+  caf::scoped_actor self{*system};
   std::string error;
-  auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::duration<double>(m.step_timeout_s()));
-  self->request(m.scheduler, timeout, finish_training{})
+  auto timeout =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(step_timeout_s()));
+  self->request(scheduler, timeout, finish_training{})
       .receive([&](collective_done& d) { error = d.error; },
-               [&](caf::error& e) { error = m.system->render(e); });
-  if (!error.empty()) return m.fail("finishing: " + error);
-  m.record_held_step();
-  if (m.monitor) m.monitor->finish();  // bounded: says what the disk did not take in time
-  if (m.tracer && m.rank.rank == 0) {
+               [&](caf::error& e) { error = system->render(e); });
+  if (!error.empty()) return fail("finishing: " + error);
+  record_held_step();
+  if (monitor) monitor->finish();  // bounded: says what the disk did not take in time
+  if (tracer && rank.rank == 0) {
     std::vector<std::string> parts;
-    for (int64_t r = 0; r < m.rank.world_size; ++r) parts.push_back(rank_trace_path(m.config.trace.path, r));
-    TROUPE_TRY(merge_traces(parts, m.config.trace.path));
+    for (int64_t r = 0; r < rank.world_size; ++r) parts.push_back(rank_trace_path(config.trace.path, r));
+    TROUPE_TRY(merge_traces(parts, config.trace.path));
   }
   return {};
 }
